@@ -1,0 +1,81 @@
+// Package app builds a handler.Handler from configuration and AWS SDK
+// clients. Lambda mains call FromEnv; the local stack calls New with clients
+// pointed at its emulators. Both run the same handler code.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	signetcfg "github.com/signet-im/signet/shared/config"
+	"github.com/signet-im/signet/shared/dynamo"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/push"
+	"github.com/signet-im/signet/shared/queue"
+)
+
+// Clients are the AWS SDK clients a handler uses.
+type Clients struct {
+	DynamoDB   *dynamodb.Client
+	SQS        *sqs.Client
+	Management *apigatewaymanagementapi.Client
+}
+
+// New wires a handler over clients and configuration.
+func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
+	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable})
+	store.Retention = cfg.InboxRetention
+	h := &handler.Handler{
+		Inbox:        store,
+		Connections:  store,
+		Secret:       []byte(cfg.JWTSecret),
+		Redelivery:   cfg.Redelivery,
+		SyncInterval: cfg.SyncInterval,
+		Log:          log,
+	}
+	if c.SQS != nil {
+		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)
+	}
+	if c.Management != nil {
+		h.Pusher = push.New(c.Management)
+	}
+	return h
+}
+
+// ManagementClient returns an @connections client for endpoint.
+func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementapi.Client {
+	return apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
+		o.BaseEndpoint = aws.String(endpoint)
+	})
+}
+
+// FromEnv reads the configuration from the environment, checks that the
+// variables the function needs are set, and builds the handler with SDK
+// clients from the default AWS configuration (which honours
+// AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS).
+func FromEnv(ctx context.Context, getenv func(string) string, needs ...string) (*handler.Handler, error) {
+	cfg, err := signetcfg.Load(getenv)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Require(needs...); err != nil {
+		return nil, err
+	}
+	awsCfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("aws config: %w", err)
+	}
+	c := Clients{DynamoDB: dynamodb.NewFromConfig(awsCfg), SQS: sqs.NewFromConfig(awsCfg)}
+	if cfg.WebSocketEndpoint != "" {
+		c.Management = ManagementClient(awsCfg, cfg.WebSocketEndpoint)
+	}
+	log := slog.New(slog.NewJSONHandler(lambdaStdout{}, nil))
+	return New(cfg, c, log), nil
+}

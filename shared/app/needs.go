@@ -1,0 +1,29 @@
+package app
+
+import (
+	"os"
+
+	signetcfg "github.com/signet-im/signet/shared/config"
+)
+
+// Needs lists, per function logical id of template.yaml, the environment
+// variables the function cannot run without. The drift test checks that the
+// template sets each of them on that function.
+var Needs = map[string][]string{
+	"AuthorizerFunction": {signetcfg.EnvJWTSecret},
+	"ConnectFunction":    {signetcfg.EnvConnectionsTable},
+	"DisconnectFunction": {signetcfg.EnvConnectionsTable},
+	"SendFunction": {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvMessagesTable,
+		signetcfg.EnvRedeliveryQueue, signetcfg.EnvWebSocketAPI, signetcfg.EnvPushTimeout, signetcfg.EnvBackoff, signetcfg.EnvInboxRetention},
+	"AckFunction":     {signetcfg.EnvInboxTable},
+	"SyncFunction":    {signetcfg.EnvInboxTable},
+	"PingFunction":    {signetcfg.EnvConnectionsTable},
+	"DefaultFunction": {},
+	"RedeliverFunction": {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvRedeliveryQueue,
+		signetcfg.EnvWebSocketAPI, signetcfg.EnvPushTimeout, signetcfg.EnvBackoff},
+}
+
+// lambdaStdout is where Lambda functions log: stdout, which CloudWatch collects.
+type lambdaStdout struct{}
+
+func (lambdaStdout) Write(p []byte) (int, error) { return os.Stdout.Write(p) }

@@ -1,0 +1,45 @@
+package app
+
+import (
+	"context"
+
+	"fmt"
+	"github.com/signet-im/signet/shared/handler"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+)
+
+// Start is the whole main of a Signet Lambda: it builds the handler for the
+// template function logicalID from the environment and starts the Lambda
+// runtime with that function's method (see Functions). A configuration error exits the
+// process before the runtime starts, so the init failure shows in the logs.
+func Start(logicalID string) {
+	h, err := FromEnv(context.Background(), os.Getenv, Needs[logicalID]...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", logicalID, err)
+		os.Exit(1)
+	}
+	fn, ok := Functions(h)[logicalID]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "%s: no such function\n", logicalID)
+		os.Exit(1)
+	}
+	lambda.Start(fn)
+}
+
+// Functions maps each function logical id of template.yaml to the handler
+// method it runs. Lambda mains and the local stack both use this table.
+func Functions(h *handler.Handler) map[string]any {
+	return map[string]any{
+		"AuthorizerFunction": h.Authorize,
+		"ConnectFunction":    h.Connect,
+		"DisconnectFunction": h.Disconnect,
+		"SendFunction":       h.Send,
+		"AckFunction":        h.Ack,
+		"SyncFunction":       h.Sync,
+		"PingFunction":       h.Ping,
+		"DefaultFunction":    h.Default,
+		"RedeliverFunction":  h.Redeliver,
+	}
+}

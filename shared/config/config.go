@@ -1,0 +1,156 @@
+// Package config reads Signet's settings once at start-up from the
+// environment. Every variable, its default and its meaning is in Vars.
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Config is the typed configuration of every Signet function.
+type Config struct {
+	// ConnectionsTable, InboxTable, MessagesTable name the DynamoDB tables.
+	ConnectionsTable string
+	InboxTable       string
+	MessagesTable    string
+	// RedeliveryQueueURL is the SQS queue of redelivery checks.
+	RedeliveryQueueURL string
+	// WebSocketEndpoint is the @connections management endpoint:
+	// https://{api}.execute-api.{region}.amazonaws.com/{stage}.
+	WebSocketEndpoint string
+	// JWTSecret verifies client tokens (HS256).
+	JWTSecret string
+	// Redelivery is the push timeout and backoff schedule.
+	Redelivery im.Redelivery
+	// InboxRetention is how long inbox entries live (DynamoDB TTL).
+	InboxRetention time.Duration
+	// SyncInterval admits one new sync per user per interval.
+	SyncInterval time.Duration
+}
+
+// Var documents one environment variable.
+type Var struct {
+	Name    string
+	Default string // "" means required where used
+	Doc     string
+}
+
+// Environment variable names.
+const (
+	EnvConnectionsTable = "SIGNET_CONNECTIONS_TABLE"
+	EnvInboxTable       = "SIGNET_INBOX_TABLE"
+	EnvMessagesTable    = "SIGNET_MESSAGES_TABLE"
+	EnvRedeliveryQueue  = "SIGNET_REDELIVERY_QUEUE_URL"
+	EnvWebSocketAPI     = "SIGNET_WS_ENDPOINT"
+	EnvJWTSecret        = "SIGNET_JWT_SECRET"
+	EnvPushTimeout      = "SIGNET_PUSH_TIMEOUT"
+	EnvBackoff          = "SIGNET_REDELIVERY_BACKOFF"
+	EnvInboxRetention   = "SIGNET_INBOX_RETENTION"
+	EnvSyncInterval     = "SIGNET_SYNC_INTERVAL"
+)
+
+// Vars lists every variable Signet reads, with its default.
+var Vars = []Var{
+	{EnvConnectionsTable, "", "DynamoDB table of connections"},
+	{EnvInboxTable, "", "DynamoDB table of per-user inboxes"},
+	{EnvMessagesTable, "", "DynamoDB table of conversation logs"},
+	{EnvRedeliveryQueue, "", "SQS queue URL of redelivery checks"},
+	{EnvWebSocketAPI, "", "@connections endpoint: https://{api}.execute-api.{region}.amazonaws.com/{stage}"},
+	{EnvJWTSecret, "", "HS256 secret that verifies client tokens"},
+	{EnvPushTimeout, "5s", "how long a pushed message may stay unacked before its first re-push"},
+	{EnvBackoff, "2s,4s,8s,16s", "delays between further re-pushes (at most 4; whole window ≤ 60s)"},
+	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
+	{EnvSyncInterval, "2s", "one new sync per user per interval"},
+}
+
+// Load reads the configuration through getenv (os.Getenv in production).
+// Missing table or queue names are not errors here: each function checks
+// what it uses with Require.
+func Load(getenv func(string) string) (Config, error) {
+	get := func(name string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		for _, v := range Vars {
+			if v.Name == name {
+				return v.Default
+			}
+		}
+		return ""
+	}
+	c := Config{
+		ConnectionsTable:   get(EnvConnectionsTable),
+		InboxTable:         get(EnvInboxTable),
+		MessagesTable:      get(EnvMessagesTable),
+		RedeliveryQueueURL: get(EnvRedeliveryQueue),
+		WebSocketEndpoint:  get(EnvWebSocketAPI),
+		JWTSecret:          get(EnvJWTSecret),
+	}
+	var err error
+	if c.Redelivery.PushTimeout, err = duration(EnvPushTimeout, get(EnvPushTimeout)); err != nil {
+		return Config{}, err
+	}
+	for _, part := range strings.Split(get(EnvBackoff), ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		d, err := duration(EnvBackoff, part)
+		if err != nil {
+			return Config{}, err
+		}
+		c.Redelivery.Backoff = append(c.Redelivery.Backoff, d)
+	}
+	if err := c.Redelivery.Validate(); err != nil {
+		return Config{}, fmt.Errorf("%s/%s: %w", EnvPushTimeout, EnvBackoff, err)
+	}
+	if c.InboxRetention, err = duration(EnvInboxRetention, get(EnvInboxRetention)); err != nil {
+		return Config{}, err
+	}
+	if c.SyncInterval, err = duration(EnvSyncInterval, get(EnvSyncInterval)); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Require fails unless every named variable without a default resolved to a
+// non-empty value.
+func (c Config) Require(names ...string) error {
+	values := map[string]string{
+		EnvConnectionsTable: c.ConnectionsTable,
+		EnvInboxTable:       c.InboxTable,
+		EnvMessagesTable:    c.MessagesTable,
+		EnvRedeliveryQueue:  c.RedeliveryQueueURL,
+		EnvWebSocketAPI:     c.WebSocketEndpoint,
+		EnvJWTSecret:        c.JWTSecret,
+	}
+	var missing []string
+	for _, name := range names {
+		if v, known := values[name]; known && v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing environment: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func duration(name, v string) (time.Duration, error) {
+	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second, nil
+	}
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		if n, err := strconv.Atoi(days); err == nil && n >= 0 {
+			return time.Duration(n) * 24 * time.Hour, nil
+		}
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%s=%q: want a duration like 5s, 720h or 30d, or a number of seconds", name, v)
+	}
+	return d, nil
+}

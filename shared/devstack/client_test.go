@@ -1,0 +1,204 @@
+package devstack_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+)
+
+// frame is any server frame, decoded loosely for assertions.
+type frame struct {
+	Type         string          `json:"type"`
+	Code         string          `json:"code"`
+	Message      json.RawMessage `json:"message"`
+	ClientMsgID  string          `json:"clientMsgId"`
+	MessageID    string          `json:"messageId"`
+	Conversation string          `json:"conversationId"`
+	ConvSeq      int64           `json:"convSeq"`
+	Seq          int64           `json:"seq"`
+	Messages     []struct {
+		Seq     int64 `json:"seq"`
+		Message struct {
+			MessageID string          `json:"messageId"`
+			From      string          `json:"from"`
+			Body      json.RawMessage `json:"body"`
+			ConvSeq   int64           `json:"convSeq"`
+		} `json:"message"`
+	} `json:"messages"`
+	NextCursor   int64  `json:"nextCursor"`
+	HasMore      bool   `json:"hasMore"`
+	Head         int64  `json:"head"`
+	Epoch        string `json:"epoch"`
+	RetryAfterMs int64  `json:"retryAfterMs"`
+	RequestID    string `json:"requestId"`
+}
+
+// pushed decodes the message of a "message" frame.
+func (f frame) pushed(t *testing.T) (id, from string, body string) {
+	t.Helper()
+	var m struct {
+		MessageID string          `json:"messageId"`
+		From      string          `json:"from"`
+		Body      json.RawMessage `json:"body"`
+	}
+	if err := json.Unmarshal(f.Message, &m); err != nil {
+		t.Fatalf("message frame: %v", err)
+	}
+	return m.MessageID, m.From, string(m.Body)
+}
+
+// wsClient is a protocol-only test client: it speaks raw JSON frames.
+type wsClient struct {
+	t      *testing.T
+	conn   *websocket.Conn
+	frames chan frame
+	raw    chan string
+	// backlog holds frames read while waiting for another type.
+	backlog []frame
+}
+
+func token(t *testing.T, user string, device string) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), im.DeviceID(device), time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func dial(t *testing.T, st *devstack.Stack, user, device string) *wsClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, st.URL+"?token="+token(t, user, device), nil)
+	if err != nil {
+		t.Fatalf("dial %s/%s: %v", user, device, err)
+	}
+	conn.SetReadLimit(1 << 20)
+	c := &wsClient{t: t, conn: conn, frames: make(chan frame, 1024), raw: make(chan string, 1024)}
+	go func() {
+		defer close(c.frames)
+		for {
+			_, data, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			var f frame
+			if err := json.Unmarshal(data, &f); err != nil {
+				f = frame{Type: "unparseable"}
+			}
+			c.raw <- string(data)
+			c.frames <- f
+		}
+	}()
+	t.Cleanup(func() { conn.CloseNow() })
+	return c
+}
+
+func (c *wsClient) write(v any) {
+	c.t.Helper()
+	var data []byte
+	switch v := v.(type) {
+	case string:
+		data = []byte(v)
+	default:
+		data, _ = json.Marshal(v)
+	}
+	if err := c.conn.Write(context.Background(), websocket.MessageText, data); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// next returns the next frame of the given type, failing after timeout;
+// frames of other types stay in the backlog for later calls.
+func (c *wsClient) next(typ string, timeout time.Duration) frame {
+	c.t.Helper()
+	for i, f := range c.backlog {
+		if f.Type == typ {
+			c.backlog = append(c.backlog[:i:i], c.backlog[i+1:]...)
+			return f
+		}
+	}
+	deadline := time.After(timeout)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatalf("connection closed while waiting for %q", typ)
+			}
+			if f.Type == typ {
+				return f
+			}
+			c.backlog = append(c.backlog, f)
+		case <-deadline:
+			c.t.Fatalf("no %q frame within %s", typ, timeout)
+		}
+	}
+}
+
+// quiet asserts no frame of type typ arrives within d.
+func (c *wsClient) quiet(typ string, d time.Duration) {
+	c.t.Helper()
+	for _, f := range c.backlog {
+		if f.Type == typ {
+			c.t.Fatalf("unexpected %q frame: %+v", typ, f)
+		}
+	}
+	deadline := time.After(d)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				return
+			}
+			if f.Type == typ {
+				c.t.Fatalf("unexpected %q frame: %+v", typ, f)
+			}
+			c.backlog = append(c.backlog, f)
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (c *wsClient) send(clientMsgID, to string, body any) {
+	c.t.Helper()
+	c.write(map[string]any{"action": "send", "clientMsgId": clientMsgID, "to": to, "body": body})
+}
+
+// startStack starts a stack for one test with quick timings.
+func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
+	t.Helper()
+	if o.Prefix == "" {
+		o.Prefix = fmt.Sprintf("t%d", time.Now().UnixNano())
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = time.Millisecond
+	}
+	if o.PollWait == 0 {
+		o.PollWait = 200 * time.Millisecond
+	}
+	o.DynamoDBEndpoint, o.SQSEndpoint = testEndpoints()
+	if os.Getenv("SIGNET_TEST_LOG") != "" {
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	st, err := devstack.Start(context.Background(), o)
+	if err != nil {
+		t.Fatalf("start stack: %v", err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+var _ = http.StatusOK

@@ -1,0 +1,81 @@
+package devstack
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Admiral-Piett/goaws/app/gosqs"
+	"github.com/Admiral-Piett/goaws/app/models"
+	"github.com/Admiral-Piett/goaws/app/router"
+	"github.com/sirupsen/logrus"
+	miniserver "github.com/truora/minidyn/server"
+)
+
+// startMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
+// a loopback port and returns its URL and a stop function.
+func startMinidyn() (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: miniserver.NewServer(), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// goaws keeps its queues in package-level state, so one process runs one
+// goaws; stacks in the same process share it and keep apart by queue name.
+var goawsOnce struct {
+	sync.Once
+	url string
+	err error
+}
+
+// startGoaws serves goaws (SQS, JSON protocol) on a loopback port, once per process.
+func startGoaws() (string, error) {
+	goawsOnce.Do(func() {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			goawsOnce.err = err
+			return
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		logrus.SetLevel(logrus.ErrorLevel)
+		models.CurrentEnvironment = models.Environment{
+			Host:      "127.0.0.1",
+			Port:      strconv.Itoa(port),
+			Region:    "us-east-1",
+			AccountID: "000000000000",
+			QueueAttributeDefaults: models.EnvQueueAttributes{
+				VisibilityTimeout:  30,
+				MaximumMessageSize: 262144,
+			},
+		}
+		go gosqs.PeriodicTasks(time.Second, make(chan bool))
+		srv := &http.Server{Handler: serialized(router.New()), ReadHeaderTimeout: 10 * time.Second}
+		go srv.Serve(ln)
+		goawsOnce.url = "http://" + ln.Addr().String()
+	})
+	return goawsOnce.url, goawsOnce.err
+}
+
+// serialized runs queue-creating and -deleting requests alone: goaws reads
+// its queue map without a lock at the start of some operations, which races
+// with a concurrent CreateQueue from another stack in the same process.
+func serialized(next http.Handler) http.Handler {
+	var mu sync.RWMutex
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("X-Amz-Target") {
+		case "AmazonSQS.CreateQueue", "AmazonSQS.DeleteQueue":
+			mu.Lock()
+			defer mu.Unlock()
+		default:
+			mu.RLock()
+			defer mu.RUnlock()
+		}
+		next.ServeHTTP(w, r)
+	})
+}

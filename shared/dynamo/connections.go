@@ -1,0 +1,95 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+func errorsAsCCF(err error) (*types.ConditionalCheckFailedException, bool) {
+	return errors.AsType[*types.ConditionalCheckFailedException](err)
+}
+
+func connKey(u im.UserID, id im.ConnectionID) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrUser: s(string(u)), attrConn: s(string(id))}
+}
+
+// SaveConnection records a connection (routing hint with a TTL).
+func (st *Store) SaveConnection(ctx context.Context, c im.Connection) error {
+	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(st.tables.Connections),
+		Item: map[string]types.AttributeValue{
+			attrUser: s(string(c.User)), attrConn: s(string(c.ID)), "deviceId": s(string(c.Device)),
+			"connectedAt": n(c.ConnectedAt.UnixMilli()), "lastSeenAt": n(c.LastSeenAt.UnixMilli()),
+			attrTTL: n(c.LastSeenAt.Add(im.ConnectionTTL).Unix()),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("save connection %s/%s: %w", c.User, c.ID, err)
+	}
+	return nil
+}
+
+// RemoveConnection deletes a connection record; removing a missing one is not an error.
+func (st *Store) RemoveConnection(ctx context.Context, u im.UserID, id im.ConnectionID) error {
+	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Connections), Key: connKey(u, id)})
+	if err != nil {
+		return fmt.Errorf("remove connection %s/%s: %w", u, id, err)
+	}
+	return nil
+}
+
+// TouchConnection refreshes a connection's lastSeenAt and TTL. It returns
+// im.ErrNotFound when the record is gone.
+func (st *Store) TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Connections),
+		Key:                       connKey(u, id),
+		UpdateExpression:          aws.String("SET #seen = :now, #ttl = :ttl"),
+		ConditionExpression:       aws.String("attribute_exists(#conn)"),
+		ExpressionAttributeNames:  map[string]string{"#seen": "lastSeenAt", "#ttl": attrTTL, "#conn": attrConn},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli()), ":ttl": n(now.Add(im.ConnectionTTL).Unix())},
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("touch connection %s/%s: %w", u, id, im.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("touch connection %s/%s: %w", u, id, err)
+	}
+	return nil
+}
+
+// Connections lists a user's connection records.
+func (st *Store) Connections(ctx context.Context, u im.UserID) ([]im.Connection, error) {
+	var conns []im.Connection
+	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Connections),
+		KeyConditionExpression:    aws.String("#u = :u"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u))},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("connections of %s: %w", u, err)
+		}
+		for _, item := range out.Items {
+			conns = append(conns, im.Connection{
+				User:        u,
+				ID:          im.ConnectionID(getS(item, attrConn)),
+				Device:      im.DeviceID(getS(item, "deviceId")),
+				ConnectedAt: time.UnixMilli(getN(item, "connectedAt")).UTC(),
+				LastSeenAt:  time.UnixMilli(getN(item, "lastSeenAt")).UTC(),
+			})
+		}
+	}
+	return conns, nil
+}

@@ -1,0 +1,173 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+func entryItem(u im.UserID, e im.Entry, ttl types.AttributeValue) map[string]types.AttributeValue {
+	m := e.Message
+	return map[string]types.AttributeValue{
+		attrUser: s(string(u)), attrSK: s(entrySK(e.Seq)), attrSeq: n(e.Seq),
+		"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
+		"from": s(string(m.From)), "body": s(string(m.Body)), "at": n(m.SentAt.UnixMilli()), attrTTL: ttl,
+	}
+}
+
+func entryFrom(item map[string]types.AttributeValue) im.Entry {
+	return im.Entry{
+		Seq: getN(item, attrSeq),
+		Message: im.Message{
+			ID:           im.MessageID(getS(item, "mid")),
+			Conversation: im.ConversationID(getS(item, attrConv)),
+			ConvSeq:      getN(item, "cseq"),
+			From:         im.UserID(getS(item, "from")),
+			Body:         []byte(getS(item, "body")),
+			SentAt:       time.UnixMilli(getN(item, "at")).UTC(),
+		},
+	}
+}
+
+// Head returns the user's inbox head (0 for an empty inbox) and its epoch.
+func (st *Store) Head(ctx context.Context, u im.UserID) (int64, string, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skHead), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return 0, "", fmt.Errorf("inbox head %s: %w", u, err)
+	}
+	return getN(out.Item, attrSeq), getS(out.Item, attrEpoch), nil
+}
+
+// Page returns up to limit entries with seq > cursor, ascending. It reads the
+// head first and only entries up to it: every seq ≤ head was committed in the
+// same transaction as the head, so the page never skips a sequence that could
+// still appear.
+func (st *Store) Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error) {
+	head, epoch, err := st.Head(ctx, u)
+	if err != nil {
+		return im.Page{}, err
+	}
+	if cursor >= head {
+		return im.NewPage(cursor, nil, head, epoch), nil
+	}
+	last := min(head, cursor+int64(limit))
+	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(cursor + 1)), ":to": s(entrySK(last))},
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(int32(limit)),
+	})
+	if err != nil {
+		return im.Page{}, fmt.Errorf("inbox page %s after %d: %w", u, cursor, err)
+	}
+	entries := make([]im.Entry, 0, len(out.Items))
+	for _, item := range out.Items {
+		entries = append(entries, entryFrom(item))
+	}
+	entries = im.Fit(entries, limit, im.MaxPageBytes, size)
+	return im.NewPage(cursor, entries, head, epoch), nil
+}
+
+// Entry reads one inbox entry.
+func (st *Store) Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(seq)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return im.Entry{}, fmt.Errorf("inbox entry %s#%d: %w", u, seq, err)
+	}
+	if out.Item == nil {
+		return im.Entry{}, fmt.Errorf("inbox entry %s#%d: %w", u, seq, im.ErrNotFound)
+	}
+	return entryFrom(out.Item), nil
+}
+
+// Device reads a device's cursor item.
+func (st *Store) Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, deviceSK(d)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return im.DeviceCursor{}, fmt.Errorf("device %s/%s: %w", u, d, err)
+	}
+	return im.DeviceCursor{Acked: getN(out.Item, "acked"), SyncNext: getN(out.Item, "syncNext")}, nil
+}
+
+// Ack moves the device's ack cursor forward to upTo. A lower or equal value
+// changes nothing (forward-only); a value beyond the inbox head is rejected
+// with im.ErrAckBeyondHead. It reports whether the cursor moved.
+func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (bool, error) {
+	head, _, err := st.Head(ctx, u)
+	if err != nil {
+		return false, err
+	}
+	if upTo > head {
+		return false, fmt.Errorf("ack %s/%s up to %d (head %d): %w", u, d, upTo, head, im.ErrAckBeyondHead)
+	}
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, deviceSK(d)),
+		UpdateExpression:          aws.String("SET #acked = :n, #ackedAt = :now"),
+		ConditionExpression:       aws.String("attribute_not_exists(#acked) OR #acked < :n"),
+		ExpressionAttributeNames:  map[string]string{"#acked": "acked", "#ackedAt": "ackedAt"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(upTo), ":now": n(now.UnixMilli())},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+	}
+	return true, nil
+}
+
+// SetSyncNext records where a device's unfinished sync continues (0: finished).
+func (st *Store) SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, deviceSK(d)),
+		UpdateExpression:          aws.String("SET #next = :n"),
+		ExpressionAttributeNames:  map[string]string{"#next": "syncNext"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(next)},
+	})
+	if err != nil {
+		return fmt.Errorf("sync continuation %s/%s: %w", u, d, err)
+	}
+	return nil
+}
+
+// TakeSyncSlot admits one new sync per user per interval. When the slot is
+// taken it returns im.ErrRateLimited and how long to wait (interval when the
+// store cannot tell exactly).
+func (st *Store) TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error) {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(st.tables.Inbox),
+		Key:                                 inboxKey(u, "rl#sync"),
+		UpdateExpression:                    aws.String("SET #at = :now, #ttl = :ttl"),
+		ConditionExpression:                 aws.String("attribute_not_exists(#at) OR #at <= :since"),
+		ExpressionAttributeNames:            map[string]string{"#at": "at", "#ttl": attrTTL},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": n(now.UnixMilli()), ":since": n(now.Add(-interval).UnixMilli()), ":ttl": n(now.Add(time.Hour).Unix())},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return 0, nil
+	}
+	if ccf, ok := errorsAsCCF(err); ok {
+		wait := interval
+		if at := getN(ccf.Item, "at"); at > 0 {
+			wait = max(time.UnixMilli(at).Add(interval).Sub(now), time.Millisecond)
+		}
+		return wait, fmt.Errorf("sync %s: %w", u, im.ErrRateLimited)
+	}
+	return 0, fmt.Errorf("sync slot %s: %w", u, err)
+}

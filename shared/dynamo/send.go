@@ -1,0 +1,243 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Send stores a 1:1 draft exactly once per (sender, clientMsgId): the
+// conversation log entry, every recipient's inbox entry and dedup item, and
+// the sender's idempotency item, in one transaction. A retry returns the
+// stored result with Replayed set; a retry with other content fails with
+// im.ErrClientMsgIDReused.
+func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	recipients, err := d.Recipients()
+	if err != nil {
+		return im.Stored{}, err
+	}
+	for attempt := range st.MaxAttempts {
+		heads, err := st.readHeads(ctx, d.Conversation, recipients)
+		if err != nil {
+			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+		}
+		msg := im.Message{
+			ID:           im.NewMessageID(now),
+			Conversation: d.Conversation,
+			ConvSeq:      heads.conv + 1,
+			From:         d.From,
+			Body:         d.Body,
+			SentAt:       now,
+		}
+		seqs := make(map[im.UserID]int64, len(recipients))
+		for _, r := range recipients {
+			seqs[r] = heads.inbox[r] + 1
+		}
+		items := st.sendItems(d, msg, heads, seqs, now)
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			return im.Stored{Message: msg, Inboxed: seqs}, nil
+		}
+		switch classifySendFailure(err) {
+		case sendDuplicate:
+			return st.replay(ctx, d)
+		case sendRace:
+			if err := sleepJitter(ctx, attempt); err != nil {
+				return im.Stored{}, err
+			}
+			continue
+		}
+		return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+	}
+	return im.Stored{}, fmt.Errorf("send %s/%s after %d attempts: %w", d.From, d.ClientMsgID, st.MaxAttempts, im.ErrContention)
+}
+
+// heads are the sequence heads a send reads before its transaction.
+type heads struct {
+	conv      int64
+	inbox     map[im.UserID]int64
+	convEpoch string
+}
+
+// readHeads reads the conversation head and every recipient's inbox head in
+// one strongly consistent BatchGetItem.
+func (st *Store) readHeads(ctx context.Context, c im.ConversationID, users []im.UserID) (heads, error) {
+	keys := make([]map[string]types.AttributeValue, len(users))
+	for i, u := range users {
+		keys[i] = inboxKey(u, skHead)
+	}
+	req := map[string]types.KeysAndAttributes{
+		st.tables.Messages: {Keys: []map[string]types.AttributeValue{convKey(c, skHead)}, ConsistentRead: aws.Bool(true)},
+		st.tables.Inbox:    {Keys: keys, ConsistentRead: aws.Bool(true)},
+	}
+	h := heads{inbox: make(map[im.UserID]int64, len(users))}
+	for len(req) > 0 {
+		out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return heads{}, fmt.Errorf("read heads: %w", err)
+		}
+		for _, item := range out.Responses[st.tables.Messages] {
+			h.conv = getN(item, attrSeq)
+		}
+		for _, item := range out.Responses[st.tables.Inbox] {
+			h.inbox[im.UserID(getS(item, attrUser))] = getN(item, attrSeq)
+		}
+		req = out.UnprocessedKeys
+	}
+	return h, nil
+}
+
+// Positions of items in a send transaction whose failure has a meaning.
+const (
+	posConvHead = 0
+	posIdem     = 2
+)
+
+// sendItems builds the transaction of one send attempt. The order matters:
+// classifySendFailure reads cancellation reasons by position.
+func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID]int64, now time.Time) []types.TransactWriteItem {
+	ttl := st.ttlAt(now)
+	at := n(m.SentAt.UnixMilli())
+	items := []types.TransactWriteItem{
+		{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
+		{Put: &types.Put{
+			TableName: aws.String(st.tables.Messages),
+			Item: map[string]types.AttributeValue{
+				attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
+				"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
+				"body": s(string(m.Body)), "at": at, "cmid": s(d.ClientMsgID),
+			},
+			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+		}},
+		{Put: &types.Put{
+			TableName: aws.String(st.tables.Inbox),
+			Item: map[string]types.AttributeValue{
+				attrUser: s(string(d.From)), attrSK: s(idemSK(d.ClientMsgID)),
+				"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
+				"fp": s(d.Fingerprint()), "at": at, "seqs": seqMap(seqs), attrTTL: ttl,
+			},
+			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+		}},
+	}
+	for u, seq := range seqs {
+		items = append(items,
+			types.TransactWriteItem{Update: headUpdate(st.tables.Inbox, inboxKey(u, skHead), h.inbox[u], newEpoch(now))},
+			types.TransactWriteItem{Put: &types.Put{
+				TableName:                aws.String(st.tables.Inbox),
+				Item:                     entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
+				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+			types.TransactWriteItem{Put: &types.Put{
+				TableName: aws.String(st.tables.Inbox),
+				Item: map[string]types.AttributeValue{
+					attrUser: s(string(u)), attrSK: s(dedupSK(m.ID)), attrSeq: n(seq), attrTTL: ttl,
+				},
+				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+		)
+	}
+	return items
+}
+
+func seqMap(seqs map[im.UserID]int64) types.AttributeValue {
+	m := make(map[string]types.AttributeValue, len(seqs))
+	for u, seq := range seqs {
+		m[string(u)] = n(seq)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+type sendFailure int
+
+const (
+	sendOther     sendFailure = iota
+	sendDuplicate             // the idempotency item exists: this is a retry
+	sendRace                  // a head moved or a concurrent transaction conflicted
+)
+
+// classifySendFailure reads why a send transaction was cancelled.
+func classifySendFailure(err error) sendFailure {
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok {
+		if _, ok := errors.AsType[*types.TransactionInProgressException](err); ok {
+			return sendRace
+		}
+		return sendOther
+	}
+	race := false
+	for i, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
+			if i == posIdem {
+				return sendDuplicate
+			}
+			race = true
+		case "TransactionConflict":
+			race = true
+		}
+	}
+	if race {
+		return sendRace
+	}
+	return sendOther
+}
+
+// replay loads the stored result of an earlier send with the same clientMsgId.
+func (st *Store) replay(ctx context.Context, d im.Draft) (im.Stored, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(d.From, idemSK(d.ClientMsgID)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
+	}
+	if out.Item == nil {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: idempotency item vanished: %w", d.From, d.ClientMsgID, im.ErrNotFound)
+	}
+	if getS(out.Item, "fp") != d.Fingerprint() {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, im.ErrClientMsgIDReused)
+	}
+	conv := im.ConversationID(getS(out.Item, attrConv))
+	msg, err := st.Message(ctx, conv, getN(out.Item, "cseq"))
+	if err != nil {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
+	}
+	seqs := map[im.UserID]int64{}
+	if m, ok := out.Item["seqs"].(*types.AttributeValueMemberM); ok {
+		for u := range m.Value {
+			seqs[im.UserID(u)] = getN(m.Value, u)
+		}
+	}
+	return im.Stored{Message: msg, Inboxed: seqs, Replayed: true}, nil
+}
+
+// Message reads one message of a conversation log.
+func (st *Store) Message(ctx context.Context, c im.ConversationID, convSeq int64) (im.Message, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Messages), Key: convKey(c, convSK(convSeq)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return im.Message{}, fmt.Errorf("message %s#%d: %w", c, convSeq, err)
+	}
+	if out.Item == nil {
+		return im.Message{}, fmt.Errorf("message %s#%d: %w", c, convSeq, im.ErrNotFound)
+	}
+	return im.Message{
+		ID:           im.MessageID(getS(out.Item, "mid")),
+		Conversation: c,
+		ConvSeq:      convSeq,
+		From:         im.UserID(getS(out.Item, "from")),
+		Body:         []byte(getS(out.Item, "body")),
+		SentAt:       time.UnixMilli(getN(out.Item, "at")).UTC(),
+	}, nil
+}

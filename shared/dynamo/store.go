@@ -1,0 +1,136 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Tables names the DynamoDB tables the store uses.
+type Tables struct {
+	Connections string
+	Inbox       string
+	Messages    string
+}
+
+// Store is the DynamoDB implementation of Signet's storage.
+type Store struct {
+	db     *dynamodb.Client
+	tables Tables
+	// Retention is how long inbox entries, dedup and idempotency items live
+	// (DynamoDB TTL). Default 30 days.
+	Retention time.Duration
+	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
+	MaxAttempts int
+}
+
+// New returns a store over the given client and tables.
+func New(db *dynamodb.Client, tables Tables) *Store {
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, MaxAttempts: 25}
+}
+
+// Attribute names shared by several item kinds.
+const (
+	attrUser  = "userId"
+	attrSK    = "sk"
+	attrConv  = "conversationId"
+	attrConn  = "connectionId"
+	attrSeq   = "seq"
+	attrEpoch = "epoch"
+	attrTTL   = "ttl"
+	skHead    = "head"
+)
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+func entrySK(seq int64) string         { return fmt.Sprintf("e#%016d", seq) }
+func convSK(seq int64) string          { return fmt.Sprintf("s#%016d", seq) }
+func dedupSK(id im.MessageID) string   { return "m#" + string(id) }
+func idemSK(clientMsgID string) string { return "i#" + clientMsgID }
+func deviceSK(d im.DeviceID) string    { return "c#" + string(d) }
+
+func inboxKey(u im.UserID, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(sk)}
+}
+
+func convKey(c im.ConversationID, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(sk)}
+}
+
+// getS, getN and getB read typed attributes, tolerating absence.
+func getS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func getN(item map[string]types.AttributeValue, name string) int64 {
+	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
+		i, _ := strconv.ParseInt(v.Value, 10, 64)
+		return i
+	}
+	return 0
+}
+
+// ttlAt returns the TTL attribute value for an item written at now.
+func (st *Store) ttlAt(now time.Time) types.AttributeValue {
+	return n(now.Add(st.Retention).Unix())
+}
+
+// sleepJitter waits a random time that grows with attempt (full jitter,
+// capped at 100 ms) or until ctx ends.
+func sleepJitter(ctx context.Context, attempt int) error {
+	ceiling := min(time.Duration(1<<min(attempt, 7))*time.Millisecond, 100*time.Millisecond)
+	t := time.NewTimer(rand.N(ceiling) + time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// isConditionFailed reports a failed condition on a single-item write.
+func isConditionFailed(err error) bool {
+	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
+	return ok
+}
+
+// headUpdate advances a head item (inbox or conversation) from old to old+1,
+// conditionally on old, creating an epoch when the head is new.
+func headUpdate(table string, key map[string]types.AttributeValue, old int64, epoch string) *types.Update {
+	cond := "#seq = :old"
+	values := map[string]types.AttributeValue{":new": n(old + 1), ":epoch": s(epoch)}
+	if old == 0 {
+		cond = "attribute_not_exists(#seq)"
+	} else {
+		values[":old"] = n(old)
+	}
+	return &types.Update{
+		TableName:                 aws.String(table),
+		Key:                       key,
+		UpdateExpression:          aws.String("SET #seq = :new, #epoch = if_not_exists(#epoch, :epoch)"),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  map[string]string{"#seq": attrSeq, "#epoch": attrEpoch},
+		ExpressionAttributeValues: values,
+	}
+}
+
+// newEpoch returns a fresh random epoch for a new sequence.
+func newEpoch(now time.Time) string {
+	return strconv.FormatInt(now.UnixMilli(), 36) + "-" + strconv.FormatUint(rand.Uint64()&0xffffff, 36)
+}

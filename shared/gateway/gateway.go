@@ -1,0 +1,347 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/coder/websocket"
+)
+
+// Lambda is a WebSocket route handler, as the Lambda runtime would call it.
+type Lambda func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error)
+
+// Authorizer is a REQUEST authorizer, as the Lambda runtime would call it.
+type Authorizer func(context.Context, events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error)
+
+// Route is one route of the API.
+type Route struct {
+	Handler Lambda
+	// Responds is true for two-way routes: a non-empty response body is
+	// sent back to the caller (a route response in API Gateway terms).
+	Responds bool
+}
+
+// Limits of API Gateway WebSocket APIs.
+const (
+	MaxMessageBytes = 128 << 10
+	IdleTimeout     = 10 * time.Minute
+	MaxLifetime     = 2 * time.Hour
+)
+
+// Gateway serves WebSocket clients on "/" and the management API on
+// "/{stage}/@connections/{id}".
+type Gateway struct {
+	// Stage is the stage name (default "local").
+	Stage string
+	// APIID appears in request contexts and ARNs (default "local").
+	APIID string
+	// Authorizer runs on $connect before the upgrade (nil: allow everyone).
+	Authorizer Authorizer
+	// Routes by route key: "$connect", "$disconnect", "$default", actions.
+	Routes map[string]Route
+	// IdleTimeout and MaxLifetime default to AWS's 10 min and 2 h.
+	IdleTimeout, MaxLifetime time.Duration
+	// Log receives structured logs (slog.Default when nil).
+	Log *slog.Logger
+
+	mu    sync.Mutex
+	conns map[string]*conn
+	wg    sync.WaitGroup
+}
+
+type conn struct {
+	id          string
+	ws          *websocket.Conn
+	connectedAt time.Time
+	lastActive  time.Time
+	sourceIP    string
+	authorizer  map[string]any
+	cancel      context.CancelFunc
+	mu          sync.Mutex // guards lastActive
+}
+
+func (g *Gateway) log() *slog.Logger {
+	if g.Log != nil {
+		return g.Log
+	}
+	return slog.Default()
+}
+
+func (g *Gateway) stage() string {
+	if g.Stage == "" {
+		return "local"
+	}
+	return g.Stage
+}
+
+func (g *Gateway) apiID() string {
+	if g.APIID == "" {
+		return "local"
+	}
+	return g.APIID
+}
+
+// ServeHTTP routes management API calls and WebSocket upgrades.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/"+g.stage()+"/@connections/"); ok {
+		g.serveManagement(w, r, rest)
+		return
+	}
+	if r.URL.Path != "/" && r.URL.Path != "/"+g.stage() {
+		http.Error(w, "not found", http.StatusNotFound)
+		return
+	}
+	g.serveWebSocket(w, r)
+}
+
+// Close closes every connection (each gets $disconnect) and waits for them.
+func (g *Gateway) Close() {
+	g.mu.Lock()
+	for _, c := range g.conns {
+		c.cancel()
+	}
+	g.mu.Unlock()
+	g.wg.Wait()
+}
+
+// Connections returns the ids of the open connections.
+func (g *Gateway) Connections() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ids := make([]string, 0, len(g.conns))
+	for id := range g.conns {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func newID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return strings.TrimRight(base64.URLEncoding.EncodeToString(b), "=")
+}
+
+func (g *Gateway) requestContext(c *conn, routeKey, eventType string) events.APIGatewayWebsocketProxyRequestContext {
+	now := time.Now()
+	return events.APIGatewayWebsocketProxyRequestContext{
+		RouteKey:          routeKey,
+		EventType:         eventType,
+		ExtendedRequestID: newID(12),
+		RequestTime:       now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
+		MessageDirection:  "IN",
+		Stage:             g.stage(),
+		ConnectedAt:       c.connectedAt.UnixMilli(),
+		RequestTimeEpoch:  now.UnixMilli(),
+		Identity:          events.APIGatewayRequestIdentity{SourceIP: c.sourceIP},
+		RequestID:         newID(12),
+		DomainName:        "localhost",
+		ConnectionID:      c.id,
+		APIID:             g.apiID(),
+		Authorizer:        c.authorizer,
+	}
+}
+
+func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
+	c := &conn{id: newID(12), connectedAt: time.Now(), sourceIP: strings.Split(r.RemoteAddr, ":")[0]}
+	c.lastActive = c.connectedAt
+	ctx := r.Context()
+	headers := map[string]string{}
+	multi := map[string][]string{}
+	for k, v := range r.Header {
+		headers[k] = v[0]
+		multi[k] = v
+	}
+	query := map[string]string{}
+	for k, v := range r.URL.Query() {
+		query[k] = v[0]
+	}
+	rc := g.requestContext(c, "$connect", "CONNECT")
+	if g.Authorizer != nil {
+		out, err := g.Authorizer(ctx, events.APIGatewayCustomAuthorizerRequestTypeRequest{
+			Type:                  "REQUEST",
+			MethodArn:             fmt.Sprintf("arn:aws:execute-api:local:000000000000:%s/%s/$connect", g.apiID(), g.stage()),
+			Headers:               headers,
+			MultiValueHeaders:     multi,
+			QueryStringParameters: query,
+			RequestContext: events.APIGatewayCustomAuthorizerRequestTypeRequestContext{
+				Stage: g.stage(), RequestID: rc.RequestID, APIID: g.apiID(),
+				Identity: events.APIGatewayCustomAuthorizerRequestTypeRequestIdentity{SourceIP: c.sourceIP},
+			},
+		})
+		switch {
+		case err != nil && err.Error() == "Unauthorized":
+			http.Error(w, `{"message":"Unauthorized"}`, http.StatusUnauthorized)
+			return
+		case err != nil:
+			g.log().Error("authorizer failed", "err", err.Error())
+			http.Error(w, `{"message":"Internal server error"}`, http.StatusInternalServerError)
+			return
+		case !allowed(out):
+			http.Error(w, `{"message":"Forbidden"}`, http.StatusForbidden)
+			return
+		}
+		c.authorizer = map[string]any{"principalId": out.PrincipalID}
+		for k, v := range out.Context {
+			c.authorizer[k] = v
+		}
+		rc.Authorizer = c.authorizer
+	}
+	if route, ok := g.Routes["$connect"]; ok {
+		resp, err := route.Handler(ctx, events.APIGatewayWebsocketProxyRequest{
+			Headers: headers, MultiValueHeaders: multi, QueryStringParameters: query, RequestContext: rc, IsBase64Encoded: false,
+		})
+		if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+			status := resp.StatusCode
+			if err != nil || status == 0 {
+				status = http.StatusInternalServerError
+			}
+			http.Error(w, http.StatusText(status), status)
+			return
+		}
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		g.log().Warn("websocket upgrade failed", "err", err.Error())
+		g.disconnect(c, "upgrade failed")
+		return
+	}
+	ws.SetReadLimit(MaxMessageBytes)
+	c.ws = ws
+	life, cancel := context.WithTimeout(context.Background(), g.lifetime())
+	c.cancel = cancel
+	g.mu.Lock()
+	if g.conns == nil {
+		g.conns = map[string]*conn{}
+	}
+	g.conns[c.id] = c
+	g.mu.Unlock()
+	g.wg.Add(1)
+	defer g.wg.Done()
+	g.readLoop(life, c)
+	cancel()
+	g.mu.Lock()
+	delete(g.conns, c.id)
+	g.mu.Unlock()
+	g.disconnect(c, "closed")
+}
+
+func allowed(out events.APIGatewayCustomAuthorizerResponse) bool {
+	if len(out.PolicyDocument.Statement) == 0 {
+		return false
+	}
+	for _, s := range out.PolicyDocument.Statement {
+		if !strings.EqualFold(s.Effect, "Allow") {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *Gateway) lifetime() time.Duration {
+	if g.MaxLifetime > 0 {
+		return g.MaxLifetime
+	}
+	return MaxLifetime
+}
+
+func (g *Gateway) idle() time.Duration {
+	if g.IdleTimeout > 0 {
+		return g.IdleTimeout
+	}
+	return IdleTimeout
+}
+
+// readLoop reads client messages and invokes their routes in order until
+// the client closes, a limit is hit, or ctx ends.
+func (g *Gateway) readLoop(ctx context.Context, c *conn) {
+	idle := time.AfterFunc(g.idle(), func() { c.ws.Close(websocket.StatusGoingAway, "idle timeout") })
+	defer idle.Stop()
+	go func() {
+		<-ctx.Done()
+		c.ws.Close(websocket.StatusGoingAway, "connection lifetime reached")
+	}()
+	for {
+		typ, data, err := c.ws.Read(ctx)
+		if err != nil {
+			if errors.Is(err, io.EOF) || websocket.CloseStatus(err) != -1 || ctx.Err() != nil {
+				return
+			}
+			g.log().Info("connection read ended", "connectionId", c.id, "err", err.Error())
+			return
+		}
+		idle.Reset(g.idle())
+		c.mu.Lock()
+		c.lastActive = time.Now()
+		c.mu.Unlock()
+		if typ != websocket.MessageText {
+			// API Gateway routes binary frames to $default as base64.
+			data = []byte(base64.StdEncoding.EncodeToString(data))
+		}
+		g.dispatch(ctx, c, string(data))
+	}
+}
+
+// selectRoute applies $request.body.action: a JSON object whose "action" is
+// a string naming a route selects it; anything else goes to $default.
+func (g *Gateway) selectRoute(body string) string {
+	var env struct {
+		Action any `json:"action"`
+	}
+	if json.Unmarshal([]byte(body), &env) == nil {
+		if a, ok := env.Action.(string); ok {
+			if _, ok := g.Routes[a]; ok && !strings.HasPrefix(a, "$") {
+				return a
+			}
+		}
+	}
+	return "$default"
+}
+
+func (g *Gateway) dispatch(ctx context.Context, c *conn, body string) {
+	key := g.selectRoute(body)
+	route, ok := g.Routes[key]
+	if !ok {
+		g.send(ctx, c, []byte(`{"message": "Forbidden", "connectionId":"`+c.id+`"}`))
+		return
+	}
+	rc := g.requestContext(c, key, "MESSAGE")
+	rc.MessageID = newID(8)
+	resp, err := route.Handler(ctx, events.APIGatewayWebsocketProxyRequest{Body: body, RequestContext: rc})
+	if err != nil {
+		g.log().Error("route handler failed", "route", key, "connectionId", c.id, "err", err.Error())
+		g.send(ctx, c, []byte(`{"message": "Internal server error", "connectionId":"`+c.id+`", "requestId":"`+rc.RequestID+`"}`))
+		return
+	}
+	if route.Responds && resp.Body != "" {
+		g.send(ctx, c, []byte(resp.Body))
+	}
+}
+
+func (g *Gateway) send(ctx context.Context, c *conn, data []byte) {
+	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
+		g.log().Info("write to connection failed", "connectionId", c.id, "err", err.Error())
+	}
+}
+
+func (g *Gateway) disconnect(c *conn, reason string) {
+	route, ok := g.Routes["$disconnect"]
+	if !ok {
+		return
+	}
+	rc := g.requestContext(c, "$disconnect", "DISCONNECT")
+	rc.DisconnectReason = &reason
+	if _, err := route.Handler(context.Background(), events.APIGatewayWebsocketProxyRequest{RequestContext: rc}); err != nil {
+		g.log().Error("$disconnect handler failed", "connectionId", c.id, "err", err.Error())
+	}
+}

@@ -1,0 +1,63 @@
+package gateway
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// serveManagement implements the @connections API:
+// POST (PostToConnection), GET (GetConnection), DELETE (DeleteConnection).
+// An unknown connection id answers 410 with X-Amzn-ErrorType GoneException,
+// which the SDK maps to *types.GoneException.
+func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id string) {
+	g.mu.Lock()
+	c := g.conns[id]
+	g.mu.Unlock()
+	if c == nil {
+		apiError(w, http.StatusGone, "GoneException", "")
+		return
+	}
+	switch r.Method {
+	case http.MethodPost:
+		data, err := io.ReadAll(io.LimitReader(r.Body, MaxMessageBytes+1))
+		if err != nil {
+			apiError(w, http.StatusBadRequest, "BadRequestException", "unreadable body")
+			return
+		}
+		if len(data) > MaxMessageBytes {
+			apiError(w, http.StatusRequestEntityTooLarge, "PayloadTooLargeException", "payload exceeds 128 KiB")
+			return
+		}
+		if err := c.ws.Write(r.Context(), websocket.MessageText, data); err != nil {
+			apiError(w, http.StatusGone, "GoneException", "")
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	case http.MethodGet:
+		c.mu.Lock()
+		last := c.lastActive
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"connectedAt":  c.connectedAt.UTC().Format(time.RFC3339),
+			"lastActiveAt": last.UTC().Format(time.RFC3339),
+			"identity":     map[string]string{"sourceIp": c.sourceIP},
+		})
+	case http.MethodDelete:
+		c.ws.Close(websocket.StatusNormalClosure, "deleted by the backend")
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		apiError(w, http.StatusMethodNotAllowed, "BadRequestException", "method not allowed")
+	}
+}
+
+func apiError(w http.ResponseWriter, status int, typ, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Amzn-ErrorType", typ)
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]string{"message": msg})
+}

@@ -1,0 +1,84 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Keys of the authorizer context passed to every route of a connection.
+const (
+	ContextUser   = "userId"
+	ContextDevice = "deviceId"
+)
+
+// ErrUnauthorized is what the authorizer returns for a request without a
+// token: API Gateway answers the upgrade with 401. (Its text is the one API
+// Gateway recognises.)
+var ErrUnauthorized = errors.New("Unauthorized")
+
+// Authorize is the $connect REQUEST authorizer. The token comes from the
+// "token" query parameter or an "Authorization: Bearer" header; the device
+// from the token's "did" claim, else the "deviceId" query parameter, else
+// "default". No token → 401; a bad or expired token → Deny (403).
+func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
+	token := req.QueryStringParameters["token"]
+	if token == "" {
+		token = bearer(req.Headers)
+	}
+	claims, err := auth.Verify(h.Secret, token, h.now())
+	if errors.Is(err, auth.ErrNoToken) {
+		return events.APIGatewayCustomAuthorizerResponse{}, ErrUnauthorized
+	}
+	if err != nil {
+		h.log().InfoContext(ctx, "connection refused", "reason", err.Error(), "requestId", req.RequestContext.RequestID)
+		return policy("anonymous", "Deny", req.MethodArn, nil), nil
+	}
+	device := claims.Device
+	if device == "" {
+		device = im.DeviceID(req.QueryStringParameters["deviceId"])
+	}
+	if device == "" {
+		device = im.DefaultDevice
+	}
+	if !device.Valid() {
+		h.log().InfoContext(ctx, "connection refused", "reason", "malformed deviceId", "userId", claims.User)
+		return policy(string(claims.User), "Deny", req.MethodArn, nil), nil
+	}
+	return policy(string(claims.User), "Allow", req.MethodArn, map[string]any{
+		ContextUser:   string(claims.User),
+		ContextDevice: string(device),
+	}), nil
+}
+
+// bearer returns the token of an "Authorization: Bearer" header, any case.
+func bearer(headers map[string]string) string {
+	for k, v := range headers {
+		if strings.EqualFold(k, "authorization") {
+			if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+				return strings.TrimSpace(t)
+			}
+		}
+	}
+	return ""
+}
+
+func policy(principal, effect, resource string, ctx map[string]any) events.APIGatewayCustomAuthorizerResponse {
+	return events.APIGatewayCustomAuthorizerResponse{
+		PrincipalID: principal,
+		PolicyDocument: events.APIGatewayCustomAuthorizerPolicy{
+			Version: "2012-10-17",
+			Statement: []events.IAMPolicyStatement{{
+				Action:   []string{"execute-api:Invoke"},
+				Effect:   effect,
+				Resource: []string{resource},
+			}},
+		},
+		Context: ctx,
+	}
+}

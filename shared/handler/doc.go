@@ -1,0 +1,14 @@
+// Package handler holds Signet's Lambda handlers: the $connect authorizer,
+// the WebSocket routes ($connect, $disconnect, send, ack, sync, ping,
+// $default) and the SQS redelivery consumer. functions/<name>/main.go only
+// wires a Handler and calls lambda.Start with one of its methods; the local
+// stack invokes the very same methods in-process.
+//
+// Invariants kept here:
+//   - The server ACK ("sent") is built only after the store reports the
+//     message durable in every recipient inbox (ack after durability).
+//   - A rejected frame gets an error frame and causes no write.
+//   - Pushes are hints: a failed or unacked push leaves the message in the
+//     inbox; a bounded schedule of redelivery checks re-pushes it, then it
+//     waits for a pull. A 410 removes the connection record.
+package handler

@@ -1,0 +1,118 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Inbox is the storage the message routes use.
+type Inbox interface {
+	Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error)
+	Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error)
+	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
+	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
+	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (bool, error)
+	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
+	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)
+}
+
+// Connections is the storage of connection records.
+type Connections interface {
+	SaveConnection(ctx context.Context, c im.Connection) error
+	RemoveConnection(ctx context.Context, u im.UserID, id im.ConnectionID) error
+	TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error
+	Connections(ctx context.Context, u im.UserID) ([]im.Connection, error)
+}
+
+// Pusher posts a frame to one connection; im.ErrGone means it no longer exists.
+type Pusher interface {
+	Push(ctx context.Context, id im.ConnectionID, data []byte) error
+}
+
+// Scheduler enqueues a redelivery check to run after delay.
+type Scheduler interface {
+	Schedule(ctx context.Context, c im.Check, delay time.Duration) error
+}
+
+// Handler serves every route. Fields left nil are not needed by every
+// function (the authorizer needs only Secret).
+type Handler struct {
+	Inbox       Inbox
+	Connections Connections
+	Pusher      Pusher
+	Scheduler   Scheduler
+	// Secret verifies client tokens.
+	Secret []byte
+	// Redelivery is the push timeout and backoff policy.
+	Redelivery im.Redelivery
+	// SyncInterval admits one new sync per user per interval (default 2s).
+	SyncInterval time.Duration
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Log receives structured logs (slog.Default when nil).
+	Log *slog.Logger
+}
+
+func (h *Handler) now() time.Time {
+	if h.Now != nil {
+		return h.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (h *Handler) log() *slog.Logger {
+	if h.Log != nil {
+		return h.Log
+	}
+	return slog.Default()
+}
+
+// caller is who sent a frame, from the authorizer context of the connection.
+type caller struct {
+	User       im.UserID
+	Device     im.DeviceID
+	Connection im.ConnectionID
+	RequestID  string
+}
+
+// callerOf reads the authorizer context that API Gateway attaches to every
+// route of a connection authorized at $connect.
+func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
+	c := caller{Connection: im.ConnectionID(req.RequestContext.ConnectionID), RequestID: req.RequestContext.RequestID}
+	ctx, _ := req.RequestContext.Authorizer.(map[string]any)
+	u, _ := ctx[ContextUser].(string)
+	d, _ := ctx[ContextDevice].(string)
+	c.User, c.Device = im.UserID(u), im.DeviceID(d)
+	return c, c.User.Valid() && c.Device.Valid() && c.Connection != ""
+}
+
+// reply answers the caller through the route response.
+func reply(v any) (events.APIGatewayProxyResponse, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return events.APIGatewayProxyResponse{StatusCode: 500}, err
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200, Body: string(b)}, nil
+}
+
+// fail answers the caller with the error frame for err, logging what the
+// client does not see.
+func (h *Handler) fail(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+	frame := wire.NewError(err, c.RequestID, clientMsgID)
+	level := slog.LevelInfo
+	if frame.Code == wire.CodeInternal {
+		level = slog.LevelError
+	}
+	h.log().Log(ctx, level, "request rejected", "route", route, "code", frame.Code, "err", err.Error(),
+		"userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "requestId", c.RequestID)
+	return reply(frame)
+}
+
+var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorized")

@@ -1,0 +1,62 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/queue"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Redeliver consumes redelivery checks from SQS. For each check it does
+// nothing if the device acked the entry, else re-pushes it and schedules the
+// next check while the policy allows. Checks that failed for a transient
+// reason are reported as batch item failures so SQS retries just those.
+func (h *Handler) Redeliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, rec := range ev.Records {
+		if err := h.redeliver(ctx, rec.Body); err != nil {
+			h.log().ErrorContext(ctx, "redelivery check failed; will be retried", "err", err.Error(), "sqsMessageId", rec.MessageId)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+func (h *Handler) redeliver(ctx context.Context, body string) error {
+	check, err := queue.Decode(body)
+	if err != nil {
+		// A malformed check can never succeed: drop it rather than loop.
+		h.log().ErrorContext(ctx, "dropping malformed redelivery check", "err", err.Error())
+		return nil
+	}
+	log := h.log().With("userId", check.User, "deviceId", check.Device, "connectionId", check.Connection, "seq", check.Seq, "attempt", check.Attempt)
+	dev, err := h.Inbox.Device(ctx, check.User, check.Device)
+	if err != nil {
+		return err
+	}
+	if dev.Acked >= check.Seq {
+		log.DebugContext(ctx, "acked before redelivery check")
+		return nil
+	}
+	if check.Attempt+1 > h.Redelivery.MaxRetries() {
+		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
+		return nil
+	}
+	e, err := h.Inbox.Entry(ctx, check.User, check.Seq)
+	if errors.Is(err, im.ErrNotFound) {
+		log.WarnContext(ctx, "entry expired before redelivery")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	frame, _ := json.Marshal(wire.NewPush(e))
+	conn := im.Connection{User: check.User, Device: check.Device, ID: check.Connection}
+	h.pushAndSchedule(ctx, conn, e, frame, check.Attempt+1)
+	return nil
+}

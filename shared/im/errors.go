@@ -1,0 +1,28 @@
+package im
+
+import "errors"
+
+// Domain errors. Adapters wrap them with context; the wire layer maps them to
+// error codes in exactly one table (see package wire).
+var (
+	// ErrNotDirect: the conversation is not a 1:1 conversation.
+	ErrNotDirect = errors.New("not a direct conversation")
+	// ErrMalformedConversation: the conversation id is not in normalised form.
+	ErrMalformedConversation = errors.New("malformed conversation id")
+	// ErrNotMember: the user does not belong to the conversation.
+	ErrNotMember = errors.New("not a member of the conversation")
+	// ErrGroupsUnsupported: group conversations are not available yet.
+	ErrGroupsUnsupported = errors.New("group conversations are not available")
+	// ErrClientMsgIDReused: a clientMsgId was retried with different content.
+	ErrClientMsgIDReused = errors.New("clientMsgId reused with different content")
+	// ErrAckBeyondHead: a device acked a sequence the inbox has not reached.
+	ErrAckBeyondHead = errors.New("ack beyond inbox head")
+	// ErrContention: a conditional write lost its race too many times; retry later.
+	ErrContention = errors.New("too much contention, retry")
+	// ErrRateLimited: the caller exceeded a rate limit.
+	ErrRateLimited = errors.New("rate limited")
+	// ErrNotFound: the item does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrGone: the connection no longer exists.
+	ErrGone = errors.New("connection gone")
+)

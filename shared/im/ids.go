@@ -1,0 +1,108 @@
+package im
+
+import (
+	"fmt"
+	"strings"
+)
+
+// UserID names a person or an app sender. It is 1–64 characters of
+// [A-Za-z0-9._@-]; it never contains ':' so conversation ids stay parseable.
+type UserID string
+
+// DeviceID names one device of a user (a laptop, a phone). Same alphabet as UserID.
+type DeviceID string
+
+// ConnectionID is API Gateway's id of one WebSocket connection.
+type ConnectionID string
+
+// ConversationID names a conversation: "d:<a>:<b>" for 1:1 (a < b) or "g:<id>" for a group.
+type ConversationID string
+
+// MessageID is the server-assigned, globally unique id of a message.
+type MessageID string
+
+// DefaultDevice is the device id used when a client names none.
+const DefaultDevice DeviceID = "default"
+
+// MaxIDLength is the longest user, device or client message id accepted.
+const MaxIDLength = 64
+
+// validID reports whether s is 1–64 characters of [A-Za-z0-9._@-].
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > MaxIDLength {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '.', c == '_', c == '@', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Valid reports whether u is a well-formed user id.
+func (u UserID) Valid() bool { return validID(string(u)) }
+
+// Valid reports whether d is a well-formed device id.
+func (d DeviceID) Valid() bool { return validID(string(d)) }
+
+// ValidClientMsgID reports whether id is an acceptable client message id:
+// 1–64 printable ASCII characters without spaces.
+func ValidClientMsgID(id string) bool {
+	if len(id) == 0 || len(id) > MaxIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// Direct returns the 1:1 conversation id of a and b; Direct(a, b) == Direct(b, a).
+func Direct(a, b UserID) ConversationID {
+	if b < a {
+		a, b = b, a
+	}
+	return ConversationID("d:" + string(a) + ":" + string(b))
+}
+
+// IsGroup reports whether c names a group conversation.
+func (c ConversationID) IsGroup() bool { return strings.HasPrefix(string(c), "g:") }
+
+// Members returns the two users of a 1:1 conversation id. It fails for group
+// ids, malformed ids and ids whose users are not in sorted order (the
+// normalised form is the only accepted spelling).
+func (c ConversationID) Members() (UserID, UserID, error) {
+	rest, ok := strings.CutPrefix(string(c), "d:")
+	if !ok {
+		return "", "", fmt.Errorf("conversation %q: %w", c, ErrNotDirect)
+	}
+	a, b, ok := strings.Cut(rest, ":")
+	ua, ub := UserID(a), UserID(b)
+	if !ok || !ua.Valid() || !ub.Valid() || ub < ua {
+		return "", "", fmt.Errorf("conversation %q: %w", c, ErrMalformedConversation)
+	}
+	return ua, ub, nil
+}
+
+// Peer returns the other member of the 1:1 conversation c as seen by user u.
+// It returns ErrNotMember when u is not one of the two users.
+func (c ConversationID) Peer(u UserID) (UserID, error) {
+	a, b, err := c.Members()
+	if err != nil {
+		return "", err
+	}
+	switch u {
+	case a:
+		return b, nil
+	case b:
+		return a, nil
+	}
+	return "", fmt.Errorf("user %s in %s: %w", u, c, ErrNotMember)
+}

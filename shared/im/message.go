@@ -1,0 +1,68 @@
+package im
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
+
+// MaxBodyBytes is the largest accepted message body, JSON-encoded.
+const MaxBodyBytes = 16 << 10
+
+// Message is the canonical, immutable record of one message in a conversation.
+type Message struct {
+	ID           MessageID
+	Conversation ConversationID
+	ConvSeq      int64
+	From         UserID
+	Body         []byte // compact JSON
+	SentAt       time.Time
+}
+
+// Entry is one message in one user's inbox at inbox sequence Seq.
+type Entry struct {
+	Seq     int64
+	Message Message
+}
+
+// Draft is a message a sender asks the server to accept. ClientMsgID makes
+// the send idempotent per sender.
+type Draft struct {
+	From         UserID
+	ClientMsgID  string
+	Conversation ConversationID
+	Body         []byte // compact JSON
+}
+
+// Fingerprint is a digest of what a retry must repeat for the server to treat
+// it as the same send: the conversation and the body.
+func (d Draft) Fingerprint() string {
+	h := sha256.New()
+	h.Write([]byte(d.Conversation))
+	h.Write([]byte{0})
+	h.Write(d.Body)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// Recipients returns whose inboxes a 1:1 message goes into: the peer and the
+// sender (for the sender's other devices), once each.
+func (d Draft) Recipients() ([]UserID, error) {
+	peer, err := d.Conversation.Peer(d.From)
+	if err != nil {
+		return nil, err
+	}
+	if peer == d.From {
+		return []UserID{d.From}, nil
+	}
+	return []UserID{peer, d.From}, nil
+}
+
+// Stored is the outcome of an accepted send: the message and, per recipient,
+// the inbox sequence it landed at.
+type Stored struct {
+	Message Message
+	// Inboxed maps each recipient to the inbox seq of this message.
+	Inboxed map[UserID]int64
+	// Replayed is true when the send was a retry of an already stored message.
+	Replayed bool
+}

@@ -1,0 +1,51 @@
+package im
+
+// Sync paging limits (DESIGN invariant 8).
+const (
+	// MaxPageEntries is the most entries one sync page carries.
+	MaxPageEntries = 100
+	// MaxPageBytes bounds the encoded entries of one page so that the whole
+	// frame stays under API Gateway's 128 KiB message limit.
+	MaxPageBytes = 120 << 10
+)
+
+// Page is one cursor pull from an inbox.
+type Page struct {
+	Entries []Entry
+	// Next is the cursor to continue from: the last returned seq, or the
+	// request's cursor when nothing was returned.
+	Next int64
+	// More reports whether entries with seq > Next exist.
+	More bool
+	// Head is the inbox's last allocated seq.
+	Head int64
+	// Epoch identifies the inbox's sequence; it changes only if it restarts.
+	Epoch string
+}
+
+// Fit cuts entries (ascending, contiguous from cursor+1) to at most limit
+// entries whose sizes sum to at most maxBytes; it always keeps at least one
+// entry so a single large message cannot stall a cursor.
+func Fit(entries []Entry, limit, maxBytes int, size func(Entry) int) []Entry {
+	if limit > 0 && len(entries) > limit {
+		entries = entries[:limit]
+	}
+	total := 0
+	for i, e := range entries {
+		total += size(e)
+		if total > maxBytes && i > 0 {
+			return entries[:i]
+		}
+	}
+	return entries
+}
+
+// NewPage assembles a page answering a pull after cursor from entries that
+// the store read up to head.
+func NewPage(cursor int64, entries []Entry, head int64, epoch string) Page {
+	next := cursor
+	if n := len(entries); n > 0 {
+		next = entries[n-1].Seq
+	}
+	return Page{Entries: entries, Next: next, More: next < head, Head: head, Epoch: epoch}
+}

@@ -1,0 +1,40 @@
+// Package push posts frames to WebSocket connections through API Gateway's
+// @connections management API (the SDK's apigatewaymanagementapi client).
+package push
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
+	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Gateway pushes to connections of one WebSocket API stage.
+type Gateway struct {
+	client *apigatewaymanagementapi.Client
+}
+
+// New returns a pusher over a management API client whose base endpoint is
+// the stage's https://{api}.execute-api.{region}.amazonaws.com/{stage}.
+func New(client *apigatewaymanagementapi.Client) *Gateway { return &Gateway{client: client} }
+
+// Push posts data to the connection. A connection that no longer exists
+// yields an error wrapping im.ErrGone (HTTP 410).
+func (g *Gateway) Push(ctx context.Context, id im.ConnectionID, data []byte) error {
+	_, err := g.client.PostToConnection(ctx, &apigatewaymanagementapi.PostToConnectionInput{
+		ConnectionId: aws.String(string(id)),
+		Data:         data,
+	})
+	if _, ok := errors.AsType[*types.GoneException](err); ok {
+		return fmt.Errorf("push to %s: %w", id, im.ErrGone)
+	}
+	if err != nil {
+		return fmt.Errorf("push to %s: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,146 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Client actions (route keys of the WebSocket API).
+const (
+	ActionSend = "send"
+	ActionAck  = "ack"
+	ActionSync = "sync"
+	ActionPing = "ping"
+)
+
+// Send is the client frame {"action":"send",...}: deliver Body to user To or
+// into ConversationID, idempotently per (sender, ClientMsgID).
+type Send struct {
+	// Action is "send".
+	Action string `json:"action"`
+	// ClientMsgID is the client's id for this message, 1–64 printable ASCII
+	// characters; a retry with the same id never creates a second message.
+	ClientMsgID string `json:"clientMsgId"`
+	// To names the recipient of a 1:1 message; exclusive with ConversationID.
+	To string `json:"to,omitempty"`
+	// ConversationID names the conversation ("d:<a>:<b>" with a < b); exclusive with To.
+	ConversationID string `json:"conversationId,omitempty"`
+	// Body is any JSON value, at most 16 KiB once compacted.
+	Body json.RawMessage `json:"body"`
+}
+
+// Ack is the client frame {"action":"ack","upTo":N}: every inbox entry with
+// seq ≤ N is persisted on this device. Acks are cumulative.
+type Ack struct {
+	// Action is "ack".
+	Action string `json:"action"`
+	// UpTo is the highest inbox seq persisted on the device.
+	UpTo *int64 `json:"upTo"`
+}
+
+// Sync is the client frame {"action":"sync","cursor":N,"limit":L}: return
+// inbox entries with seq > Cursor in ascending order.
+type Sync struct {
+	// Action is "sync".
+	Action string `json:"action"`
+	// Cursor is the last inbox seq the device has persisted (0 for none).
+	Cursor *int64 `json:"cursor"`
+	// Limit is the most entries wanted, 1..100 (default 100).
+	Limit int `json:"limit,omitempty"`
+}
+
+// Envelope reads just the action of any client frame.
+type Envelope struct {
+	// Action selects the route.
+	Action string `json:"action"`
+}
+
+// decode unmarshals a frame, turning JSON errors into bad_request problems.
+func decode(body string, v any) error {
+	if err := json.Unmarshal([]byte(body), v); err != nil {
+		return Problemf(CodeBadRequest, "frame is not valid JSON for this action: %s", jsonReason(err))
+	}
+	return nil
+}
+
+// jsonReason describes a JSON decoding error without echoing internals.
+func jsonReason(err error) string {
+	switch e := err.(type) {
+	case *json.SyntaxError:
+		return fmt.Sprintf("syntax error at offset %d", e.Offset)
+	case *json.UnmarshalTypeError:
+		return fmt.Sprintf("field %q must be %s", e.Field, e.Type.String())
+	}
+	return "malformed"
+}
+
+// DecodeSend validates a send frame of the user `from` and returns the draft.
+func DecodeSend(body string, from im.UserID) (im.Draft, string, error) {
+	var f Send
+	if err := decode(body, &f); err != nil {
+		return im.Draft{}, "", err
+	}
+	if !im.ValidClientMsgID(f.ClientMsgID) {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "clientMsgId is required: 1-64 printable ASCII characters")
+	}
+	var conv im.ConversationID
+	switch {
+	case f.To != "" && f.ConversationID != "":
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "give either to or conversationId, not both")
+	case f.To != "":
+		to := im.UserID(f.To)
+		if !to.Valid() {
+			return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to must be a user id: 1-64 characters of [A-Za-z0-9._@-]")
+		}
+		conv = im.Direct(from, to)
+	case f.ConversationID != "":
+		conv = im.ConversationID(f.ConversationID)
+	default:
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to or conversationId is required")
+	}
+	if len(f.Body) == 0 || string(f.Body) == "null" {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "body is required")
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, f.Body); err != nil {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "body is not valid JSON")
+	}
+	if compact.Len() > im.MaxBodyBytes {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeTooLarge, "body is %d bytes encoded; the limit is %d", compact.Len(), im.MaxBodyBytes)
+	}
+	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: compact.Bytes()}, f.ClientMsgID, nil
+}
+
+// DecodeAck validates an ack frame and returns its upTo.
+func DecodeAck(body string) (int64, error) {
+	var f Ack
+	if err := decode(body, &f); err != nil {
+		return 0, err
+	}
+	if f.UpTo == nil || *f.UpTo < 0 {
+		return 0, Problemf(CodeBadRequest, "upTo is required: a non-negative inbox seq")
+	}
+	return *f.UpTo, nil
+}
+
+// DecodeSync validates a sync frame and returns its cursor and limit.
+func DecodeSync(body string) (cursor int64, limit int, err error) {
+	var f Sync
+	if err := decode(body, &f); err != nil {
+		return 0, 0, err
+	}
+	if f.Cursor == nil || *f.Cursor < 0 {
+		return 0, 0, Problemf(CodeBadRequest, "cursor is required: a non-negative inbox seq")
+	}
+	limit = f.Limit
+	if limit == 0 {
+		limit = im.MaxPageEntries
+	}
+	if limit < 1 || limit > im.MaxPageEntries {
+		return 0, 0, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
+	}
+	return *f.Cursor, limit, nil
+}

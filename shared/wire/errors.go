@@ -1,0 +1,101 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Code is a wire error code. Codes are append-only.
+type Code string
+
+// Error codes.
+const (
+	// CodeBadRequest: the frame is malformed or misses a required field.
+	CodeBadRequest Code = "bad_request"
+	// CodeUnknownAction: the frame's action names no route.
+	CodeUnknownAction Code = "unknown_action"
+	// CodeTooLarge: the body or frame exceeds a size limit.
+	CodeTooLarge Code = "too_large"
+	// CodeForbidden: the caller may not act on this conversation or inbox.
+	CodeForbidden Code = "forbidden"
+	// CodeRateLimited: try again after retryAfterMs.
+	CodeRateLimited Code = "rate_limited"
+	// CodeInternal: the server failed; the request may be retried as is.
+	CodeInternal Code = "internal"
+)
+
+// Error is the server frame {"type":"error",...}.
+type Error struct {
+	// Type is "error".
+	Type string `json:"type"`
+	// Code is one of the codes above.
+	Code Code `json:"code"`
+	// Message says what was wrong, for people.
+	Message string `json:"message"`
+	// RequestID identifies the request in the server's logs.
+	RequestID string `json:"requestId"`
+	// ClientMsgID is set when the error answers a send.
+	ClientMsgID string `json:"clientMsgId,omitempty"`
+	// RetryAfterMs is set for rate_limited: when to try again.
+	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
+}
+
+// Problem is an error that already knows its wire code and client-safe message.
+type Problem struct {
+	Code         Code
+	Msg          string
+	RetryAfterMs int64
+}
+
+func (p *Problem) Error() string { return string(p.Code) + ": " + p.Msg }
+
+// Problemf returns a Problem with a formatted message.
+func Problemf(code Code, format string, args ...any) *Problem {
+	return &Problem{Code: code, Msg: fmt.Sprintf(format, args...)}
+}
+
+// RateLimited returns a rate_limited problem asking to retry after ms milliseconds.
+func RateLimited(msg string, ms int64) *Problem {
+	return &Problem{Code: CodeRateLimited, Msg: msg, RetryAfterMs: ms}
+}
+
+// domainCodes is the one table mapping domain errors to wire codes.
+var domainCodes = []struct {
+	err  error
+	code Code
+	msg  string
+}{
+	{im.ErrNotMember, CodeForbidden, "you are not a member of this conversation"},
+	{im.ErrMalformedConversation, CodeBadRequest, "conversationId must be d:<a>:<b> with the two user ids sorted"},
+	{im.ErrNotDirect, CodeBadRequest, "conversationId must name a 1:1 conversation (d:<a>:<b>)"},
+	{im.ErrGroupsUnsupported, CodeBadRequest, "group conversations are not available"},
+	{im.ErrClientMsgIDReused, CodeBadRequest, "clientMsgId was already used for a different message"},
+	{im.ErrAckBeyondHead, CodeBadRequest, "upTo is beyond the inbox head"},
+	{im.ErrContention, CodeRateLimited, "the inbox is busy; retry with the same clientMsgId"},
+}
+
+// ProblemOf translates any error into a client-safe Problem. Unknown errors
+// become internal with a generic message: their text never reaches a client.
+func ProblemOf(err error) *Problem {
+	if p, ok := errors.AsType[*Problem](err); ok {
+		return p
+	}
+	for _, d := range domainCodes {
+		if errors.Is(err, d.err) {
+			p := &Problem{Code: d.code, Msg: d.msg}
+			if d.code == CodeRateLimited {
+				p.RetryAfterMs = 250
+			}
+			return p
+		}
+	}
+	return &Problem{Code: CodeInternal, Msg: "internal error; retry later"}
+}
+
+// NewError builds the error frame for err.
+func NewError(err error, requestID, clientMsgID string) Error {
+	p := ProblemOf(err)
+	return Error{Type: TypeError, Code: p.Code, Message: p.Msg, RequestID: requestID, ClientMsgID: clientMsgID, RetryAfterMs: p.RetryAfterMs}
+}

@@ -1,0 +1,139 @@
+package wire
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Server frame types.
+const (
+	TypeSent    = "sent"
+	TypeMessage = "message"
+	TypeSync    = "sync"
+	TypePong    = "pong"
+	TypeError   = "error"
+)
+
+// Sent is the server ACK of a send, sent only once the message is durable in
+// every recipient inbox.
+type Sent struct {
+	// Type is "sent".
+	Type string `json:"type"`
+	// ClientMsgID echoes the send's clientMsgId.
+	ClientMsgID string `json:"clientMsgId"`
+	// MessageID is the server's id of the message; the same on every retry.
+	MessageID string `json:"messageId"`
+	// ConversationID is the normalised conversation id.
+	ConversationID string `json:"conversationId"`
+	// ConvSeq is the message's position in the conversation.
+	ConvSeq int64 `json:"convSeq"`
+	// SentAt is when the server accepted the message (RFC 3339, UTC).
+	SentAt string `json:"sentAt"`
+}
+
+// Message is a message as clients see it.
+type Message struct {
+	// MessageID is the server's id of the message.
+	MessageID string `json:"messageId"`
+	// ConversationID is the normalised conversation id.
+	ConversationID string `json:"conversationId"`
+	// ConvSeq is the message's position in the conversation.
+	ConvSeq int64 `json:"convSeq"`
+	// From is the sender's user id.
+	From string `json:"from"`
+	// Body is the JSON value the sender sent.
+	Body json.RawMessage `json:"body"`
+	// SentAt is when the server accepted the message (RFC 3339, UTC).
+	SentAt string `json:"sentAt"`
+}
+
+// Entry is one inbox entry: a message at the recipient's inbox seq.
+type Entry struct {
+	// Seq is the recipient's inbox sequence number of this message.
+	Seq int64 `json:"seq"`
+	// Message is the message.
+	Message Message `json:"message"`
+}
+
+// Push is the server frame {"type":"message",...}: one inbox entry pushed live.
+type Push struct {
+	// Type is "message".
+	Type string `json:"type"`
+	Entry
+}
+
+// SyncPage is the server's answer to a sync.
+type SyncPage struct {
+	// Type is "sync".
+	Type string `json:"type"`
+	// Messages are the entries with seq > cursor, ascending, contiguous.
+	Messages []Entry `json:"messages"`
+	// NextCursor is the cursor to continue from.
+	NextCursor int64 `json:"nextCursor"`
+	// HasMore reports whether entries beyond NextCursor exist now.
+	HasMore bool `json:"hasMore"`
+	// Head is the inbox's last allocated seq.
+	Head int64 `json:"head"`
+	// Epoch identifies the inbox sequence; if it changes, resync from 0.
+	Epoch string `json:"epoch"`
+}
+
+// Pong answers a ping.
+type Pong struct {
+	// Type is "pong".
+	Type string `json:"type"`
+}
+
+// Timestamp formats t the way every frame does: RFC 3339 in UTC with milliseconds.
+func Timestamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// FromMessage converts a domain message into its wire form.
+func FromMessage(m im.Message) Message {
+	return Message{
+		MessageID:      string(m.ID),
+		ConversationID: string(m.Conversation),
+		ConvSeq:        m.ConvSeq,
+		From:           string(m.From),
+		Body:           json.RawMessage(m.Body),
+		SentAt:         Timestamp(m.SentAt),
+	}
+}
+
+// FromEntry converts a domain inbox entry into its wire form.
+func FromEntry(e im.Entry) Entry { return Entry{Seq: e.Seq, Message: FromMessage(e.Message)} }
+
+// NewSent builds the server ACK for a stored draft.
+func NewSent(clientMsgID string, m im.Message) Sent {
+	return Sent{
+		Type:           TypeSent,
+		ClientMsgID:    clientMsgID,
+		MessageID:      string(m.ID),
+		ConversationID: string(m.Conversation),
+		ConvSeq:        m.ConvSeq,
+		SentAt:         Timestamp(m.SentAt),
+	}
+}
+
+// NewPush builds the push frame of an inbox entry.
+func NewPush(e im.Entry) Push { return Push{Type: TypeMessage, Entry: FromEntry(e)} }
+
+// NewSyncPage builds the sync answer for a page.
+func NewSyncPage(p im.Page) SyncPage {
+	msgs := make([]Entry, len(p.Entries))
+	for i, e := range p.Entries {
+		msgs[i] = FromEntry(e)
+	}
+	return SyncPage{Type: TypeSync, Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head, Epoch: p.Epoch}
+}
+
+// EntrySize is the encoded size of an entry inside a sync page, used to keep
+// pages under the gateway's message limit.
+func EntrySize(e im.Entry) int {
+	b, err := json.Marshal(FromEntry(e))
+	if err != nil {
+		return im.MaxPageBytes
+	}
+	return len(b) + 1 // the separating comma
+}
