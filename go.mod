@@ -14,6 +14,7 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/coder/websocket v1.8.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
+	github.com/google/go-cmp v0.7.0
 	github.com/sirupsen/logrus v1.9.4
 	github.com/truora/minidyn v0.8.2
 	gopkg.in/yaml.v3 v3.0.1

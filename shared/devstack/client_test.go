@@ -2,11 +2,11 @@ package devstack_test
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
+	"os"
 	"testing"
 	"time"
 

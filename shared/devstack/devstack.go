@@ -111,7 +111,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	var err error
 	if st.DynamoDBEndpoint = o.DynamoDBEndpoint; st.DynamoDBEndpoint == "" {
 		var stop func()
-		if st.DynamoDBEndpoint, stop, err = startMinidyn(); err != nil {
+		if st.DynamoDBEndpoint, stop, err = StartMinidyn(); err != nil {
 			return nil, fmt.Errorf("start minidyn: %w", err)
 		}
 		st.stops = append(st.stops, stop)
@@ -120,7 +120,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.Progress("dynamodb: %s", st.DynamoDBEndpoint)
 	}
 	if st.SQSEndpoint = o.SQSEndpoint; st.SQSEndpoint == "" {
-		if st.SQSEndpoint, err = startGoaws(); err != nil {
+		if st.SQSEndpoint, err = StartGoaws(); err != nil {
 			return nil, fmt.Errorf("start goaws: %w", err)
 		}
 		o.Progress("sqs: goaws in-process at %s", st.SQSEndpoint)

@@ -14,9 +14,9 @@ import (
 	miniserver "github.com/truora/minidyn/server"
 )
 
-// startMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
+// StartMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
 // a loopback port and returns its URL and a stop function.
-func startMinidyn() (string, func(), error) {
+func StartMinidyn() (string, func(), error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", nil, err
@@ -34,8 +34,9 @@ var goawsOnce struct {
 	err error
 }
 
-// startGoaws serves goaws (SQS, JSON protocol) on a loopback port, once per process.
-func startGoaws() (string, error) {
+// StartGoaws serves goaws (SQS, JSON protocol) on a loopback port, once per
+// process, and returns its URL.
+func StartGoaws() (string, error) {
 	goawsOnce.Do(func() {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

@@ -35,19 +35,42 @@ type Progress func(format string, args ...any)
 
 // Apply creates every table and queue of t, named Name(prefix, id).
 func Apply(ctx context.Context, t *template.Template, db *dynamodb.Client, q *sqs.Client, prefix string, progress Progress) (Resources, error) {
+	tables, err := Tables(ctx, t, db, prefix, progress)
+	if err != nil {
+		return Resources{}, err
+	}
+	queues, err := Queues(ctx, t, q, prefix, progress)
+	if err != nil {
+		return Resources{}, err
+	}
+	return Resources{Tables: tables, Queues: queues}, nil
+}
+
+// Tables creates every table of t and returns logical id → table name.
+func Tables(ctx context.Context, t *template.Template, db *dynamodb.Client, prefix string, progress Progress) (map[string]string, error) {
 	if progress == nil {
 		progress = func(string, ...any) {}
 	}
-	res := Resources{Tables: map[string]string{}, Queues: map[string]string{}}
+	names := map[string]string{}
 	for id, tab := range t.Tables {
 		name := Name(prefix, id)
 		created, err := createTable(ctx, db, name, tab)
 		if err != nil {
-			return Resources{}, err
+			return nil, err
 		}
 		progress("table %s (%s): %s", name, id, verb(created))
-		res.Tables[id] = name
+		names[id] = name
 	}
+	return names, nil
+}
+
+// Queues creates every queue of t, dead-letter queues first, and returns
+// logical id → queue URL.
+func Queues(ctx context.Context, t *template.Template, q *sqs.Client, prefix string, progress Progress) (map[string]string, error) {
+	if progress == nil {
+		progress = func(string, ...any) {}
+	}
+	urls := map[string]string{}
 	arns := map[string]string{}
 	for _, id := range t.QueueOrder() {
 		qu := t.Queues[id]
@@ -61,7 +84,7 @@ func Apply(ctx context.Context, t *template.Template, db *dynamodb.Client, q *sq
 		if qu.DeadLetterQueue != "" {
 			dlq, ok := arns[qu.DeadLetterQueue]
 			if !ok {
-				return Resources{}, fmt.Errorf("queue %s: dead-letter queue %s is not in the template", id, qu.DeadLetterQueue)
+				return nil, fmt.Errorf("queue %s: dead-letter queue %s is not in the template", id, qu.DeadLetterQueue)
 			}
 			policy, _ := json.Marshal(map[string]any{"deadLetterTargetArn": dlq, "maxReceiveCount": qu.MaxReceiveCount})
 			attrs[string(sqstypes.QueueAttributeNameRedrivePolicy)] = string(policy)
@@ -69,18 +92,18 @@ func Apply(ctx context.Context, t *template.Template, db *dynamodb.Client, q *sq
 		name := Name(prefix, id)
 		out, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 		if err != nil {
-			return Resources{}, fmt.Errorf("create queue %s: %w", name, err)
+			return nil, fmt.Errorf("create queue %s: %w", name, err)
 		}
 		url := aws.ToString(out.QueueUrl)
 		got, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: out.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
 		if err != nil {
-			return Resources{}, fmt.Errorf("queue %s arn: %w", name, err)
+			return nil, fmt.Errorf("queue %s arn: %w", name, err)
 		}
 		arns[id] = got.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]
 		progress("queue %s (%s): %s", name, id, url)
-		res.Queues[id] = url
+		urls[id] = url
 	}
-	return res, nil
+	return urls, nil
 }
 
 func verb(created bool) string {

@@ -1,0 +1,42 @@
+package signet_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// deps lists the packages pkg imports, transitively.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// Imports point inward: the domain knows no AWS, Lambda, JSON wire format
+// or emulator.
+func TestDomainImportsNoAdapters(t *testing.T) {
+	t.Parallel()
+	for _, d := range deps(t, "./shared/im") {
+		for _, banned := range []string{"github.com/aws/", "github.com/signet-im/signet/shared/wire", "encoding/json", "minidyn", "goaws"} {
+			if strings.Contains(d, banned) {
+				t.Errorf("shared/im depends on %s", d)
+			}
+		}
+	}
+}
+
+// The Lambda binaries must not link the emulators or the local stack.
+func TestFunctionsDoNotLinkEmulators(t *testing.T) {
+	t.Parallel()
+	for _, d := range deps(t, "./functions/...") {
+		for _, banned := range []string{"github.com/truora/minidyn", "github.com/Admiral-Piett/goaws", "shared/devstack", "shared/gateway", "shared/eventsource"} {
+			if strings.Contains(d, banned) {
+				t.Errorf("a function links %s", d)
+			}
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package app
+
+import (
+	"fmt"
+	"sort"
+
+	signetcfg "github.com/signet-im/signet/shared/config"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/template"
+)
+
+// Routes maps every WebSocket route key the code serves to the function
+// logical id that must serve it.
+var Routes = map[string]string{
+	"$connect":    "ConnectFunction",
+	"$disconnect": "DisconnectFunction",
+	"$default":    "DefaultFunction",
+	"send":        "SendFunction",
+	"ack":         "AckFunction",
+	"sync":        "SyncFunction",
+	"ping":        "PingFunction",
+}
+
+// Queue triggers: function logical id → queue logical id it consumes.
+var Triggers = map[string]string{
+	"RedeliverFunction": "RedeliveryQueue",
+}
+
+// resourceKind says what kind of template resource an environment variable
+// must reference.
+var resourceKind = map[string]string{
+	signetcfg.EnvConnectionsTable: "table",
+	signetcfg.EnvInboxTable:       "table",
+	signetcfg.EnvMessagesTable:    "table",
+	signetcfg.EnvRedeliveryQueue:  "queue",
+}
+
+// Drift lists every disagreement between the template and the code: a
+// function, route, table, queue or environment variable present on one side
+// only, or wired to the wrong thing. Empty means they agree.
+func Drift(t *template.Template) []string {
+	var out []string
+	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	fns := Functions(&handler.Handler{})
+	for id := range fns {
+		if _, ok := t.Functions[id]; !ok {
+			add("function %s: in the code, not in the template", id)
+		}
+	}
+	for id := range t.Functions {
+		if _, ok := fns[id]; !ok {
+			add("function %s: in the template, not in the code", id)
+		}
+	}
+	for id, needs := range Needs {
+		f, ok := t.Functions[id]
+		if !ok {
+			continue
+		}
+		for _, name := range needs {
+			ref, set := f.Env[name]
+			if !set {
+				add("function %s: reads %s, which the template does not set", id, name)
+				continue
+			}
+			switch resourceKind[name] {
+			case "table":
+				if _, ok := t.Tables[ref]; !ok {
+					add("function %s: %s references %q, not a table of the template", id, name, ref)
+				}
+			case "queue":
+				if _, ok := t.Queues[ref]; !ok {
+					add("function %s: %s references %q, not a queue of the template", id, name, ref)
+				}
+			}
+		}
+	}
+	for key, fn := range Routes {
+		r, ok := t.Routes[key]
+		switch {
+		case !ok:
+			add("route %s: served by the code, missing from the template", key)
+		case r.Function != fn:
+			add("route %s: template integrates %s, the code serves it with %s", key, r.Function, fn)
+		case key != "$connect" && key != "$disconnect" && !r.Responds:
+			add("route %s: needs a route response so its answers reach the caller", key)
+		}
+	}
+	for key := range t.Routes {
+		if _, ok := Routes[key]; !ok {
+			add("route %s: in the template, not served by the code", key)
+		}
+	}
+	if r := t.Routes["$connect"]; r.Authorizer != "AuthorizerFunction" {
+		add("route $connect: authorizer is %q, want AuthorizerFunction", r.Authorizer)
+	}
+	for fn, q := range Triggers {
+		f := t.Functions[fn]
+		if len(f.SQSEvents) != 1 || f.SQSEvents[0] != q {
+			add("function %s: must be triggered by queue %s, template has %v", fn, q, f.SQSEvents)
+		} else if !f.ReportsBatchItemFailures {
+			add("function %s: its SQS event must set FunctionResponseTypes [ReportBatchItemFailures]", fn)
+		}
+		if _, ok := t.Queues[q]; !ok {
+			add("queue %s: consumed by %s, missing from the template", q, fn)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,463 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+func TestOfflineRecipientSyncsEverythingInOrderAndAcks(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	const total = 230
+	for i := 1; i <= total; i++ {
+		alice.send(fmt.Sprintf("c-%d", i), "bob", map[string]int{"n": i})
+		alice.next("sent", 5*time.Second)
+	}
+
+	bob := dial(t, st, "bob", "phone")
+	cursor := int64(0)
+	pages := 0
+	for {
+		bob.write(map[string]any{"action": "sync", "cursor": cursor, "limit": 100})
+		page := bob.next("sync", 5*time.Second)
+		pages++
+		for i, m := range page.Messages {
+			if want := cursor + int64(i) + 1; m.Seq != want {
+				t.Fatalf("page %d entry %d: seq %d, want %d", pages, i, m.Seq, want)
+			}
+			if want := fmt.Sprintf(`{"n":%d}`, m.Seq); string(m.Message.Body) != want {
+				t.Fatalf("seq %d body %s, want %s", m.Seq, m.Message.Body, want)
+			}
+		}
+		if page.Head != total || page.Epoch == "" {
+			t.Fatalf("page head %d epoch %q, want head %d and an epoch", page.Head, page.Epoch, total)
+		}
+		cursor = page.NextCursor
+		if !page.HasMore {
+			break
+		}
+	}
+	if cursor != total || pages != 3 {
+		t.Fatalf("synced to %d in %d pages, want %d in 3", cursor, pages, total)
+	}
+	bob.write(map[string]any{"action": "ack", "upTo": cursor})
+	waitFor(t, "bob's ack cursor", func() bool {
+		d, err := st.Store.Device(context.Background(), "bob", "phone")
+		return err == nil && d.Acked == total
+	})
+}
+
+func TestUnackedPushIsRedeliveredOnBackoffThenStops(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, 2 * time.Second, 2 * time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "phone")
+
+	alice.send("c-1", "bob", "are you there?")
+	alice.next("sent", 5*time.Second)
+	var at []time.Time
+	for range 1 + policy.MaxRetries() {
+		f := bob.next("message", 10*time.Second)
+		if f.Seq != 1 {
+			t.Fatalf("pushed seq %d, want 1", f.Seq)
+		}
+		at = append(at, time.Now())
+	}
+	// Then pushing stops: the message waits for a pull.
+	bob.quiet("message", 4*time.Second)
+	want := []time.Duration{policy.PushTimeout}
+	want = append(want, policy.Backoff...)
+	for i := 1; i < len(at); i++ {
+		if gap := at[i].Sub(at[i-1]); gap < want[i-1]-200*time.Millisecond {
+			t.Errorf("re-push %d came %s after the previous push, want at least %s", i, gap, want[i-1])
+		}
+	}
+}
+
+func TestAckedPushIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "phone")
+	alice.send("c-1", "bob", "ping")
+	f := bob.next("message", 5*time.Second)
+	bob.write(map[string]any{"action": "ack", "upTo": f.Seq})
+	bob.quiet("message", 3*time.Second)
+}
+
+func TestRetriedSendYieldsOneMessage(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	for range 3 {
+		alice.send("same-id", "bob", "once")
+	}
+	first := alice.next("sent", 5*time.Second)
+	for range 2 {
+		again := alice.next("sent", 5*time.Second)
+		if again.MessageID != first.MessageID || again.ConvSeq != first.ConvSeq {
+			t.Fatalf("retry acked %s/%d, first %s/%d", again.MessageID, again.ConvSeq, first.MessageID, first.ConvSeq)
+		}
+	}
+	assertInbox(t, st, "bob", first.MessageID)
+	assertInbox(t, st, "alice", first.MessageID)
+
+	// Same clientMsgId, different content: refused, nothing stored.
+	alice.send("same-id", "bob", "something else")
+	if e := alice.next("error", 5*time.Second); e.Code != string(wire.CodeBadRequest) || e.ClientMsgID != "same-id" {
+		t.Fatalf("reuse error = %+v", e)
+	}
+	assertInbox(t, st, "bob", first.MessageID)
+}
+
+// Regression: a send whose Lambda died after the store transaction and
+// before the ACK (and before any push) must, when the client retries, yield
+// the same message once and still reach the online recipient.
+func TestRetryAfterCrashBetweenStoreAndAck(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	bob := dial(t, st, "bob", "phone")
+	// The first attempt: stored, then the function "crashed" (no ACK, no push).
+	draft, _, err := wire.DecodeSend(`{"action":"send","clientMsgId":"crash-1","to":"bob","body":"hello"}`, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.Store.Send(context.Background(), draft, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob.quiet("message", 300*time.Millisecond)
+
+	alice := dial(t, st, "alice", "laptop")
+	alice.send("crash-1", "bob", "hello")
+	sent := alice.next("sent", 5*time.Second)
+	if sent.MessageID != string(stored.Message.ID) {
+		t.Fatalf("retry acked %s, stored %s", sent.MessageID, stored.Message.ID)
+	}
+	if f := bob.next("message", 5*time.Second); f.Seq != 1 {
+		t.Fatalf("recipient got seq %d, want 1", f.Seq)
+	}
+	assertInbox(t, st, "bob", sent.MessageID)
+}
+
+func TestConcurrentSendersGiveAContiguousInboxNoCursorSkips(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	const senders, each = 8, 12
+	ctx := context.Background()
+
+	// A reader pulls continuously while the senders race; every page must
+	// continue exactly at cursor+1 (no seq skipped, none seen twice).
+	done := make(chan struct{})
+	readErr := make(chan error, 1)
+	seen := map[string]bool{}
+	go func() {
+		cursor := int64(0)
+		for {
+			page, err := st.Store.Page(ctx, "bob", cursor, 100, wire.EntrySize)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			for i, e := range page.Entries {
+				if e.Seq != cursor+int64(i)+1 {
+					readErr <- fmt.Errorf("cursor %d: page entry %d has seq %d", cursor, i, e.Seq)
+					return
+				}
+				if seen[string(e.Message.ID)] {
+					readErr <- fmt.Errorf("message %s seen twice", e.Message.ID)
+					return
+				}
+				seen[string(e.Message.ID)] = true
+			}
+			cursor = page.Next
+			select {
+			case <-done:
+				if cursor == senders*each {
+					readErr <- nil
+					return
+				}
+			default:
+			}
+		}
+	}()
+
+	var wg sync.WaitGroup
+	for s := range senders {
+		c := dial(t, st, fmt.Sprintf("sender%d", s), "d")
+		wg.Go(func() {
+			for i := range each {
+				c.send(fmt.Sprintf("m-%d", i), "bob", i)
+			}
+		})
+		defer func() {
+			for range each {
+				c.next("sent", 30*time.Second)
+			}
+		}()
+	}
+	wg.Wait()
+	// Deferred waits run at return; wait for all ACKs now instead.
+	waitFor(t, "all messages inboxed", func() bool {
+		head, _, err := st.Store.Head(ctx, "bob")
+		return err == nil && head == senders*each
+	})
+	close(done)
+	select {
+	case err := <-readErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("reader did not finish")
+	}
+	if len(seen) != senders*each {
+		t.Fatalf("reader saw %d distinct messages, want %d", len(seen), senders*each)
+	}
+}
+
+func TestStaleConnectionGets410IsRemovedAndMessageSyncsLater(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	ctx := context.Background()
+	// A record whose socket is gone (its $disconnect never ran).
+	stale := im.Connection{User: "bob", ID: "stale-conn", Device: "phone", ConnectedAt: time.Now(), LastSeenAt: time.Now()}
+	if err := st.Store.SaveConnection(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	alice := dial(t, st, "alice", "laptop")
+	alice.send("c-1", "bob", "still there?")
+	sent := alice.next("sent", 5*time.Second)
+	waitFor(t, "stale record removed", func() bool {
+		conns, err := st.Store.Connections(ctx, "bob")
+		return err == nil && len(conns) == 0
+	})
+	bob := dial(t, st, "bob", "phone")
+	bob.write(map[string]any{"action": "sync", "cursor": 0})
+	page := bob.next("sync", 5*time.Second)
+	if len(page.Messages) != 1 || page.Messages[0].Message.MessageID != sent.MessageID {
+		t.Fatalf("sync after 410 = %+v", page)
+	}
+}
+
+func TestBadFramesGetErrorCodesAndStoreNothing(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	big := strings.Repeat("x", im.MaxBodyBytes)
+	cases := []struct {
+		name  string
+		frame string
+		code  wire.Code
+	}{
+		{"invalid JSON", `{"action":"send",`, wire.CodeBadRequest},
+		{"not an object", `[1,2,3]`, wire.CodeBadRequest},
+		{"no action", `{"to":"bob"}`, wire.CodeBadRequest},
+		{"unknown action", `{"action":"teleport"}`, wire.CodeUnknownAction},
+		{"missing clientMsgId", `{"action":"send","to":"bob","body":"hi"}`, wire.CodeBadRequest},
+		{"clientMsgId too long", `{"action":"send","clientMsgId":"` + strings.Repeat("a", 65) + `","to":"bob","body":"hi"}`, wire.CodeBadRequest},
+		{"missing body", `{"action":"send","clientMsgId":"b1","to":"bob"}`, wire.CodeBadRequest},
+		{"missing recipient", `{"action":"send","clientMsgId":"b2","body":"hi"}`, wire.CodeBadRequest},
+		{"bad recipient", `{"action":"send","clientMsgId":"b3","to":"bo:b","body":"hi"}`, wire.CodeBadRequest},
+		{"oversize body", `{"action":"send","clientMsgId":"b4","to":"bob","body":"` + big + `"}`, wire.CodeTooLarge},
+		{"foreign conversation", `{"action":"send","clientMsgId":"b5","conversationId":"d:bob:carol","body":"hi"}`, wire.CodeForbidden},
+		{"unsorted conversation id", `{"action":"send","clientMsgId":"b6","conversationId":"d:bob:alice","body":"hi"}`, wire.CodeBadRequest},
+		{"group conversation", `{"action":"send","clientMsgId":"b7","conversationId":"g:ops","body":"hi"}`, wire.CodeBadRequest},
+		{"wrong field type", `{"action":"send","clientMsgId":7,"to":"bob","body":"hi"}`, wire.CodeBadRequest},
+		{"ack without upTo", `{"action":"ack"}`, wire.CodeBadRequest},
+		{"ack beyond head", `{"action":"ack","upTo":5}`, wire.CodeBadRequest},
+		{"negative ack", `{"action":"ack","upTo":-1}`, wire.CodeBadRequest},
+		{"sync without cursor", `{"action":"sync"}`, wire.CodeBadRequest},
+		{"sync limit too high", `{"action":"sync","cursor":0,"limit":101}`, wire.CodeBadRequest},
+	}
+	for _, tc := range cases {
+		alice.write(tc.frame)
+		e := alice.next("error", 5*time.Second)
+		if e.Code != string(tc.code) || e.RequestID == "" || e.Message == nil {
+			t.Errorf("%s: error frame %+v, want code %s with a message and requestId", tc.name, e, tc.code)
+		}
+	}
+	ctx := context.Background()
+	for _, u := range []im.UserID{"alice", "bob", "carol"} {
+		if head, _, err := st.Store.Head(ctx, u); err != nil || head != 0 {
+			t.Errorf("%s inbox head = %d (%v) after rejected frames, want 0", u, head, err)
+		}
+	}
+	if d, err := st.Store.Device(ctx, "alice", "laptop"); err != nil || d.Acked != 0 {
+		t.Errorf("alice ack cursor = %+v (%v), want 0", d, err)
+	}
+	// The connection still works after bad frames.
+	alice.write(`{"action":"ping"}`)
+	alice.next("pong", 5*time.Second)
+}
+
+func TestOversizeMessageClosesConnection(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	alice.write(`{"action":"ping","pad":"` + strings.Repeat("x", 130<<10) + `"}`)
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case _, ok := <-alice.frames:
+			if !ok {
+				return
+			}
+		case <-deadline:
+			t.Fatal("connection stayed open after a 130 KiB message")
+		}
+	}
+}
+
+func TestConnectWithoutValidTokenIsRefused(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	now := time.Now()
+	expired, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", now.Add(-2*time.Hour), time.Hour)
+	foreign, _ := auth.Mint([]byte("another-secret"), "alice", "", now, time.Hour)
+	good, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", now, time.Hour)
+	cases := []struct {
+		name   string
+		query  string
+		header http.Header
+		status int
+	}{
+		{"no token", "", nil, http.StatusUnauthorized},
+		{"garbage token", "?token=not-a-jwt", nil, http.StatusForbidden},
+		{"expired token", "?token=" + expired, nil, http.StatusForbidden},
+		{"wrong secret", "?token=" + foreign, nil, http.StatusForbidden},
+		{"bad device id", "?token=" + good + "&deviceId=bad%20device", nil, http.StatusForbidden},
+	}
+	for _, tc := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		conn, resp, err := websocket.Dial(ctx, st.URL+tc.query, &websocket.DialOptions{HTTPHeader: tc.header})
+		cancel()
+		if err == nil {
+			conn.CloseNow()
+			t.Errorf("%s: connection accepted", tc.name)
+			continue
+		}
+		if resp == nil || resp.StatusCode != tc.status {
+			t.Errorf("%s: got %v, want HTTP %d", tc.name, resp, tc.status)
+		}
+	}
+	if conns, err := st.Store.Connections(context.Background(), "alice"); err != nil || len(conns) != 0 {
+		t.Errorf("refused connections left records: %v %v", conns, err)
+	}
+	// A Bearer header works like the query parameter.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, _, err := websocket.Dial(ctx, st.URL+"?deviceId=tablet", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + good}}})
+	if err != nil {
+		t.Fatalf("bearer header: %v", err)
+	}
+	defer conn.CloseNow()
+	waitFor(t, "connection record with device from query", func() bool {
+		conns, err := st.Store.Connections(context.Background(), "alice")
+		return err == nil && len(conns) == 1 && conns[0].Device == "tablet"
+	})
+}
+
+func TestNewSyncIsRateLimitedButContinuationIsNot(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{SyncInterval: time.Hour})
+	alice := dial(t, st, "alice", "laptop")
+	for i := range 3 {
+		alice.send(fmt.Sprintf("c-%d", i), "bob", i)
+		alice.next("sent", 5*time.Second)
+	}
+	bob := dial(t, st, "bob", "phone")
+	bob.write(map[string]any{"action": "sync", "cursor": 0, "limit": 2})
+	first := bob.next("sync", 5*time.Second)
+	if len(first.Messages) != 2 || !first.HasMore || first.NextCursor != 2 {
+		t.Fatalf("first page = %+v", first)
+	}
+	bob.write(map[string]any{"action": "sync", "cursor": first.NextCursor, "limit": 2})
+	second := bob.next("sync", 5*time.Second)
+	if len(second.Messages) != 1 || second.HasMore || second.NextCursor != 3 {
+		t.Fatalf("continuation page = %+v", second)
+	}
+	bob.write(map[string]any{"action": "sync", "cursor": 0})
+	e := bob.next("error", 5*time.Second)
+	if e.Code != string(wire.CodeRateLimited) || e.RetryAfterMs <= 0 {
+		t.Fatalf("second new sync = %+v, want rate_limited with retryAfterMs", e)
+	}
+}
+
+func TestAckIsForwardOnlyAndMultiDeviceGetsOwnMessages(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	ctx := context.Background()
+	laptop := dial(t, st, "alice", "laptop")
+	phone := dial(t, st, "alice", "phone")
+	laptop.send("c-1", "bob", "one")
+	laptop.send("c-2", "bob", "two")
+	laptop.next("sent", 5*time.Second)
+	laptop.next("sent", 5*time.Second)
+	// The phone sees the laptop's sent messages, in order.
+	if a, b := phone.next("message", 5*time.Second), phone.next("message", 5*time.Second); a.Seq != 1 || b.Seq != 2 {
+		t.Fatalf("phone got seqs %d,%d", a.Seq, b.Seq)
+	}
+	phone.write(map[string]any{"action": "ack", "upTo": 2})
+	phone.write(map[string]any{"action": "ack", "upTo": 1})
+	phone.write(`{"action":"ping"}`)
+	phone.next("pong", 5*time.Second)
+	if d, err := st.Store.Device(ctx, "alice", "phone"); err != nil || d.Acked != 2 {
+		t.Fatalf("phone cursor = %+v (%v), want 2: a lower ack must not move it back", d, err)
+	}
+	if d, err := st.Store.Device(ctx, "alice", "laptop"); err != nil || d.Acked != 0 {
+		t.Fatalf("laptop cursor = %+v (%v), want its own 0", d, err)
+	}
+}
+
+func TestDisconnectRemovesConnectionRecord(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	ctx := context.Background()
+	c := dial(t, st, "alice", "laptop")
+	waitFor(t, "record", func() bool { cs, _ := st.Store.Connections(ctx, "alice"); return len(cs) == 1 })
+	c.conn.Close(websocket.StatusNormalClosure, "bye")
+	waitFor(t, "record removed", func() bool { cs, _ := st.Store.Connections(ctx, "alice"); return len(cs) == 0 })
+}
+
+// assertInbox checks that user's inbox holds exactly the given message ids, in order.
+func assertInbox(t *testing.T, st *devstack.Stack, user im.UserID, ids ...string) {
+	t.Helper()
+	page, err := st.Store.Page(context.Background(), user, 0, 100, wire.EntrySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		got = append(got, string(e.Message.ID))
+	}
+	if strings.Join(got, ",") != strings.Join(ids, ",") {
+		t.Fatalf("%s inbox = %v, want %v", user, got, ids)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,220 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/signet-im/signet"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/dynamo"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/provision"
+	"github.com/signet-im/signet/shared/template"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// newStore provisions the template's tables on a fresh minidyn, or on the
+// endpoint in SIGNET_TEST_DYNAMODB_ENDPOINT (e.g. moto), under a unique prefix.
+// The same contract runs against every backend.
+func newStore(t *testing.T) *dynamo.Store {
+	t.Helper()
+	endpoint := os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		url, stop, err := devstack.StartMinidyn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		endpoint = url
+	}
+	db := dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
+		func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	tmpl, err := template.Parse(signet.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := provision.Tables(context.Background(), tmpl, db, fmt.Sprintf("st%d", time.Now().UnixNano()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dynamo.New(db, dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]})
+}
+
+func draft(from im.UserID, cmid string, to im.UserID, body string) im.Draft {
+	return im.Draft{From: from, ClientMsgID: cmid, Conversation: im.Direct(from, to), Body: []byte(body)}
+}
+
+func TestSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	first, err := st.Send(ctx, draft("alice", "c1", "bob", `"hi"`), now)
+	if err != nil || first.Replayed || first.Message.ConvSeq != 1 || first.Inboxed["bob"] != 1 || first.Inboxed["alice"] != 1 {
+		t.Fatalf("first send = %+v, %v", first, err)
+	}
+	again, err := st.Send(ctx, draft("alice", "c1", "bob", `"hi"`), now.Add(time.Minute))
+	if err != nil || !again.Replayed || again.Message.ID != first.Message.ID || again.Inboxed["bob"] != 1 || !again.Message.SentAt.Equal(first.Message.SentAt.Truncate(time.Millisecond)) {
+		t.Fatalf("replay = %+v, %v", again, err)
+	}
+	if _, err := st.Send(ctx, draft("alice", "c1", "bob", `"other"`), now); !errors.Is(err, im.ErrClientMsgIDReused) {
+		t.Fatalf("reuse with other content: %v", err)
+	}
+	// Another sender may use the same clientMsgId.
+	other, err := st.Send(ctx, draft("bob", "c1", "alice", `"hi"`), now)
+	if err != nil || other.Replayed || other.Message.ConvSeq != 2 {
+		t.Fatalf("bob's c1 = %+v, %v (A→B and B→A share one conversation sequence)", other, err)
+	}
+	for _, u := range []im.UserID{"alice", "bob"} {
+		if head, _, err := st.Head(ctx, u); err != nil || head != 2 {
+			t.Fatalf("%s head = %d, %v", u, head, err)
+		}
+	}
+}
+
+func TestConcurrentSendsToOneInboxAreContiguousAndExactlyOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	const senders, each = 6, 10
+	var wg sync.WaitGroup
+	errs := make(chan error, senders*each*2)
+	for s := range senders {
+		wg.Go(func() {
+			from := im.UserID(fmt.Sprintf("s%d", s))
+			for i := range each {
+				// Every message is also retried concurrently with itself.
+				d := draft(from, fmt.Sprintf("c%d", i), "bob", fmt.Sprint(i))
+				var inner sync.WaitGroup
+				for range 2 {
+					inner.Go(func() {
+						if _, err := st.Send(ctx, d, time.Now()); err != nil {
+							errs <- err
+						}
+					})
+				}
+				inner.Wait()
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	page, err := st.Page(ctx, "bob", 0, 100, wire.EntrySize)
+	if err != nil || page.Head != senders*each || len(page.Entries) != senders*each {
+		t.Fatalf("page head %d entries %d, %v", page.Head, len(page.Entries), err)
+	}
+	ids := map[im.MessageID]bool{}
+	for i, e := range page.Entries {
+		if e.Seq != int64(i+1) || ids[e.Message.ID] {
+			t.Fatalf("entry %d: seq %d, duplicate %v", i, e.Seq, ids[e.Message.ID])
+		}
+		ids[e.Message.ID] = true
+	}
+}
+
+func TestPageLimitsAndCursorBeyondHead(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	for i := range 5 {
+		if _, err := st.Send(ctx, draft("alice", fmt.Sprint(i), "bob", fmt.Sprint(i)), time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := st.Page(ctx, "bob", 1, 2, wire.EntrySize)
+	if err != nil || len(p.Entries) != 2 || p.Entries[0].Seq != 2 || p.Next != 3 || !p.More || p.Head != 5 {
+		t.Fatalf("page = %+v, %v", p, err)
+	}
+	p, err = st.Page(ctx, "bob", 1, 100, func(im.Entry) int { return im.MaxPageBytes / 2 })
+	if err != nil || len(p.Entries) != 2 || !p.More {
+		t.Fatalf("byte-limited page = %d entries more=%v, %v", len(p.Entries), p.More, err)
+	}
+	p, err = st.Page(ctx, "bob", 9, 100, wire.EntrySize)
+	if err != nil || len(p.Entries) != 0 || p.Next != 9 || p.More || p.Head != 5 {
+		t.Fatalf("page past head = %+v, %v", p, err)
+	}
+	p, err = st.Page(ctx, "nobody", 0, 100, wire.EntrySize)
+	if err != nil || len(p.Entries) != 0 || p.Head != 0 {
+		t.Fatalf("empty inbox page = %+v, %v", p, err)
+	}
+}
+
+func TestAckIsForwardOnlyAndBoundedByHead(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	for i := range 3 {
+		if _, err := st.Send(ctx, draft("alice", fmt.Sprint(i), "bob", "1"), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		upTo  int64
+		moved bool
+		err   error
+		acked int64
+	}{
+		{2, true, nil, 2},
+		{1, false, nil, 2},
+		{2, false, nil, 2},
+		{4, false, im.ErrAckBeyondHead, 2},
+		{3, true, nil, 3},
+	}
+	for _, s := range steps {
+		moved, err := st.Ack(ctx, "bob", "phone", s.upTo, now)
+		d, _ := st.Device(ctx, "bob", "phone")
+		if moved != s.moved || !errors.Is(err, s.err) || d.Acked != s.acked {
+			t.Fatalf("ack %d: moved %v err %v acked %d; want %v %v %d", s.upTo, moved, err, d.Acked, s.moved, s.err, s.acked)
+		}
+	}
+}
+
+func TestSyncSlotAdmitsOnePerInterval(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	if _, err := st.TakeSyncSlot(ctx, "bob", now, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wait, err := st.TakeSyncSlot(ctx, "bob", now.Add(500*time.Millisecond), 2*time.Second)
+	if !errors.Is(err, im.ErrRateLimited) || wait <= 0 || wait > 2*time.Second {
+		t.Fatalf("second slot: wait %s err %v", wait, err)
+	}
+	if _, err := st.TakeSyncSlot(ctx, "bob", now.Add(2*time.Second), 2*time.Second); err != nil {
+		t.Fatalf("slot after the interval: %v", err)
+	}
+	if _, err := st.TakeSyncSlot(ctx, "carol", now, 2*time.Second); err != nil {
+		t.Fatalf("other user: %v", err)
+	}
+}
+
+func TestConnectionRecords(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	c := im.Connection{User: "bob", ID: "c1", Device: "phone", ConnectedAt: now, LastSeenAt: now}
+	if err := st.SaveConnection(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.TouchConnection(ctx, "bob", "c1", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	conns, err := st.Connections(ctx, "bob")
+	if err != nil || len(conns) != 1 || conns[0].Device != "phone" || !conns[0].LastSeenAt.Equal(now.Add(time.Minute).Truncate(time.Millisecond)) {
+		t.Fatalf("connections = %+v, %v", conns, err)
+	}
+	if err := st.RemoveConnection(ctx, "bob", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.RemoveConnection(ctx, "bob", "c1"); err != nil {
+		t.Fatalf("removing twice: %v", err)
+	}
+	if err := st.TouchConnection(ctx, "bob", "c1", now); !errors.Is(err, im.ErrNotFound) {
+		t.Fatalf("touch removed record: %v", err)
+	}
+}

@@ -1,0 +1,161 @@
+package im
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDirectIsSymmetricAndNormalised(t *testing.T) {
+	t.Parallel()
+	if Direct("bob", "alice") != Direct("alice", "bob") || Direct("alice", "bob") != "d:alice:bob" {
+		t.Fatalf("Direct = %q / %q", Direct("bob", "alice"), Direct("alice", "bob"))
+	}
+}
+
+func TestConversationPeer(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		conv ConversationID
+		user UserID
+		peer UserID
+		err  error
+	}{
+		{"first member", "d:alice:bob", "alice", "bob", nil},
+		{"second member", "d:alice:bob", "bob", "alice", nil},
+		{"self conversation", "d:alice:alice", "alice", "alice", nil},
+		{"outsider", "d:bob:carol", "alice", "", ErrNotMember},
+		{"unsorted", "d:bob:alice", "alice", "", ErrMalformedConversation},
+		{"missing part", "d:alice", "alice", "", ErrMalformedConversation},
+		{"bad user id", "d:al ice:bob", "bob", "", ErrMalformedConversation},
+		{"group", "g:ops", "alice", "", ErrNotDirect},
+		{"empty", "", "alice", "", ErrNotDirect},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			peer, err := tc.conv.Peer(tc.user)
+			if !errors.Is(err, tc.err) || peer != tc.peer {
+				t.Fatalf("Peer = %q, %v; want %q, %v", peer, err, tc.peer, tc.err)
+			}
+		})
+	}
+}
+
+func TestIDValidation(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"a", "alice.smith@corp", "A-1_b", strings.Repeat("x", 64)} {
+		if !UserID(ok).Valid() {
+			t.Errorf("%q should be valid", ok)
+		}
+	}
+	for _, bad := range []string{"", "a:b", "a b", "ü", strings.Repeat("x", 65)} {
+		if UserID(bad).Valid() {
+			t.Errorf("%q should be invalid", bad)
+		}
+	}
+	if ValidClientMsgID("") || ValidClientMsgID("a b") || ValidClientMsgID(strings.Repeat("x", 65)) || !ValidClientMsgID("uuid-1:2/3") {
+		t.Error("client message id rules broken")
+	}
+}
+
+func TestRecipientsIncludeSenderOnce(t *testing.T) {
+	t.Parallel()
+	got, err := Draft{From: "alice", Conversation: "d:alice:bob"}.Recipients()
+	if err != nil || !cmp.Equal(got, []UserID{"bob", "alice"}) {
+		t.Fatalf("Recipients = %v, %v", got, err)
+	}
+	got, err = Draft{From: "alice", Conversation: "d:alice:alice"}.Recipients()
+	if err != nil || !cmp.Equal(got, []UserID{"alice"}) {
+		t.Fatalf("self Recipients = %v, %v", got, err)
+	}
+}
+
+func TestFingerprintCoversConversationAndBody(t *testing.T) {
+	t.Parallel()
+	a := Draft{Conversation: "d:a:b", Body: []byte(`"x"`)}
+	b := a
+	b.Body = []byte(`"y"`)
+	c := a
+	c.Conversation = "d:a:c"
+	if a.Fingerprint() == b.Fingerprint() || a.Fingerprint() == c.Fingerprint() || a.Fingerprint() != a.Fingerprint() {
+		t.Fatal("fingerprint must change with body and conversation and be stable")
+	}
+}
+
+// The production defaults are part of the contract (DESIGN invariant 6).
+func TestDefaultRedeliveryPolicy(t *testing.T) {
+	t.Parallel()
+	r := DefaultRedelivery()
+	var got []time.Duration
+	for attempt := 0; ; attempt++ {
+		d, ok := r.CheckDelay(attempt)
+		if !ok {
+			break
+		}
+		got = append(got, d)
+	}
+	want := []time.Duration{5 * time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("check delays (-want +got):\n%s", diff)
+	}
+	if r.MaxRetries() != 5 || r.Window() != 35*time.Second || r.Validate() != nil {
+		t.Fatalf("retries %d window %s validate %v", r.MaxRetries(), r.Window(), r.Validate())
+	}
+}
+
+func TestRedeliveryValidateRejectsUnboundedPolicies(t *testing.T) {
+	t.Parallel()
+	cases := map[string]Redelivery{
+		"too many retries": {PushTimeout: time.Second, Backoff: []time.Duration{1, 1, 1, 1, 1}},
+		"window over 60s":  {PushTimeout: 30 * time.Second, Backoff: []time.Duration{31 * time.Second}},
+		"negative delay":   {PushTimeout: time.Second, Backoff: []time.Duration{-time.Second}},
+		"beyond SQS delay": {PushTimeout: 901 * time.Second},
+	}
+	for name, r := range cases {
+		if r.Validate() == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestFitKeepsPagesWithinLimits(t *testing.T) {
+	t.Parallel()
+	entries := make([]Entry, 10)
+	for i := range entries {
+		entries[i].Seq = int64(i + 1)
+	}
+	size := func(Entry) int { return 40 }
+	if got := Fit(entries, 4, 1000, size); len(got) != 4 {
+		t.Errorf("limit: got %d entries", len(got))
+	}
+	if got := Fit(entries, 100, 100, size); len(got) != 2 {
+		t.Errorf("bytes: got %d entries, want 2", len(got))
+	}
+	if got := Fit(entries, 100, 10, size); len(got) != 1 {
+		t.Errorf("one oversize entry must still be returned, got %d", len(got))
+	}
+}
+
+func TestNewPage(t *testing.T) {
+	t.Parallel()
+	p := NewPage(5, []Entry{{Seq: 6}, {Seq: 7}}, 9, "e1")
+	if p.Next != 7 || !p.More || p.Head != 9 {
+		t.Fatalf("page = %+v", p)
+	}
+	if p := NewPage(9, nil, 9, "e1"); p.Next != 9 || p.More {
+		t.Fatalf("empty page = %+v", p)
+	}
+}
+
+func TestMessageIDsAreUniqueAndTimeOrdered(t *testing.T) {
+	t.Parallel()
+	t0 := time.UnixMilli(1_700_000_000_000)
+	a, b := NewMessageID(t0), NewMessageID(t0.Add(time.Millisecond))
+	if len(a) != 27 || a[0] != 'm' || !(a < b) || NewMessageID(t0) == a {
+		t.Fatalf("ids %s %s", a, b)
+	}
+}
