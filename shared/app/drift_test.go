@@ -39,7 +39,9 @@ func TestDriftIsDetected(t *testing.T) {
 		{"function removed from template", func(t *template.Template) { delete(t.Functions, "PingFunction") }, "function PingFunction: in the code, not in the template"},
 		{"route wired to another function", func(t *template.Template) { r := t.Routes["ack"]; r.Function = "SyncFunction"; t.Routes["ack"] = r }, "route ack: template integrates SyncFunction"},
 		{"route response removed", func(t *template.Template) { r := t.Routes["send"]; r.Responds = false; t.Routes["send"] = r }, "route send: needs a route response"},
-		{"extra route in template", func(t *template.Template) { t.Routes["teleport"] = template.Route{Key: "teleport", Function: "DefaultFunction"} }, "route teleport: in the template, not served"},
+		{"extra route in template", func(t *template.Template) {
+			t.Routes["teleport"] = template.Route{Key: "teleport", Function: "DefaultFunction"}
+		}, "route teleport: in the template, not served"},
 		{"batch failures off", func(t *template.Template) {
 			f := t.Functions["RedeliverFunction"]
 			f.ReportsBatchItemFailures = false

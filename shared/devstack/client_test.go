@@ -68,7 +68,7 @@ type wsClient struct {
 	backlog []frame
 }
 
-func token(t *testing.T, user string, device string) string {
+func token(t testing.TB, user string, device string) string {
 	t.Helper()
 	tok, err := auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), im.DeviceID(device), time.Now(), time.Hour)
 	if err != nil {
@@ -79,6 +79,15 @@ func token(t *testing.T, user string, device string) string {
 
 func dial(t *testing.T, st *devstack.Stack, user, device string) *wsClient {
 	t.Helper()
+	c := dialNoCleanup(t, st, user, device)
+	c.t = t
+	t.Cleanup(func() { c.conn.CloseNow() })
+	return c
+}
+
+// dialNoCleanup connects a protocol-only client; the caller closes it.
+func dialNoCleanup(t testing.TB, st *devstack.Stack, user, device string) *wsClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	conn, _, err := websocket.Dial(ctx, st.URL+"?token="+token(t, user, device), nil)
@@ -86,7 +95,7 @@ func dial(t *testing.T, st *devstack.Stack, user, device string) *wsClient {
 		t.Fatalf("dial %s/%s: %v", user, device, err)
 	}
 	conn.SetReadLimit(1 << 20)
-	c := &wsClient{t: t, conn: conn, frames: make(chan frame, 1024), raw: make(chan string, 1024)}
+	c := &wsClient{conn: conn, frames: make(chan frame, 1024), raw: make(chan string, 1<<16)}
 	go func() {
 		defer close(c.frames)
 		for {
@@ -98,11 +107,13 @@ func dial(t *testing.T, st *devstack.Stack, user, device string) *wsClient {
 			if err := json.Unmarshal(data, &f); err != nil {
 				f = frame{Type: "unparseable"}
 			}
-			c.raw <- string(data)
+			select {
+			case c.raw <- string(data):
+			default: // raw frames are kept for debugging only while there is room
+			}
 			c.frames <- f
 		}
 	}()
-	t.Cleanup(func() { conn.CloseNow() })
 	return c
 }
 

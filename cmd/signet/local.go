@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+)
+
+func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("signet local", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:3001", "listen address of the WebSocket API and @connections")
+	prefix := fs.String("prefix", "signet-local", "name prefix of tables and queues")
+	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
+	quiet := fs.Bool("quiet", false, "log warnings and errors only")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: signet local [flags]
+
+Runs Signet's whole backend on this machine with no AWS account and no
+Docker: DynamoDB (minidyn, in-process), SQS (goaws, in-process), the tables
+and queues of template.yaml, an API Gateway WebSocket emulation on --addr
+and the SQS event source of the redelivery function. Handlers are the same
+code the Lambdas run. Stop with Ctrl-C.
+
+Environment:
+  AWS_ENDPOINT_URL_DYNAMODB  use this DynamoDB endpoint instead of minidyn
+  AWS_ENDPOINT_URL_SQS       use this SQS endpoint instead of goaws
+  AWS_ENDPOINT_URL           both of the above (e.g. LocalStack, http://localhost:4566)
+  SIGNET_PUSH_TIMEOUT, SIGNET_REDELIVERY_BACKOFF, SIGNET_SYNC_INTERVAL
+                             redelivery and sync timings (see README)
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *quiet {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	cfg, err := loadTimings()
+	if err != nil {
+		return err
+	}
+	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
+	progress := func(format string, a ...any) { fmt.Fprintf(stdout, "  "+format+"\n", a...) }
+	fmt.Fprintln(stdout, "Starting Signet local stack...")
+	st, err := devstack.Start(ctx, devstack.Options{
+		Addr: *addr, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
+		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
+	})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fmt.Fprintf(stdout, `
+Signet is running.
+  WebSocket API   %s?token=<token>
+  @connections    %s/@connections/{connectionId}
+  Tokens          signet token <userId> [--device <deviceId>]
+  Try             websocat "%s?token=$(go run ./cmd/signet token alice)"
+                  then send {"action":"send","clientMsgId":"1","to":"bob","body":{"text":"hi"}}
+Press Ctrl-C to stop.
+`, st.URL, st.ManagementURL, st.URL)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "\nStopping: closing connections...")
+	done := make(chan struct{})
+	go func() { st.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("stop timed out")
+	}
+	fmt.Fprintln(stdout, "Stopped.")
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,121 @@
+// Command signet is Signet's developer CLI: run the local stack, mint dev
+// tokens, provision tables and queues at an endpoint.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"local", "run the whole backend locally (WebSocket API on 127.0.0.1:3001)", runLocal},
+	{"token", "print a dev token for a user: signet token <userId> [--device D]", runToken},
+	{"provision", "create the template's tables and queues at an endpoint", runProvision},
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Signet - serverless enterprise messaging with confirmable delivery.")
+	fmt.Fprintln(w, "\nUsage: signet <command> [flags]\n\nCommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'signet <command> --help' for a command's flags.")
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			err := c.run(ctx, args[1:], stdout, stderr)
+			switch {
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, errUsage):
+				return 2
+			case err != nil:
+				fmt.Fprintf(stderr, "signet %s: %v\n", c.name, err)
+				return 1
+			}
+			return 0
+		}
+	}
+	fmt.Fprintf(stderr, "signet: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// errUsage reports bad flags or arguments (already explained on stderr).
+var errUsage = errors.New("usage")
+
+// parse parses flags, printing usage for --help and errors.
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	return nil
+}
+
+// interleaved lets flags follow positional arguments ("token alice --device x").
+func interleaved(fs *flag.FlagSet, args []string) ([]string, []string) {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if len(a) > 1 && a[0] == '-' {
+			flags = append(flags, a)
+			name := a
+			for len(name) > 0 && name[0] == '-' {
+				name = name[1:]
+			}
+			if f := fs.Lookup(name); f != nil && !isBool(f) && i+1 < len(args) && !containsEq(a) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+			continue
+		}
+		positional = append(positional, a)
+	}
+	return flags, positional
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func containsEq(s string) bool {
+	for i := range len(s) {
+		if s[i] == '=' {
+			return true
+		}
+	}
+	return false
+}
