@@ -61,9 +61,8 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 
 // heads are the sequence heads a send reads before its transaction.
 type heads struct {
-	conv      int64
-	inbox     map[im.UserID]int64
-	convEpoch string
+	conv  int64
+	inbox map[im.UserID]int64
 }
 
 // readHeads reads the conversation head and every recipient's inbox head in

@@ -81,7 +81,7 @@ func TestFingerprintCoversConversationAndBody(t *testing.T) {
 	b.Body = []byte(`"y"`)
 	c := a
 	c.Conversation = "d:a:c"
-	if a.Fingerprint() == b.Fingerprint() || a.Fingerprint() == c.Fingerprint() || a.Fingerprint() != a.Fingerprint() {
+	if a.Fingerprint() == b.Fingerprint() || a.Fingerprint() == c.Fingerprint() || a.Fingerprint() != (Draft{Conversation: "d:a:b", Body: []byte(`"x"`)}).Fingerprint() {
 		t.Fatal("fingerprint must change with body and conversation and be stable")
 	}
 }

@@ -1,0 +1,103 @@
+# Signet - the Makefile is the interface: CI runs these same targets.
+#
+#   make run        local stack on ws://127.0.0.1:3001 (no AWS account, no Docker)
+#   make test       every test (unit, store contract, end-to-end), with -race
+#   make lint       gofmt, go vet, staticcheck, go mod tidy check
+#   make bench      1:1 delivery benchmark through the local stack
+#   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
+#   make deploy     sam build && sam deploy (uses samconfig.toml)
+
+SHELL := /bin/bash
+GO ?= go
+# Lambda functions: directory under functions/ and template logical id.
+FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:DisconnectFunction \
+	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
+	redeliver:RedeliverFunction
+TOOLS := .tools
+VENV := $(TOOLS)/venv
+FAUXQS_PORT ?= 4599
+BENCHTIME ?= 1000x
+
+.PHONY: all build test test-fauxqs run lint bench validate tools deploy localstack-up localstack-down clean help
+
+all: lint test
+
+help:
+	@sed -n 's/^#   //p' Makefile
+
+build: ## compile everything and the Lambda artifacts into bin/<function>/bootstrap
+	$(GO) build ./...
+	@for f in $(FUNCTIONS); do dir=$${f%%:*}; \
+		$(MAKE) --no-print-directory lambda-$$dir ARTIFACTS_DIR=bin/$$dir || exit 1; done
+
+# One Lambda artifact: linux/arm64, static, no RPC shim, stripped.
+lambda-%:
+	@mkdir -p $(ARTIFACTS_DIR)
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
+		-o $(ARTIFACTS_DIR)/bootstrap ./functions/$*
+
+# SAM's BuildMethod: makefile entry points (sam build sets ARTIFACTS_DIR).
+build-AuthorizerFunction: ; $(MAKE) lambda-authorizer
+build-ConnectFunction: ; $(MAKE) lambda-connect
+build-DisconnectFunction: ; $(MAKE) lambda-disconnect
+build-SendFunction: ; $(MAKE) lambda-send
+build-AckFunction: ; $(MAKE) lambda-ack
+build-SyncFunction: ; $(MAKE) lambda-sync
+build-PingFunction: ; $(MAKE) lambda-ping
+build-DefaultFunction: ; $(MAKE) lambda-default
+build-RedeliverFunction: ; $(MAKE) lambda-redeliver
+
+test: ## the README's test command
+	$(GO) test -race -count=1 ./...
+
+# The SQS-facing integration and end-to-end tests again, against fauxqs
+# (npm) instead of the in-process goaws.
+test-fauxqs: $(TOOLS)/node_modules/.bin/fauxqs
+	@FAUXQS_PORT=$(FAUXQS_PORT) FAUXQS_LOGGER=false $(TOOLS)/node_modules/.bin/fauxqs > $(TOOLS)/fauxqs.log 2>&1 & \
+	pid=$$!; trap "kill $$pid" EXIT; \
+	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(FAUXQS_PORT)/ && break; sleep 0.2; done; \
+	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(FAUXQS_PORT) $(GO) test -race -count=1 ./shared/devstack/
+
+run: ## the local stack
+	$(GO) run ./cmd/signet local
+
+lint:
+	@bad=$$(gofmt -l .); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	$(GO) mod tidy -diff
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./shared/devstack/
+
+tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs
+
+$(VENV)/bin/sam: infra/requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements.txt
+	@touch $@
+
+$(TOOLS)/node_modules/.bin/fauxqs: infra/package.json
+	@mkdir -p $(TOOLS)
+	cp infra/package.json infra/package-lock.json $(TOOLS)/
+	cd $(TOOLS) && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+validate: $(VENV)/bin/sam
+	$(VENV)/bin/cfn-lint template.yaml
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam validate --lint --region us-east-1
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam build
+	infra/check-artifacts.sh .aws-sam/build
+
+deploy: $(VENV)/bin/sam
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam build
+	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam deploy
+
+localstack-up:
+	docker compose -f localstack/docker-compose.yml up -d
+
+localstack-down:
+	docker compose -f localstack/docker-compose.yml down
+
+clean:
+	rm -rf bin .aws-sam
