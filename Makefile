@@ -94,6 +94,7 @@ deploy: $(VENV)/bin/sam
 	SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam deploy
 
 localstack-up:
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -o localstack/bin/signet ./cmd/signet
 	docker compose -f localstack/docker-compose.yml up -d
 
 localstack-down:
