@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/coder/websocket"
+
+	"github.com/signet-im/signet"
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/template"
+)
+
+func TestProvisionCreatesEveryTemplateTableAndQueueIdempotently(t *testing.T) {
+	ddbURL, stop, err := devstack.StartMinidyn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	sqsURL, err := devstack.StartGoaws()
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf("prov%d", time.Now().UnixNano())
+	args := []string{"provision", "--dynamodb-endpoint", ddbURL, "--sqs-endpoint", sqsURL, "--prefix", prefix}
+	for round := range 2 {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), args, &out, &errOut); code != 0 {
+			t.Fatalf("round %d: exit %d: %s%s", round, code, out.String(), errOut.String())
+		}
+		if round == 1 && !strings.Contains(out.String(), "exists") {
+			t.Errorf("second run should find the tables:\n%s", out.String())
+		}
+	}
+	tmpl, err := template.Parse(signet.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")}
+	db := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(ddbURL) })
+	q := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(sqsURL) })
+	ctx := context.Background()
+	for id, tab := range tmpl.Tables {
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(prefix + "-" + id)})
+		if err != nil {
+			t.Errorf("table %s: %v", id, err)
+			continue
+		}
+		if got := aws.ToString(out.Table.KeySchema[0].AttributeName); got != tab.HashKey {
+			t.Errorf("table %s hash key %s, want %s", id, got, tab.HashKey)
+		}
+	}
+	for id := range tmpl.Queues {
+		if _, err := q.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(prefix + "-" + id)}); err != nil {
+			t.Errorf("queue %s: %v", id, err)
+		}
+	}
+}
+
+func TestProvisionWithoutEndpointIsAUsageError(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL", "")
+	t.Setenv("AWS_ENDPOINT_URL_DYNAMODB", "")
+	t.Setenv("AWS_ENDPOINT_URL_SQS", "")
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"provision"}, &out, &errOut); code != 2 {
+		t.Fatalf("exit %d, want 2: %s", code, errOut.String())
+	}
+}
+
+func TestTokenVerifiesWithTheLocalSecret(t *testing.T) {
+	t.Setenv("SIGNET_JWT_SECRET", "")
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"token", "alice", "--device", "laptop"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	c, err := auth.Verify([]byte(devstack.DefaultSecret), strings.TrimSpace(out.String()), time.Now())
+	if err != nil || c.User != "alice" || c.Device != "laptop" {
+		t.Fatalf("claims %+v, %v", c, err)
+	}
+	for _, args := range [][]string{{"token"}, {"token", "bad:user"}, {"nope"}} {
+		if code := run(context.Background(), args, &out, &errOut); code == 0 {
+			t.Errorf("%v: exit 0", args)
+		}
+	}
+	if code := run(context.Background(), []string{"token", "--help"}, &out, &errOut); code != 0 {
+		t.Errorf("--help: exit %d", code)
+	}
+}
+
+// `signet local` serves the protocol, prints its URL and stops on cancel.
+func TestLocalServesAndStopsCleanly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"local", "--addr", "127.0.0.1:0", "--prefix", fmt.Sprintf("cli%d", time.Now().UnixNano()), "--quiet"}, &out, &errOut)
+	}()
+	urlRE := regexp.MustCompile(`WebSocket API\s+(ws://\S+)\?token=`)
+	var url string
+	for deadline := time.Now().Add(10 * time.Second); url == ""; {
+		if m := urlRE.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no URL printed:\n%s\n%s", out.String(), errOut.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tok, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", time.Now(), time.Minute)
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
+	conn, _, err := websocket.Dial(dctx, url+"?token="+tok, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Write(dctx, websocket.MessageText, []byte(`{"action":"ping"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, data, err := conn.Read(dctx); err != nil || string(data) != `{"type":"pong"}` {
+		t.Fatalf("ping answer %s, %v", data, err)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 || !strings.Contains(out.String(), "Stopped.") {
+			t.Fatalf("exit %d:\n%s", code, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("signet local did not stop")
+	}
+}
