@@ -1,0 +1,123 @@
+// Package functions_test proves the Lambda artifacts themselves: each test
+// builds a real bootstrap (-tags lambda.norpc, static) and runs it behind
+// AWS's Lambda Runtime Interface Emulator, so lambda.Start, the handler's
+// event decoding and the Runtime API loop are exercised as in Lambda.
+package functions_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The emulator is built once per test binary (a go tool dependency in go.mod).
+var (
+	rieOnce sync.Once
+	rieBin  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if rieBin != "" {
+		os.Remove(rieBin)
+	}
+	os.Exit(code)
+}
+
+func build(t *testing.T, dir, out string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", append(append([]string{"build"}, args...), "-o", out, dir)...)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", dir, err, b)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// invoke runs bootstrap under the RIE with env and sends one event.
+func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
+	t.Helper()
+	rieOnce.Do(func() {
+		rieBin = filepath.Join(os.TempDir(), fmt.Sprintf("signet-rie-%d", os.Getpid()))
+		build(t, "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie", rieBin)
+	})
+	rie := rieBin
+	addr, apiAddr := freePort(t), freePort(t)
+	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", apiAddr, "--log-level", "error", bootstrap)
+	cmd.Env = append(os.Environ(), env...)
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	body, _ := json.Marshal(event)
+	url := fmt.Sprintf("http://%s/2015-03-31/functions/function/invocations", addr)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Post(url, "application/json", bytes.NewReader(body))
+		if err == nil {
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("invoke: %v\nlogs:\n%s", err, logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestDefaultFunctionArtifactAnswersThroughTheRuntimeAPI(t *testing.T) {
+	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
+	build(t, "./default", bootstrap, "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w")
+	event := map[string]any{
+		"body": `{"action":"teleport"}`,
+		"requestContext": map[string]any{
+			"routeKey": "$default", "eventType": "MESSAGE", "connectionId": "c1", "requestId": "r1",
+			"authorizer": map[string]any{"userId": "alice", "deviceId": "laptop", "principalId": "alice"},
+		},
+	}
+	out := invoke(t, bootstrap, []string{"AWS_REGION=us-east-1"}, event)
+	var resp struct {
+		StatusCode int    `json:"statusCode"`
+		Body       string `json:"body"`
+	}
+	if err := json.Unmarshal(out, &resp); err != nil {
+		t.Fatalf("response %s: %v", out, err)
+	}
+	if resp.StatusCode != 200 || !strings.Contains(resp.Body, `"code":"unknown_action"`) || !strings.Contains(resp.Body, `"requestId":"r1"`) {
+		t.Fatalf("response = %s", out)
+	}
+}
+
+func TestAuthorizerArtifactAllowsAndDenies(t *testing.T) {
+	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
+	build(t, "./authorizer", bootstrap, "-tags", "lambda.norpc", "-trimpath")
+	out := invoke(t, bootstrap, []string{"AWS_REGION=us-east-1", "SIGNET_JWT_SECRET=s"}, map[string]any{
+		"type": "REQUEST", "methodArn": "arn:aws:execute-api:us-east-1:1:api/prod/$connect",
+		"queryStringParameters": map[string]string{"token": "not-a-jwt"},
+	})
+	if !strings.Contains(string(out), `"Effect":"Deny"`) {
+		t.Fatalf("bad token not denied: %s", out)
+	}
+}
