@@ -1,0 +1,338 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Options configure a Client. URL, Token and Path are required.
+type Options struct {
+	// URL is the WebSocket endpoint, e.g. ws://127.0.0.1:3001/ or
+	// wss://{api}.execute-api.{region}.amazonaws.com/{stage}.
+	URL string
+	// Token returns the JWT for each (re)connect.
+	Token func(ctx context.Context) (string, error)
+	// Device is sent as the deviceId query parameter (a token's "did" wins).
+	Device string
+	// Path is the local store file (created if missing).
+	Path string
+	// AckInterval and AckBatch batch acks: an ack goes out at most every
+	// AckInterval, or at once when AckBatch entries are waiting (100 ms, 50).
+	AckInterval time.Duration
+	AckBatch    int
+	// MinBackoff and MaxBackoff bound reconnect delays (200 ms, 30 s; full jitter).
+	MinBackoff, MaxBackoff time.Duration
+	// ResendAfter is how long a send waits for its ACK before it is sent
+	// again on the same connection (10 s).
+	ResendAfter time.Duration
+	// PingInterval keeps an idle connection open (5 min; API Gateway closes
+	// connections idle for 10 min).
+	PingInterval time.Duration
+	// Dialer opens connections (default WebSocket).
+	Dialer Dialer
+	// Replay makes Messages() start with the stored messages after
+	// ShownUpTo, before any new one: an application that records how far it
+	// has shown messages gets each message exactly once across crashes
+	// (a crash can fall between persisting a message and showing it).
+	Replay    bool
+	ShownUpTo int64
+	// Log receives the client's structured logs (discarded when nil).
+	Log *slog.Logger
+	// hooks inject faults in tests.
+	hooks hooks
+}
+
+// hooks let tests crash the client between two steps of a path.
+type hooks struct {
+	beforePersist, afterPersist, beforeAck func(seq int64) error
+	afterEnqueue                           func(clientMsgID string) error
+}
+
+// errCrash, returned by a hook, stops the client as a killed process would:
+// nothing more is written, the connection is dropped.
+var errCrash = errors.New("simulated crash")
+
+// Message is a message persisted on this device.
+type Message struct {
+	// Seq is the message's seq in this user's inbox.
+	Seq            int64
+	MessageID      string
+	ConversationID string
+	ConvSeq        int64
+	From           string
+	Body           json.RawMessage
+	SentAt         time.Time
+}
+
+// Draft is a message to send. Exactly one of To and ConversationID is set.
+type Draft struct {
+	// ClientMsgID makes the send idempotent; generated when empty.
+	ClientMsgID    string
+	To             string
+	ConversationID string
+	// Body is any JSON value (at most 16 KiB encoded).
+	Body json.RawMessage
+}
+
+// Sent is the server's ACK of a send: the message is durable in every
+// recipient inbox.
+type Sent = wire.Sent
+
+// ServerError is an error frame that answered a request.
+type ServerError struct {
+	Code      wire.Code
+	Message   string
+	RequestID string
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("%s: %s (request %s)", e.Code, e.Message, e.RequestID)
+}
+
+// Client is one device's connection to Signet.
+type Client struct {
+	opts  Options
+	store *store
+	log   *slog.Logger
+
+	msgs      chan Message
+	kick      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	connected atomic.Bool
+	crashed   atomic.Bool
+	cancel    context.CancelFunc
+
+	mu      sync.Mutex
+	waiters map[string][]chan sendResult
+	first   chan error // the first connection's outcome, for Dial
+}
+
+type sendResult struct {
+	sent Sent
+	err  error
+}
+
+func (o *Options) defaults() {
+	if o.AckInterval <= 0 {
+		o.AckInterval = 100 * time.Millisecond
+	}
+	if o.AckBatch <= 0 {
+		o.AckBatch = 50
+	}
+	if o.MinBackoff <= 0 {
+		o.MinBackoff = 200 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 30 * time.Second
+	}
+	if o.ResendAfter <= 0 {
+		o.ResendAfter = 10 * time.Second
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = 5 * time.Minute
+	}
+	if o.Dialer == nil {
+		o.Dialer = WebSocket
+	}
+}
+
+// Dial opens the local store and connects. It returns once the first
+// connection is up (then the client reconnects on its own), or with the
+// error that refused it: an *AuthError, or ctx's error.
+func Dial(ctx context.Context, opts Options) (*Client, error) {
+	if opts.URL == "" || opts.Token == nil || opts.Path == "" {
+		return nil, errors.New("client: URL, Token and Path are required")
+	}
+	opts.defaults()
+	st, err := openStore(opts.Path)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	c := &Client{
+		opts: opts, store: st, log: log, cancel: cancel,
+		msgs: make(chan Message, 1024), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		waiters: map[string][]chan sendResult{}, first: make(chan error, 1),
+	}
+	c.wg.Go(func() { c.run(runCtx) })
+	select {
+	case err := <-c.first:
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		c.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// Messages delivers each message after it is persisted, in seq order, once
+// per Client (see Options.Replay for exactly once across restarts). It is
+// closed by Close.
+func (c *Client) Messages() <-chan Message { return c.msgs }
+
+// Connected reports whether a connection is up now.
+func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Cursor returns the highest seq persisted on this device.
+func (c *Client) Cursor() (int64, error) {
+	cur, _, err := c.store.position()
+	return cur, err
+}
+
+// History returns persisted messages with seq > after, ascending (limit 0: all).
+func (c *Client) History(after int64, limit int) ([]Message, error) {
+	es, err := c.store.entries(after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Message, len(es))
+	for i, e := range es {
+		out[i] = toMessage(e)
+	}
+	return out, nil
+}
+
+// Pending returns the clientMsgIds of sends still waiting for their ACK.
+func (c *Client) Pending() ([]string, error) {
+	items, err := c.store.outbox()
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return ids, err
+}
+
+// Send sends body to user `to` and waits for the server's ACK.
+func (c *Client) Send(ctx context.Context, to string, body any) (Sent, error) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return Sent{}, fmt.Errorf("encode body: %w", err)
+	}
+	return c.SendDraft(ctx, Draft{To: to, Body: b})
+}
+
+// SendDraft writes the draft to the outbox, sends it, and waits for the
+// server's ACK or a refusal (*ServerError). If ctx ends first the send stays
+// in the outbox and is retried, after restarts too, until acknowledged.
+func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
+	if d.ClientMsgID == "" {
+		d.ClientMsgID = newClientMsgID()
+	}
+	if prev, err := c.store.sent(d.ClientMsgID); err != nil || prev != nil {
+		if prev != nil {
+			return *prev, nil
+		}
+		return Sent{}, err
+	}
+	frame, err := json.Marshal(wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body})
+	if err != nil {
+		return Sent{}, err
+	}
+	ch := make(chan sendResult, 1)
+	c.mu.Lock()
+	c.waiters[d.ClientMsgID] = append(c.waiters[d.ClientMsgID], ch)
+	c.mu.Unlock()
+	if err := c.store.enqueue(d.ClientMsgID, string(frame), time.Now()); err != nil {
+		return Sent{}, err
+	}
+	if h := c.opts.hooks.afterEnqueue; h != nil && h(d.ClientMsgID) == errCrash {
+		c.crash()
+		return Sent{}, errCrash
+	}
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case r := <-ch:
+		return r.sent, r.err
+	case <-ctx.Done():
+		return Sent{}, ctx.Err()
+	case <-c.done:
+		return Sent{}, errors.New("client closed; the send stays in the outbox")
+	}
+}
+
+// resolve hands a send's outcome to whoever waits for it.
+func (c *Client) resolve(id string, r sendResult) {
+	c.mu.Lock()
+	ws := c.waiters[id]
+	delete(c.waiters, id)
+	c.mu.Unlock()
+	for _, ch := range ws {
+		ch <- r
+	}
+}
+
+// Close stops the client and closes the store. Pending sends stay in the
+// outbox for the next Dial.
+func (c *Client) Close() error {
+	var err error
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.cancel()
+		c.wg.Wait()
+		close(c.msgs)
+		err = c.store.close()
+	})
+	return err
+}
+
+// crash stops everything at once, as a killed process would.
+func (c *Client) crash() {
+	c.crashed.Store(true)
+	go c.Close()
+}
+
+func (c *Client) connectURL(ctx context.Context) (string, http.Header, error) {
+	tok, err := c.opts.Token(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("token: %w", err)
+	}
+	u, err := url.Parse(c.opts.URL)
+	if err != nil {
+		return "", nil, fmt.Errorf("url %q: %w", c.opts.URL, err)
+	}
+	q := u.Query()
+	q.Set("token", tok)
+	if c.opts.Device != "" {
+		q.Set("deviceId", c.opts.Device)
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), nil, nil
+}
+
+func toMessage(e wire.Entry) Message {
+	at, _ := time.Parse(time.RFC3339Nano, e.Message.SentAt)
+	return Message{
+		Seq: e.Seq, MessageID: e.Message.MessageID, ConversationID: e.Message.ConversationID,
+		ConvSeq: e.Message.ConvSeq, From: e.Message.From, Body: e.Message.Body, SentAt: at,
+	}
+}
+
+func newClientMsgID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

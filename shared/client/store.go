@@ -1,0 +1,207 @@
+package client
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/signet-im/signet/shared/wire"
+)
+
+var (
+	bucketMeta   = []byte("meta")
+	bucketInbox  = []byte("inbox")  // seq (8 bytes BE) → wire.Entry JSON
+	bucketOutbox = []byte("outbox") // order (8 bytes BE) → outboxItem JSON
+	bucketSent   = []byte("sent")   // clientMsgId → wire.Sent JSON
+	keyCursor    = []byte("cursor")
+	keyEpoch     = []byte("epoch")
+)
+
+// store is the device's local state in one bbolt file.
+type store struct{ db *bolt.DB }
+
+// outboxItem is a send waiting for the server's ACK.
+type outboxItem struct {
+	Key   uint64    `json:"-"`
+	ID    string    `json:"clientMsgId"`
+	Frame string    `json:"frame"`
+	At    time.Time `json:"at"`
+}
+
+func openStore(path string) (*store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("client store dir: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open client store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketInbox, bucketOutbox, bucketSent} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init client store: %w", err)
+	}
+	return &store{db: db}, nil
+}
+
+func (s *store) close() error { return s.db.Close() }
+
+func u64(n uint64) []byte {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], n)
+	return b[:]
+}
+
+// position returns the stored cursor and epoch.
+func (s *store) position() (cursor int64, epoch string, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		if v := m.Get(keyCursor); len(v) == 8 {
+			cursor = int64(binary.BigEndian.Uint64(v))
+		}
+		epoch = string(m.Get(keyEpoch))
+		return nil
+	})
+	return cursor, epoch, err
+}
+
+// apply stores entry e and moves the cursor to its seq in one transaction,
+// only if e.Seq is exactly cursor+1. It reports whether it applied.
+func (s *store) apply(e wire.Entry) (bool, error) {
+	applied := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		cursor := int64(0)
+		if v := m.Get(keyCursor); len(v) == 8 {
+			cursor = int64(binary.BigEndian.Uint64(v))
+		}
+		if e.Seq != cursor+1 {
+			return nil
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := tx.Bucket(bucketInbox).Put(u64(uint64(e.Seq)), b); err != nil {
+			return err
+		}
+		applied = true
+		return m.Put(keyCursor, u64(uint64(e.Seq)))
+	})
+	return applied, err
+}
+
+// reset forgets the inbox after the server's sequence restarted.
+func (s *store) reset(epoch string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.DeleteBucket(bucketInbox); err != nil {
+			return err
+		}
+		if _, err := tx.CreateBucket(bucketInbox); err != nil {
+			return err
+		}
+		m := tx.Bucket(bucketMeta)
+		if err := m.Put(keyCursor, u64(0)); err != nil {
+			return err
+		}
+		return m.Put(keyEpoch, []byte(epoch))
+	})
+}
+
+func (s *store) setEpoch(epoch string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(keyEpoch, []byte(epoch)) })
+}
+
+// entries returns stored entries with seq > after, ascending, at most limit (0: all).
+func (s *store) entries(after int64, limit int) ([]wire.Entry, error) {
+	var out []wire.Entry
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketInbox).Cursor()
+		for k, v := c.Seek(u64(uint64(after + 1))); k != nil; k, v = c.Next() {
+			var e wire.Entry
+			if err := json.Unmarshal(v, &e); err != nil {
+				return err
+			}
+			out = append(out, e)
+			if limit > 0 && len(out) == limit {
+				break
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// enqueue writes a send to the outbox (before it is sent).
+func (s *store) enqueue(id, frame string, at time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketOutbox)
+		n, _ := b.NextSequence()
+		v, _ := json.Marshal(outboxItem{ID: id, Frame: frame, At: at})
+		return b.Put(u64(n), v)
+	})
+}
+
+// outbox returns the pending sends in the order they were made.
+func (s *store) outbox() ([]outboxItem, error) {
+	var out []outboxItem
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketOutbox).ForEach(func(k, v []byte) error {
+			var it outboxItem
+			if err := json.Unmarshal(v, &it); err != nil {
+				return err
+			}
+			it.Key = binary.BigEndian.Uint64(k)
+			out = append(out, it)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// settle removes a send from the outbox and records its ACK (nil: dropped).
+func (s *store) settle(id string, ack *wire.Sent) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketOutbox)
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var it outboxItem
+			if json.Unmarshal(v, &it) == nil && it.ID == id {
+				if err := b.Delete(k); err != nil {
+					return err
+				}
+				break
+			}
+		}
+		if ack == nil {
+			return nil
+		}
+		v, _ := json.Marshal(ack)
+		return tx.Bucket(bucketSent).Put([]byte(id), v)
+	})
+}
+
+// sent returns the recorded server ACK of a clientMsgId, if any.
+func (s *store) sent(id string) (*wire.Sent, error) {
+	var out *wire.Sent
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketSent).Get([]byte(id)); v != nil {
+			out = &wire.Sent{}
+			return json.Unmarshal(v, out)
+		}
+		return nil
+	})
+	return out, err
+}
