@@ -24,6 +24,9 @@ var commands = []command{
 	{"local", "run the whole backend locally (WebSocket API on 127.0.0.1:3001)", runLocal},
 	{"token", "print a dev token for a user: signet token <userId> [--device D]", runToken},
 	{"provision", "create the template's tables and queues at an endpoint", runProvision},
+	{"chat", "interactive terminal chat: signet chat --user alice [--device laptop]", runChat},
+	{"send", "send one message: signet send --user alice --to bob \"text\"", runSend},
+	{"tail", "print a user's messages as JSON lines: signet tail --user bob [--count N]", runTail},
 }
 
 func usage(w io.Writer) {

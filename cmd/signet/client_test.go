@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+)
+
+func startLocal(t *testing.T) *devstack.Stack {
+	t.Helper()
+	quick := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, time.Second, time.Second}}
+	st, err := devstack.Start(context.Background(), devstack.Options{
+		Prefix: fmt.Sprintf("cli%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return st
+}
+
+// Two `signet chat` sessions talk through the local stack.
+func TestTwoChatSessionsTalk(t *testing.T) {
+	st := startLocal(t)
+	data := t.TempDir()
+	bobIn, bobInW := io.Pipe()
+	var bobOut syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdin = bobIn
+	bobDone := make(chan int)
+	go func() {
+		bobDone <- run(ctx, []string{"chat", "--user", "bob", "--url", st.URL, "--data", data}, &bobOut, &bobOut)
+	}()
+	waitText(t, &bobOut, "Commands:")
+	var aliceOut syncBuffer
+	aliceIn, aliceInW := io.Pipe()
+	stdin = aliceIn
+	aliceDone := make(chan int)
+	go func() {
+		aliceDone <- run(ctx, []string{"chat", "--user", "alice", "--url", st.URL, "--data", data}, &aliceOut, &aliceOut)
+	}()
+	waitText(t, &aliceOut, "Commands:")
+	fmt.Fprintln(aliceInW, "/to bob")
+	fmt.Fprintln(aliceInW, "approve PO-7?")
+	waitText(t, &aliceOut, `✓ "approve PO-7?" stored for bob`)
+	waitText(t, &bobOut, "[alice] alice: approve PO-7?")
+	fmt.Fprintln(bobInW, "/to alice")
+	fmt.Fprintln(bobInW, "approved")
+	waitText(t, &aliceOut, "[bob] bob: approved")
+	fmt.Fprintln(bobInW, "/list")
+	waitText(t, &bobOut, "alice               2 messages")
+	fmt.Fprintln(aliceInW, "/quit")
+	fmt.Fprintln(bobInW, "/quit")
+	for _, done := range []chan int{aliceDone, bobDone} {
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("chat exit %d:\n%s\n%s", code, aliceOut.String(), bobOut.String())
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("chat did not quit")
+		}
+	}
+	if strings.Count(aliceOut.String(), "approve PO-7?") != 2 { // typed line and its ✓
+		t.Fatalf("alice's own message shown more than once:\n%s", aliceOut.String())
+	}
+}
+
+func waitText(t *testing.T, b *syncBuffer, s string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(b.String(), s) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %q in:\n%s", s, b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A `signet tail` process killed with SIGKILL at random moments during a
+// burst of 1,000 messages, and restarted each time, ends with all 1,000 on
+// the device, each once, in order; its output across runs is every seq in
+// order, where a kill may repeat at most the one line it interrupted.
+func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
+	st := startLocal(t)
+	bin := filepath.Join(t.TempDir(), "signet")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	data := t.TempDir()
+	const total = 1000
+	sent := make(chan []string, 1)
+	go func() {
+		var ids []string
+		var out syncBuffer
+		for i := 0; i < total; i += 100 {
+			// Many senders in parallel keep the burst dense.
+			out = syncBuffer{}
+			sendBatch(t, st, data, i, 100, &out)
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				var s struct {
+					MessageID string `json:"messageId"`
+				}
+				if json.Unmarshal([]byte(line), &s) == nil && s.MessageID != "" {
+					ids = append(ids, s.MessageID)
+				}
+			}
+		}
+		sent <- ids
+	}()
+	rng := rand.New(rand.NewPCG(42, 7))
+	var lines []string
+	highest := 0 // highest seq printed so far
+	kills := 0
+	for deadline := time.Now().Add(3 * time.Minute); highest < total; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d lines after %d kills", len(lines), total, kills)
+		}
+		cmd := exec.Command(bin, "tail", "--user", "bob", "--device", "tailer", "--url", st.URL, "--data", data)
+		stdout, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		killAt := time.Duration(100+rng.IntN(900)) * time.Millisecond
+		timer := time.AfterFunc(killAt, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines = append(lines, sc.Text())
+			var e struct {
+				Seq int `json:"seq"`
+			}
+			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Seq > highest {
+				highest = e.Seq
+			}
+			if highest == total {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+		}
+		timer.Stop()
+		if err := cmd.Wait(); err != nil {
+			kills++
+		}
+	}
+	ids := <-sent
+	if len(ids) != total {
+		t.Fatalf("sent %d", len(ids))
+	}
+	next, repeats := int64(1), 0
+	got := map[string]bool{}
+	for i, line := range lines {
+		var e struct {
+			Seq     int64 `json:"seq"`
+			Message struct {
+				MessageID string `json:"messageId"`
+			} `json:"message"`
+		}
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, line)
+		}
+		switch e.Seq {
+		case next:
+			next++
+			got[e.Message.MessageID] = true
+		case next - 1:
+			repeats++ // the line a kill interrupted, printed again
+		default:
+			t.Fatalf("line %d: seq %d, want %d", i, e.Seq, next)
+		}
+	}
+	if repeats > kills {
+		t.Fatalf("%d repeated lines for %d kills", repeats, kills)
+	}
+	for _, id := range ids {
+		if !got[id] {
+			t.Fatalf("message %s never printed", id)
+		}
+	}
+	t.Logf("%d lines (%d repeats) over %d SIGKILLs", len(lines), repeats, kills)
+	// The device store: all 1,000, each once, at seqs 1..1000.
+	var cf clientFlags
+	cf.user, cf.device, cf.url, cf.secret, cf.data = "bob", "tailer", st.URL, devstack.DefaultSecret, data
+	c, err := cf.dial(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	hist, err := c.History(0, 0)
+	if err != nil || len(hist) != total {
+		t.Fatalf("store holds %d messages (%v), want %d", len(hist), err, total)
+	}
+	seen := map[string]bool{}
+	for i, m := range hist {
+		if m.Seq != int64(i+1) || seen[m.MessageID] || !got[m.MessageID] {
+			t.Fatalf("store entry %d: seq %d id %s (duplicate %v)", i, m.Seq, m.MessageID, seen[m.MessageID])
+		}
+		seen[m.MessageID] = true
+	}
+	if kills == 0 {
+		t.Fatal("the tail process was never killed: the test proved nothing")
+	}
+}
+
+// sendBatch sends n messages to bob with `signet send` run in-process, from
+// n/10 senders.
+func sendBatch(t *testing.T, st *devstack.Stack, data string, from, n int, out *syncBuffer) {
+	done := make(chan int, n)
+	for s := range 10 {
+		go func() {
+			for i := s; i < n; i += 10 {
+				done <- run(context.Background(), []string{"send", "--user", fmt.Sprintf("s%d", s), "--to", "bob", "--url", st.URL, "--data", data, fmt.Sprintf("m%d", from+i)}, out, out)
+			}
+		}()
+	}
+	for range n {
+		if code := <-done; code != 0 {
+			t.Errorf("send exit %d: %s", code, out.String())
+		}
+	}
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/client"
+	"github.com/signet-im/signet/shared/config"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+)
+
+// clientFlags are the flags every client command shares.
+type clientFlags struct {
+	user, device, url, token, secret, data string
+}
+
+func dataHome() string {
+	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
+		return filepath.Join(d, "signet")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "share", "signet")
+	}
+	return ".signet"
+}
+
+func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
+	fs.StringVar(&f.user, "user", "", "your user id (required)")
+	fs.StringVar(&f.device, "device", defaultDevice, "this device's id: each device has its own cursor and outbox")
+	fs.StringVar(&f.url, "url", "ws://127.0.0.1:3001/", "WebSocket URL (signet local, or a deployed wss://…/<stage>)")
+	fs.StringVar(&f.token, "token", os.Getenv("SIGNET_TOKEN"), "JWT to connect with (env SIGNET_TOKEN); default: mint one with --secret")
+	fs.StringVar(&f.secret, "secret", envOr(config.EnvJWTSecret, devstack.DefaultSecret), "HS256 secret for minting a token (env SIGNET_JWT_SECRET; default: the local stack's)")
+	fs.StringVar(&f.data, "data", dataHome(), "data directory; the device store is <data>/<user>/<device>/client.db")
+}
+
+func (f *clientFlags) check() error {
+	if !im.UserID(f.user).Valid() {
+		return fmt.Errorf("%w: --user is required (1-64 characters of [A-Za-z0-9._@-])", errUsage)
+	}
+	if !im.DeviceID(f.device).Valid() {
+		return fmt.Errorf("%w: --device must be 1-64 characters of [A-Za-z0-9._@-]", errUsage)
+	}
+	return nil
+}
+
+func (f *clientFlags) dir() string { return filepath.Join(f.data, f.user, f.device) }
+
+// dial connects the user's device client.
+func (f *clientFlags) dial(ctx context.Context, mutate func(*client.Options)) (*client.Client, error) {
+	opts := client.Options{
+		URL:    f.url,
+		Device: f.device,
+		Path:   filepath.Join(f.dir(), "client.db"),
+		Token: func(context.Context) (string, error) {
+			if f.token != "" {
+				return f.token, nil
+			}
+			return auth.Mint([]byte(f.secret), im.UserID(f.user), im.DeviceID(f.device), time.Now(), time.Hour)
+		},
+	}
+	if mutate != nil {
+		mutate(&opts)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	c, err := client.Dial(dctx, opts)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("could not connect to %s within 15s (is `signet local` running?)", f.url)
+	}
+	return c, err
+}
+
+const clientHelpTail = `
+Each user/device keeps its messages, cursor and outbox in
+<data>/<user>/<device>/client.db (default data directory: %s).
+`

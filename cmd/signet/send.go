@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/signet-im/signet/shared/client"
+)
+
+func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("signet send", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs, "cli")
+	to := fs.String("to", "", "recipient user id (required)")
+	raw := fs.Bool("json", false, "the text is a JSON body, sent as is (default: {\"text\": <text>})")
+	id := fs.String("id", "", "clientMsgId (default: random); repeat a send safely with the same id")
+	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for the server's ACK")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user> [flags] <text>
+
+Sends one message and prints the server's ACK as one JSON line. The message
+is written to the device's outbox first: if no ACK arrives in time it stays
+there and is sent again (same clientMsgId) the next time this user/device
+runs a client command.
+`+clientHelpTail+"\nFlags:\n", dataHome())
+		fs.PrintDefaults()
+	}
+	flags, pos := interleaved(fs, args)
+	if err := parse(fs, flags, stderr); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		fs.Usage()
+		return err
+	}
+	if *to == "" || len(pos) == 0 {
+		fs.Usage()
+		return fmt.Errorf("%w: give --to and the text", errUsage)
+	}
+	text := strings.Join(pos, " ")
+	body := json.RawMessage(text)
+	if !*raw {
+		body, _ = json.Marshal(map[string]string{"text": text})
+	} else if !json.Valid(body) {
+		return fmt.Errorf("%w: --json text is not valid JSON", errUsage)
+	}
+	c, err := cf.dial(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	sent, err := c.SendDraft(sctx, client.Draft{ClientMsgID: *id, To: *to, Body: body})
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("no ACK within %s; the message stays in the outbox of %s and is retried on the next run", *timeout, cf.dir())
+	}
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(sent)
+	fmt.Fprintln(stdout, string(b))
+	return nil
+}
