@@ -12,7 +12,7 @@ GO ?= go
 # Lambda functions: directory under functions/ and template logical id.
 FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:DisconnectFunction \
 	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
-	redeliver:RedeliverFunction
+	redeliver:RedeliverFunction alerts:AlertsFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
@@ -46,6 +46,7 @@ build-SyncFunction: ; $(MAKE) lambda-sync
 build-PingFunction: ; $(MAKE) lambda-ping
 build-DefaultFunction: ; $(MAKE) lambda-default
 build-RedeliverFunction: ; $(MAKE) lambda-redeliver
+build-AlertsFunction: ; $(MAKE) lambda-alerts
 
 test: ## the README's test command
 	$(GO) test -race -count=1 ./...

@@ -9,3 +9,9 @@ import _ "embed"
 //
 //go:embed template.yaml
 var Template []byte
+
+// OpenAPI is the contents of docs/openapi.yaml, the HTTP API's contract;
+// the alerts handler validates requests against its schemas.
+//
+//go:embed docs/openapi.yaml
+var OpenAPI []byte

@@ -14,9 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/signet-im/signet"
 	signetcfg "github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/push"
 	"github.com/signet-im/signet/shared/queue"
 )
@@ -28,17 +31,34 @@ type Clients struct {
 	Management *apigatewaymanagementapi.Client
 }
 
+// validator checks HTTP bodies against docs/openapi.yaml (embedded).
+var validator = func() *openapi.Validator {
+	v, err := openapi.Load(signet.OpenAPI, "AlertRequest", "AppRequest")
+	if err != nil {
+		panic(err) // the embedded document is tested; a broken one is a build defect
+	}
+	return v
+}()
+
 // New wires a handler over clients and configuration.
 func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
-	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable})
+	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable, Trace: cfg.TraceTable, Alerts: cfg.AlertsTable})
 	store.Retention = cfg.InboxRetention
 	h := &handler.Handler{
 		Inbox:        store,
 		Connections:  store,
+		Tracer:       store,
 		Secret:       []byte(cfg.JWTSecret),
 		Redelivery:   cfg.Redelivery,
 		SyncInterval: cfg.SyncInterval,
 		Log:          log,
+	}
+	if cfg.AlertsTable != "" {
+		h.AlertStore = store
+		h.Validator = validator
+	}
+	if cfg.AdminKey != "" {
+		h.AdminKeyHash = im.HashSecret(cfg.AdminKey)
 	}
 	if c.SQS != nil {
 		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)

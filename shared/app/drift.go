@@ -21,6 +21,15 @@ var Routes = map[string]string{
 	"ping":        "PingFunction",
 }
 
+// HTTPRoutes maps every HTTP API route the code serves to its function.
+var HTTPRoutes = map[string]string{
+	"POST /v1/messages":           "AlertsFunction",
+	"GET /v1/messages/{id}":       "AlertsFunction",
+	"GET /v1/messages/{id}/trace": "AlertsFunction",
+	"POST /v1/apps":               "AlertsFunction",
+	"DELETE /v1/apps/{appId}":     "AlertsFunction",
+}
+
 // Queue triggers: function logical id → queue logical id it consumes.
 var Triggers = map[string]string{
 	"RedeliverFunction": "RedeliveryQueue",
@@ -32,6 +41,8 @@ var resourceKind = map[string]string{
 	signetcfg.EnvConnectionsTable: "table",
 	signetcfg.EnvInboxTable:       "table",
 	signetcfg.EnvMessagesTable:    "table",
+	signetcfg.EnvTraceTable:       "table",
+	signetcfg.EnvAlertsTable:      "table",
 	signetcfg.EnvRedeliveryQueue:  "queue",
 }
 
@@ -89,6 +100,18 @@ func Drift(t *template.Template) []string {
 	for key := range t.Routes {
 		if _, ok := Routes[key]; !ok {
 			add("route %s: in the template, not served by the code", key)
+		}
+	}
+	for key, fn := range HTTPRoutes {
+		if got, ok := t.HTTPRoutes[key]; !ok {
+			add("http route %s: served by the code, missing from the template", key)
+		} else if got != fn {
+			add("http route %s: template integrates %s, the code serves it with %s", key, got, fn)
+		}
+	}
+	for key := range t.HTTPRoutes {
+		if _, ok := HTTPRoutes[key]; !ok {
+			add("http route %s: in the template, not served by the code", key)
 		}
 	}
 	if r := t.Routes["$connect"]; r.Authorizer != "AuthorizerFunction" {

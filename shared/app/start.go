@@ -41,5 +41,6 @@ func Functions(h *handler.Handler) map[string]any {
 		"PingFunction":       h.Ping,
 		"DefaultFunction":    h.Default,
 		"RedeliverFunction":  h.Redeliver,
+		"AlertsFunction":     h.Alerts,
 	}
 }

@@ -17,6 +17,12 @@ type Config struct {
 	ConnectionsTable string
 	InboxTable       string
 	MessagesTable    string
+	// TraceTable holds per-message trace events ("" disables tracing).
+	TraceTable string
+	// AlertsTable holds apps, Idempotency-Keys and alert records.
+	AlertsTable string
+	// AdminKey authorizes app management and reading any trace over HTTP.
+	AdminKey string
 	// RedeliveryQueueURL is the SQS queue of redelivery checks.
 	RedeliveryQueueURL string
 	// WebSocketEndpoint is the @connections management endpoint:
@@ -44,6 +50,9 @@ const (
 	EnvConnectionsTable = "SIGNET_CONNECTIONS_TABLE"
 	EnvInboxTable       = "SIGNET_INBOX_TABLE"
 	EnvMessagesTable    = "SIGNET_MESSAGES_TABLE"
+	EnvTraceTable       = "SIGNET_TRACE_TABLE"
+	EnvAlertsTable      = "SIGNET_ALERTS_TABLE"
+	EnvAdminKey         = "SIGNET_ADMIN_KEY"
 	EnvRedeliveryQueue  = "SIGNET_REDELIVERY_QUEUE_URL"
 	EnvWebSocketAPI     = "SIGNET_WS_ENDPOINT"
 	EnvJWTSecret        = "SIGNET_JWT_SECRET"
@@ -58,6 +67,9 @@ var Vars = []Var{
 	{EnvConnectionsTable, "", "DynamoDB table of connections"},
 	{EnvInboxTable, "", "DynamoDB table of per-user inboxes"},
 	{EnvMessagesTable, "", "DynamoDB table of conversation logs"},
+	{EnvTraceTable, "", "DynamoDB table of per-message trace events (empty: no trace)"},
+	{EnvAlertsTable, "", "DynamoDB table of apps, Idempotency-Keys and alerts"},
+	{EnvAdminKey, "", "admin key of the HTTP API (app management, any trace)"},
 	{EnvRedeliveryQueue, "", "SQS queue URL of redelivery checks"},
 	{EnvWebSocketAPI, "", "@connections endpoint: https://{api}.execute-api.{region}.amazonaws.com/{stage}"},
 	{EnvJWTSecret, "", "HS256 secret that verifies client tokens"},
@@ -86,6 +98,9 @@ func Load(getenv func(string) string) (Config, error) {
 		ConnectionsTable:   get(EnvConnectionsTable),
 		InboxTable:         get(EnvInboxTable),
 		MessagesTable:      get(EnvMessagesTable),
+		TraceTable:         get(EnvTraceTable),
+		AlertsTable:        get(EnvAlertsTable),
+		AdminKey:           get(EnvAdminKey),
 		RedeliveryQueueURL: get(EnvRedeliveryQueue),
 		WebSocketEndpoint:  get(EnvWebSocketAPI),
 		JWTSecret:          get(EnvJWTSecret),
@@ -123,6 +138,9 @@ func (c Config) Require(names ...string) error {
 		EnvConnectionsTable: c.ConnectionsTable,
 		EnvInboxTable:       c.InboxTable,
 		EnvMessagesTable:    c.MessagesTable,
+		EnvTraceTable:       c.TraceTable,
+		EnvAlertsTable:      c.AlertsTable,
+		EnvAdminKey:         c.AdminKey,
 		EnvRedeliveryQueue:  c.RedeliveryQueueURL,
 		EnvWebSocketAPI:     c.WebSocketEndpoint,
 		EnvJWTSecret:        c.JWTSecret,

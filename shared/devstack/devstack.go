@@ -42,6 +42,9 @@ import (
 // DefaultSecret is the local stack's JWT secret (`signet token` signs with it).
 const DefaultSecret = "local-dev-secret"
 
+// DefaultAdminKey is the local stack's HTTP API admin key.
+const DefaultAdminKey = "local-admin-key"
+
 // Options configure a local stack. The zero value is a usable test stack on
 // a random port with in-process emulators.
 type Options struct {
@@ -57,6 +60,11 @@ type Options struct {
 	Prefix string
 	// Secret verifies tokens (default DefaultSecret).
 	Secret string
+	// HTTPAddr is where the HTTP alerts API listens (default 127.0.0.1:0;
+	// `signet local` uses 127.0.0.1:3000).
+	HTTPAddr string
+	// AdminKey is the HTTP API's admin key (default DefaultAdminKey).
+	AdminKey string
 	// Redelivery is the push timeout and backoff (default im.DefaultRedelivery()).
 	Redelivery *im.Redelivery
 	// SyncInterval admits one new sync per user per interval (default 2s).
@@ -77,6 +85,8 @@ type Stack struct {
 	URL string
 	// ManagementURL is the @connections endpoint (http://host:port/local).
 	ManagementURL string
+	// HTTPURL is the HTTP alerts API (http://host:port).
+	HTTPURL string
 	// DynamoDBEndpoint and SQSEndpoint are the endpoints in use.
 	DynamoDBEndpoint, SQSEndpoint string
 	// DynamoDB and SQS are SDK clients for the stack's emulators.
@@ -159,6 +169,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	cfg.ConnectionsTable = st.Resources.Tables["ConnectionsTable"]
 	cfg.InboxTable = st.Resources.Tables["InboxTable"]
 	cfg.MessagesTable = st.Resources.Tables["MessagesTable"]
+	cfg.TraceTable = st.Resources.Tables["TraceTable"]
+	cfg.AlertsTable = st.Resources.Tables["AlertsTable"]
+	cfg.AdminKey = o.AdminKey
 	cfg.RedeliveryQueueURL = st.Resources.Queues["RedeliveryQueue"]
 	cfg.WebSocketEndpoint = st.ManagementURL
 	cfg.JWTSecret = o.Secret
@@ -182,6 +195,23 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		st.Gateway.Close()
 		_ = srv.Shutdown(ctx)
 	})
+
+	httpAPI := &gateway.HTTPAPI{Routes: map[string]gateway.HTTPLambda{}, Log: o.Log}
+	for key, fn := range tmpl.HTTPRoutes {
+		h, ok := fns[fn].(func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error))
+		if !ok {
+			return nil, fmt.Errorf("http route %s: function %s has no HTTP handler", key, fn)
+		}
+		httpAPI.Routes[key] = h
+	}
+	hln, err := net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
+	}
+	st.HTTPURL = "http://" + hln.Addr().String()
+	hsrv := &http.Server{Handler: httpAPI, ReadHeaderTimeout: 10 * time.Second}
+	st.wg.Go(func() { _ = hsrv.Serve(hln) })
+	st.stops = append(st.stops, func() { _ = hsrv.Close() })
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
@@ -246,6 +276,12 @@ func withDefaults(o Options) Options {
 	}
 	if o.Secret == "" {
 		o.Secret = DefaultSecret
+	}
+	if o.HTTPAddr == "" {
+		o.HTTPAddr = "127.0.0.1:0"
+	}
+	if o.AdminKey == "" {
+		o.AdminKey = DefaultAdminKey
 	}
 	if o.Redelivery == nil {
 		r := im.DefaultRedelivery()

@@ -236,7 +236,7 @@ func TestStaleConnectionGets410IsRemovedAndMessageSyncsLater(t *testing.T) {
 	st := startStack(t, devstack.Options{})
 	ctx := context.Background()
 	// A record whose socket is gone (its $disconnect never ran).
-	stale := im.Connection{User: "bob", ID: "stale-conn", Device: "phone", ConnectedAt: time.Now(), LastSeenAt: time.Now()}
+	stale := im.Connection{User: "bob", ID: "stale-conn", Device: "phone", ConnectedAt: time.Now().Add(-time.Hour), LastSeenAt: time.Now()}
 	if err := st.Store.SaveConnection(ctx, stale); err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,27 @@ func (st *Store) RemoveConnection(ctx context.Context, u im.UserID, id im.Connec
 	return nil
 }
 
+// RemoveStaleConnection deletes a connection record only if the connection
+// was opened before cutoff, and reports whether it did. A push can meet a
+// 410 while a brand-new connection is still in its $connect handshake; its
+// record must survive that.
+func (st *Store) RemoveStaleConnection(ctx context.Context, u im.UserID, id im.ConnectionID, cutoff time.Time) (bool, error) {
+	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(st.tables.Connections),
+		Key:                       connKey(u, id),
+		ConditionExpression:       aws.String("#at < :cutoff"),
+		ExpressionAttributeNames:  map[string]string{"#at": "connectedAt"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":cutoff": n(cutoff.UnixMilli())},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("remove stale connection %s/%s: %w", u, id, err)
+	}
+	return true, nil
+}
+
 // TouchConnection refreshes a connection's lastSeenAt and TTL. It returns
 // im.ErrNotFound when the record is gone.
 func (st *Store) TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error {

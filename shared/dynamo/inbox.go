@@ -105,30 +105,51 @@ func (st *Store) Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.Dev
 
 // Ack moves the device's ack cursor forward to upTo. A lower or equal value
 // changes nothing (forward-only); a value beyond the inbox head is rejected
-// with im.ErrAckBeyondHead. It reports whether the cursor moved.
-func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (bool, error) {
+// with im.ErrAckBeyondHead. It returns the previous cursor and whether the
+// cursor moved.
+func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error) {
 	head, _, err := st.Head(ctx, u)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	if upTo > head {
-		return false, fmt.Errorf("ack %s/%s up to %d (head %d): %w", u, d, upTo, head, im.ErrAckBeyondHead)
+		return 0, false, fmt.Errorf("ack %s/%s up to %d (head %d): %w", u, d, upTo, head, im.ErrAckBeyondHead)
 	}
-	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		Key:                       inboxKey(u, deviceSK(d)),
 		UpdateExpression:          aws.String("SET #acked = :n, #ackedAt = :now"),
 		ConditionExpression:       aws.String("attribute_not_exists(#acked) OR #acked < :n"),
 		ExpressionAttributeNames:  map[string]string{"#acked": "acked", "#ackedAt": "ackedAt"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(upTo), ":now": n(now.UnixMilli())},
+		ReturnValues:              types.ReturnValueUpdatedOld,
 	})
 	if isConditionFailed(err) {
-		return false, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+		return 0, false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
 	}
-	return true, nil
+	return getN(out.Attributes, "acked"), true, nil
+}
+
+// Devices returns the ack cursors of all of a user's devices.
+func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error) {
+	out := map[im.DeviceID]im.DeviceCursor{}
+	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :c)"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":c": s("c#")},
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("devices of %s: %w", u, err)
+	}
+	for _, it := range res.Items {
+		out[im.DeviceID(getS(it, attrSK)[2:])] = im.DeviceCursor{Acked: getN(it, "acked"), AckedAt: time.UnixMilli(getN(it, "ackedAt")).UTC(), SyncNext: getN(it, "syncNext")}
+	}
+	return out, nil
 }
 
 // SetSyncNext records where a device's unfinished sync continues (0: finished).

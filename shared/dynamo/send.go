@@ -74,7 +74,9 @@ func (st *Store) readHeads(ctx context.Context, c im.ConversationID, users []im.
 	}
 	req := map[string]types.KeysAndAttributes{
 		st.tables.Messages: {Keys: []map[string]types.AttributeValue{convKey(c, skHead)}, ConsistentRead: aws.Bool(true)},
-		st.tables.Inbox:    {Keys: keys, ConsistentRead: aws.Bool(true)},
+	}
+	if len(keys) > 0 {
+		req[st.tables.Inbox] = types.KeysAndAttributes{Keys: keys, ConsistentRead: aws.Bool(true)}
 	}
 	h := heads{inbox: make(map[im.UserID]int64, len(users))}
 	for len(req) > 0 {

@@ -20,6 +20,10 @@ type Tables struct {
 	Connections string
 	Inbox       string
 	Messages    string
+	// Trace is the table of per-message trace events ("" disables tracing).
+	Trace string
+	// Alerts holds apps, Idempotency-Keys and alert records.
+	Alerts string
 }
 
 // Store is the DynamoDB implementation of Signet's storage.

@@ -158,21 +158,26 @@ func TestAckIsForwardOnlyAndBoundedByHead(t *testing.T) {
 	steps := []struct {
 		upTo  int64
 		moved bool
+		old   int64
 		err   error
 		acked int64
 	}{
-		{2, true, nil, 2},
-		{1, false, nil, 2},
-		{2, false, nil, 2},
-		{4, false, im.ErrAckBeyondHead, 2},
-		{3, true, nil, 3},
+		{2, true, 0, nil, 2},
+		{1, false, 0, nil, 2},
+		{2, false, 0, nil, 2},
+		{4, false, 0, im.ErrAckBeyondHead, 2},
+		{3, true, 2, nil, 3},
 	}
 	for _, s := range steps {
-		moved, err := st.Ack(ctx, "bob", "phone", s.upTo, now)
+		old, moved, err := st.Ack(ctx, "bob", "phone", s.upTo, now)
 		d, _ := st.Device(ctx, "bob", "phone")
-		if moved != s.moved || !errors.Is(err, s.err) || d.Acked != s.acked {
-			t.Fatalf("ack %d: moved %v err %v acked %d; want %v %v %d", s.upTo, moved, err, d.Acked, s.moved, s.err, s.acked)
+		if moved != s.moved || old != s.old || !errors.Is(err, s.err) || d.Acked != s.acked {
+			t.Fatalf("ack %d: moved %v old %d err %v acked %d; want %v %d %v %d", s.upTo, moved, old, err, d.Acked, s.moved, s.old, s.err, s.acked)
 		}
+	}
+	devs, err := st.Devices(ctx, "bob")
+	if err != nil || len(devs) != 1 || devs["phone"].Acked != 3 {
+		t.Fatalf("devices = %+v, %v", devs, err)
 	}
 }
 
@@ -216,5 +221,30 @@ func TestConnectionRecords(t *testing.T) {
 	}
 	if err := st.TouchConnection(ctx, "bob", "c1", now); !errors.Is(err, im.ErrNotFound) {
 		t.Fatalf("touch removed record: %v", err)
+	}
+}
+
+// Regression: a 410 met by a push during a new connection's $connect
+// handshake removed the new record, and that device got no more pushes.
+func TestRemoveStaleConnectionKeepsYoungRecords(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	old := im.Connection{User: "bob", ID: "old", Device: "phone", ConnectedAt: now.Add(-time.Hour), LastSeenAt: now}
+	young := im.Connection{User: "bob", ID: "young", Device: "phone", ConnectedAt: now, LastSeenAt: now}
+	for _, c := range []im.Connection{old, young} {
+		if err := st.SaveConnection(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cutoff := now.Add(-30 * time.Second)
+	if removed, err := st.RemoveStaleConnection(ctx, "bob", "young", cutoff); err != nil || removed {
+		t.Fatalf("young record: removed %v, %v", removed, err)
+	}
+	if removed, err := st.RemoveStaleConnection(ctx, "bob", "old", cutoff); err != nil || !removed {
+		t.Fatalf("old record: removed %v, %v", removed, err)
+	}
+	conns, _ := st.Connections(ctx, "bob")
+	if len(conns) != 1 || conns[0].ID != "young" {
+		t.Fatalf("connections = %+v", conns)
 	}
 }

@@ -18,7 +18,8 @@ type Inbox interface {
 	Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error)
 	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
-	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (bool, error)
+	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error)
+	EntryIDs(ctx context.Context, u im.UserID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
 	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)
 }
@@ -27,6 +28,7 @@ type Inbox interface {
 type Connections interface {
 	SaveConnection(ctx context.Context, c im.Connection) error
 	RemoveConnection(ctx context.Context, u im.UserID, id im.ConnectionID) error
+	RemoveStaleConnection(ctx context.Context, u im.UserID, id im.ConnectionID, cutoff time.Time) (bool, error)
 	TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error
 	Connections(ctx context.Context, u im.UserID) ([]im.Connection, error)
 }
@@ -41,6 +43,11 @@ type Scheduler interface {
 	Schedule(ctx context.Context, c im.Check, delay time.Duration) error
 }
 
+// Tracer appends events to messages' traces.
+type Tracer interface {
+	AppendEvents(ctx context.Context, events []im.Event) error
+}
+
 // Handler serves every route. Fields left nil are not needed by every
 // function (the authorizer needs only Secret).
 type Handler struct {
@@ -48,6 +55,14 @@ type Handler struct {
 	Connections Connections
 	Pusher      Pusher
 	Scheduler   Scheduler
+	// Tracer records each message's path (nil: no trace).
+	Tracer Tracer
+	// AlertStore serves the HTTP alerts API (nil: not configured).
+	AlertStore AlertStore
+	// Validator checks HTTP request bodies against the OpenAPI schemas.
+	Validator Validator
+	// AdminKeyHash is the SHA-256 (hex) of the admin key ("" disables it).
+	AdminKeyHash string
 	// Secret verifies client tokens.
 	Secret []byte
 	// Redelivery is the push timeout and backoff policy.
@@ -116,3 +131,32 @@ func (h *Handler) fail(ctx context.Context, c caller, route string, err error, c
 }
 
 var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorized")
+
+// trail collects the trace events of one invocation and writes them in one
+// batch at the end. The trace is diagnostic: failing to write it is logged,
+// never turned into a failed delivery.
+type trail struct {
+	h        *Handler
+	function string
+	request  string
+	events   []im.Event
+}
+
+func (h *Handler) trail(function, requestID string) *trail {
+	return &trail{h: h, function: function, request: requestID}
+}
+
+func (t *trail) add(e im.Event) {
+	e.At, e.Function, e.RequestID = t.h.now(), t.function, t.request
+	t.events = append(t.events, e)
+}
+
+func (t *trail) flush(ctx context.Context) {
+	if t.h.Tracer == nil || len(t.events) == 0 {
+		return
+	}
+	if err := t.h.Tracer.AppendEvents(ctx, t.events); err != nil {
+		t.h.log().WarnContext(ctx, "trace not recorded", "err", err.Error(), "events", len(t.events), "requestId", t.request)
+	}
+	t.events = nil
+}

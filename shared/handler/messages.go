@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -36,12 +37,24 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
+	tr := h.trail("send", c.RequestID)
+	defer tr.flush(ctx)
+	id := stored.Message.ID
+	if stored.Replayed {
+		tr.add(im.Event{Message: id, Type: im.EventCreated, User: c.User, Device: c.Device, Detail: "retry of clientMsgId " + clientMsgID})
+	} else {
+		tr.add(im.Event{Message: id, Type: im.EventCreated, User: c.User, Device: c.Device})
+		tr.add(im.Event{Message: id, Type: im.EventStored, Detail: fmt.Sprintf("%s #%d", stored.Message.Conversation, stored.Message.ConvSeq)})
+		for user, seq := range stored.Inboxed {
+			tr.add(im.Event{Message: id, Type: im.EventInboxed, User: user, Seq: seq})
+		}
+	}
 	h.log().InfoContext(ctx, "message stored", "messageId", stored.Message.ID, "conversationId", stored.Message.Conversation,
 		"convSeq", stored.Message.ConvSeq, "userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
 	// A replay pushes again: the first attempt may have crashed before its
 	// pushes. Devices drop entries they already have (seq ≤ cursor).
 	for user, seq := range stored.Inboxed {
-		h.deliver(ctx, user, im.Entry{Seq: seq, Message: stored.Message})
+		h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message})
 	}
 	return reply(wire.NewSent(clientMsgID, stored.Message))
 }
@@ -49,46 +62,73 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 // deliver pushes an entry to every connection of user and schedules the
 // first redelivery check of each push. Failures are logged: the entry is
 // durable and a check or the next sync delivers it.
-func (h *Handler) deliver(ctx context.Context, user im.UserID, e im.Entry) {
+func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.Entry) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
 		h.log().ErrorContext(ctx, "push skipped: listing connections failed", "err", err.Error(), "userId", user, "seq", e.Seq, "messageId", e.Message.ID)
 		return
 	}
 	frame, _ := json.Marshal(wire.NewPush(e))
+	if len(conns) == 0 {
+		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
+	}
 	for _, conn := range conns {
-		h.pushAndSchedule(ctx, conn, e, frame, 0)
+		h.pushAndSchedule(ctx, tr, conn, e, frame, 0)
 	}
 }
 
+// ConnectGrace is how long after $connect a 410 does not remove a
+// connection record: the handshake may still be under way.
+const ConnectGrace = 30 * time.Second
+
 // pushAndSchedule makes push number attempt+1 of entry e to conn and, unless
 // the connection is gone or the policy is exhausted, schedules the next check.
-func (h *Handler) pushAndSchedule(ctx context.Context, conn im.Connection, e im.Entry, frame []byte, attempt int) {
+func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connection, e im.Entry, frame []byte, attempt int) {
 	log := h.log().With("userId", conn.User, "deviceId", conn.Device, "connectionId", conn.ID, "seq", e.Seq, "messageId", e.Message.ID, "attempt", attempt)
+	ev := im.Event{Message: e.Message.ID, User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
+	event := func(t im.EventType, detail string, delay time.Duration) {
+		ev.Type, ev.Detail, ev.Delay = t, detail, delay
+		tr.add(ev)
+	}
 	err := h.Pusher.Push(ctx, conn.ID, frame)
 	switch {
 	case errors.Is(err, im.ErrGone):
-		log.InfoContext(ctx, "push_failed: connection gone; message waits for pull")
-		if err := h.Connections.RemoveConnection(ctx, conn.User, conn.ID); err != nil {
-			log.ErrorContext(ctx, "removing stale connection failed", "err", err.Error())
+		// A connection still in its $connect handshake also answers 410:
+		// only a record older than the grace period is stale.
+		removed, rerr := h.Connections.RemoveStaleConnection(ctx, conn.User, conn.ID, h.now().Add(-ConnectGrace))
+		if rerr != nil {
+			log.ErrorContext(ctx, "removing stale connection failed", "err", rerr.Error())
 		}
-		return
+		if removed || rerr != nil {
+			log.InfoContext(ctx, "push_failed: 410 gone, connection record removed; message waits for pull")
+			event(im.EventPushFailed, "410 gone: connection record removed", 0)
+			event(im.EventAwaitingPull, "", 0)
+			return
+		}
+		// Too young to be stale: retry like any failed push.
+		log.InfoContext(ctx, "push_failed: 410 during the connect handshake; left for redelivery")
+		event(im.EventPushFailed, "410 gone during the connect handshake; left for redelivery", 0)
 	case err != nil:
 		log.WarnContext(ctx, "push_failed; left for redelivery", "err", err.Error())
+		event(im.EventPushFailed, "push error; left for redelivery", 0)
 	default:
 		log.InfoContext(ctx, "pushed")
+		event(im.EventPushed, "", 0)
 	}
 	delay, ok := h.Redelivery.CheckDelay(attempt)
 	if !ok {
 		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
+		event(im.EventAwaitingPull, fmt.Sprintf("not acked after %d pushes", attempt+1), 0)
 		return
 	}
 	check := im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
 	if err := h.Scheduler.Schedule(ctx, check, delay); err != nil {
 		log.ErrorContext(ctx, "scheduling redelivery failed; message waits for pull", "err", err.Error())
+		event(im.EventAwaitingPull, "scheduling redelivery failed", 0)
 		return
 	}
 	log.InfoContext(ctx, "redelivery_scheduled", "delay", delay.String())
+	event(im.EventRedeliveryScheduled, "", delay)
 }
 
 // Ack moves the device's cumulative ack cursor ({"action":"ack","upTo":N}).
@@ -102,14 +142,38 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionAck, err, "")
 	}
-	moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, h.now())
+	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, h.now())
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionAck, err, "")
 	}
 	if moved {
 		h.log().InfoContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
+		h.traceAcks(ctx, c, old, upTo)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// maxAckTrace bounds how many messages one ack records in their traces.
+const maxAckTrace = 200
+
+// traceAcks records "acked" in the trace of every message the ack covered.
+func (h *Handler) traceAcks(ctx context.Context, c caller, old, upTo int64) {
+	if h.Tracer == nil {
+		return
+	}
+	from := max(old, upTo-maxAckTrace)
+	ids, err := h.Inbox.EntryIDs(ctx, c.User, from, upTo, maxAckTrace)
+	if err != nil {
+		h.log().WarnContext(ctx, "ack trace not recorded", "err", err.Error(), "userId", c.User)
+		return
+	}
+	tr := h.trail("ack", c.RequestID)
+	for seq := from + 1; seq <= upTo; seq++ {
+		if id, ok := ids[seq]; ok {
+			tr.add(im.Event{Message: id, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: seq})
+		}
+	}
+	tr.flush(ctx)
 }
 
 // Sync answers a cursor pull with one page. A new sync (not the continuation

@@ -19,7 +19,10 @@ import (
 func (h *Handler) Redeliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	var resp events.SQSEventResponse
 	for _, rec := range ev.Records {
-		if err := h.redeliver(ctx, rec.Body); err != nil {
+		tr := h.trail("redeliver", rec.MessageId)
+		err := h.redeliver(ctx, tr, rec.Body)
+		tr.flush(ctx)
+		if err != nil {
 			h.log().ErrorContext(ctx, "redelivery check failed; will be retried", "err", err.Error(), "sqsMessageId", rec.MessageId)
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
 		}
@@ -27,7 +30,7 @@ func (h *Handler) Redeliver(ctx context.Context, ev events.SQSEvent) (events.SQS
 	return resp, nil
 }
 
-func (h *Handler) redeliver(ctx context.Context, body string) error {
+func (h *Handler) redeliver(ctx context.Context, tr *trail, body string) error {
 	check, err := queue.Decode(body)
 	if err != nil {
 		// A malformed check can never succeed: drop it rather than loop.
@@ -57,6 +60,6 @@ func (h *Handler) redeliver(ctx context.Context, body string) error {
 	}
 	frame, _ := json.Marshal(wire.NewPush(e))
 	conn := im.Connection{User: check.User, Device: check.Device, ID: check.Connection}
-	h.pushAndSchedule(ctx, conn, e, frame, check.Attempt+1)
+	h.pushAndSchedule(ctx, tr, conn, e, frame, check.Attempt+1)
 	return nil
 }

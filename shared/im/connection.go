@@ -20,6 +20,8 @@ const ConnectionTTL = 2*time.Hour + 10*time.Minute
 type DeviceCursor struct {
 	// Acked is the highest seq the device acknowledged as persisted.
 	Acked int64
+	// AckedAt is when Acked last moved.
+	AckedAt time.Time
 	// SyncNext is the cursor a continuation sync page would start from, or 0
 	// when the device's last sync was complete.
 	SyncNext int64

@@ -23,6 +23,10 @@ var (
 	ErrRateLimited = errors.New("rate limited")
 	// ErrNotFound: the item does not exist.
 	ErrNotFound = errors.New("not found")
+	// ErrIdempotencyConflict: an Idempotency-Key was reused with another payload.
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different payload")
+	// ErrAppExists: an app with that id exists.
+	ErrAppExists = errors.New("app exists")
 	// ErrGone: the connection no longer exists.
 	ErrGone = errors.New("connection gone")
 )

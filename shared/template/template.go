@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -20,6 +21,8 @@ type Template struct {
 	Queues    map[string]Queue    // by logical id
 	Functions map[string]Function // by logical id
 	Routes    map[string]Route    // by route key
+	// HTTPRoutes maps "METHOD /path" of HttpApi events to function logical ids.
+	HTTPRoutes map[string]string
 }
 
 // Table is an AWS::DynamoDB::Table.
@@ -87,7 +90,7 @@ func Parse(b []byte) (*Template, error) {
 		return nil, fmt.Errorf("parse template: empty document")
 	}
 	root := doc.Content[0]
-	t := &Template{Tables: map[string]Table{}, Queues: map[string]Queue{}, Functions: map[string]Function{}, Routes: map[string]Route{}}
+	t := &Template{Tables: map[string]Table{}, Queues: map[string]Queue{}, Functions: map[string]Function{}, Routes: map[string]Route{}, HTTPRoutes: map[string]string{}}
 	globalEnv := envOf(get(get(get(get(root, "Globals"), "Function"), "Environment"), "Variables"))
 	resources := get(root, "Resources")
 	if resources == nil {
@@ -139,6 +142,11 @@ func Parse(b []byte) (*Template, error) {
 			events := get(props, "Events")
 			for j := 0; events != nil && j+1 < len(events.Content); j += 2 {
 				ev := events.Content[j+1]
+				if scalar(get(ev, "Type")) == "HttpApi" {
+					ep := get(ev, "Properties")
+					t.HTTPRoutes[strings.ToUpper(scalar(get(ep, "Method")))+" "+scalar(get(ep, "Path"))] = id
+					continue
+				}
 				if scalar(get(ev, "Type")) != "SQS" {
 					continue
 				}

@@ -1,0 +1,262 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+)
+
+type httpResult struct {
+	status int
+	header http.Header
+	body   map[string]any
+	raw    string
+}
+
+func call(t *testing.T, st *devstack.Stack, method, path, key string, headers map[string]string, body string) httpResult {
+	t.Helper()
+	req, _ := http.NewRequest(method, st.HTTPURL+path, strings.NewReader(body))
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := httpResult{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	_ = json.Unmarshal(raw, &r.body)
+	return r
+}
+
+func createApp(t *testing.T, st *devstack.Stack, name string, users []string, rate int) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"name": name, "allowUsers": users, "ratePerMinute": rate})
+	r := call(t, st, "POST", "/v1/apps", devstack.DefaultAdminKey, nil, string(b))
+	if r.status != http.StatusCreated {
+		t.Fatalf("create app: %d %s", r.status, r.raw)
+	}
+	return r.body["key"].(string)
+}
+
+func recipientStates(r httpResult) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	recs, _ := r.body["recipients"].([]any)
+	for _, x := range recs {
+		m := x.(map[string]any)
+		out[m["userId"].(string)] = m
+	}
+	return out
+}
+
+// The issue's scenario: an alert to three users (one online, one offline
+// who connects later, one whose device never acks), read back over time.
+func TestAlertToThreeUsersShowsEachPathToDelivery(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, time.Second, time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy})
+	key := createApp(t, st, "monitoring", []string{"ann", "ben", "cid"}, 100)
+
+	ann := dial(t, st, "ann", "phone") // online, acks
+	cid := dial(t, st, "cid", "pager") // online, never acks
+	body := `{"to":["ann","ben","cid"],"title":"DB primary down","body":"failover needed","priority":"urgent"}`
+	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "inc-42"}, body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("post: %d %s", r.status, r.raw)
+	}
+	id := r.body["messageId"].(string)
+	if got := recipientStates(r); len(got) != 3 || got["ben"]["state"] != "stored" {
+		t.Fatalf("accepted = %s", r.raw)
+	}
+	push := ann.next("message", 5*time.Second)
+	if _, from, b := push.pushed(t); from != "app.monitoring" || !strings.Contains(b, "DB primary down") {
+		t.Fatalf("ann got %s from %s", b, from)
+	}
+	ann.write(map[string]any{"action": "ack", "upTo": push.Seq})
+
+	status := func() map[string]map[string]any {
+		r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("status: %d %s", r.status, r.raw)
+		}
+		return recipientStates(r)
+	}
+	waitFor(t, "ann delivered", func() bool { return status()["ann"]["state"] == "delivered" })
+	if s := status(); s["ben"]["state"] != "stored" || s["cid"]["state"] != "pushed" || s["ann"]["deliveredAt"] == nil {
+		t.Fatalf("states = %v", s)
+	}
+
+	// ben connects later and syncs; his ack makes it delivered.
+	ben := dial(t, st, "ben", "laptop")
+	ben.write(map[string]any{"action": "sync", "cursor": 0})
+	page := ben.next("sync", 5*time.Second)
+	if len(page.Messages) != 1 || page.Messages[0].Message.MessageID != id {
+		t.Fatalf("ben's sync = %+v", page)
+	}
+	ben.write(map[string]any{"action": "ack", "upTo": page.Messages[0].Seq})
+	waitFor(t, "ben delivered", func() bool { return status()["ben"]["state"] == "delivered" })
+
+	// cid never acks: re-pushed on the backoff schedule, then no more.
+	for range 1 + policy.MaxRetries() {
+		cid.next("message", 10*time.Second)
+	}
+	cid.quiet("message", 3*time.Second)
+	s := status()
+	if s["cid"]["state"] != "pushed" || s["cid"]["pushes"].(float64) != float64(1+policy.MaxRetries()) {
+		t.Fatalf("cid = %v, want pushed %d times", s["cid"], 1+policy.MaxRetries())
+	}
+
+	tr := call(t, st, "GET", "/v1/messages/"+id+"/trace", key, nil, "")
+	if tr.status != http.StatusOK {
+		t.Fatalf("trace: %d %s", tr.status, tr.raw)
+	}
+	count := map[string]int{}
+	for _, e := range tr.body["events"].([]any) {
+		ev := e.(map[string]any)
+		k := ev["type"].(string)
+		if u, ok := ev["userId"].(string); ok {
+			k += ":" + u
+		}
+		count[k]++
+		if ev["function"] == "" || ev["at"] == "" {
+			t.Fatalf("event without function or time: %v", ev)
+		}
+	}
+	want := map[string]int{
+		"created": 1, "stored": 1, "inboxed:ann": 1, "inboxed:ben": 1, "inboxed:cid": 1,
+		"acked:ann": 1, "acked:ben": 1, "awaiting_pull:ben": 1,
+		"pushed:cid": 1 + policy.MaxRetries(), "redelivery_scheduled:cid": policy.MaxRetries(), "awaiting_pull:cid": 1,
+	}
+	for k, n := range want {
+		if count[k] != n {
+			t.Errorf("trace has %d %q events, want %d (all: %v)", count[k], k, n, count)
+		}
+	}
+}
+
+func TestAlertIdempotencyReplayAndConflict(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "hr", []string{"*"}, 100)
+	body := `{"to":["ann"],"title":"Sign the form","body":"today"}`
+	first := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "k1"}, body)
+	again := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "k1"}, body)
+	if first.status != 202 || again.status != 202 || first.raw != again.raw {
+		t.Fatalf("replay: %d %s / %d %s", first.status, first.raw, again.status, again.raw)
+	}
+	other := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "k1"}, `{"to":["ann"],"title":"Other","body":"x"}`)
+	if other.status != http.StatusConflict || other.body["error"].(map[string]any)["code"] != "conflict" {
+		t.Fatalf("conflict: %d %s", other.status, other.raw)
+	}
+	if head, _, _ := st.Store.Head(context.Background(), "ann"); head != 1 {
+		t.Fatalf("ann's inbox head = %d after a replay and a conflict, want 1", head)
+	}
+}
+
+func TestAlertRejectionsStoreNothing(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "ops", []string{"ann"}, 3)
+	ok := `{"to":["ann"],"title":"t","body":"b"}`
+	idem := func(k string) map[string]string { return map[string]string{"Idempotency-Key": k} }
+	cases := []struct {
+		name    string
+		method  string
+		path    string
+		key     string
+		headers map[string]string
+		body    string
+		status  int
+		code    string
+	}{
+		{"no key", "POST", "/v1/messages", "", idem("a"), ok, 401, "unauthorized"},
+		{"bad key", "POST", "/v1/messages", "sk_ops_nope", idem("a"), ok, 401, "unauthorized"},
+		{"garbage key", "POST", "/v1/messages", "hello", idem("a"), ok, 401, "unauthorized"},
+		{"no idempotency key", "POST", "/v1/messages", key, nil, ok, 400, "bad_request"},
+		{"malformed JSON", "POST", "/v1/messages", key, idem("b"), `{"to":`, 400, "bad_request"},
+		{"unknown field", "POST", "/v1/messages", key, idem("c"), `{"to":["ann"],"title":"t","body":"b","x":1}`, 400, "bad_request"},
+		{"missing title", "POST", "/v1/messages", key, idem("d"), `{"to":["ann"],"body":"b"}`, 400, "bad_request"},
+		{"bad priority", "POST", "/v1/messages", key, idem("e"), `{"to":["ann"],"title":"t","body":"b","priority":"asap"}`, 400, "bad_request"},
+		{"bad user id", "POST", "/v1/messages", key, idem("f"), `{"to":["a:b"],"title":"t","body":"b"}`, 400, "bad_request"},
+		{"group", "POST", "/v1/messages", key, idem("g"), `{"group":"ops","title":"t","body":"b"}`, 400, "bad_request"},
+		{"out of scope", "POST", "/v1/messages", key, idem("h"), `{"to":["ann","zoe"],"title":"t","body":"b"}`, 403, "forbidden"},
+		{"oversize", "POST", "/v1/messages", key, idem("i"), `{"to":["ann"],"title":"t","body":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "too_large"},
+		{"admin cannot post", "POST", "/v1/messages", devstack.DefaultAdminKey, idem("j"), ok, 403, "forbidden"},
+		{"app cannot create apps", "POST", "/v1/apps", key, nil, `{"name":"x"}`, 403, "forbidden"},
+		{"unknown message", "GET", "/v1/messages/m404", key, nil, "", 404, "not_found"},
+	}
+	for _, tc := range cases {
+		r := call(t, st, tc.method, tc.path, tc.key, tc.headers, tc.body)
+		e, _ := r.body["error"].(map[string]any)
+		if r.status != tc.status || e == nil || e["code"] != tc.code || e["message"] == "" {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, r.status, r.raw, tc.status, tc.code)
+		}
+	}
+	if head, _, _ := st.Store.Head(context.Background(), "ann"); head != 0 {
+		t.Fatalf("ann's inbox head = %d after rejected requests", head)
+	}
+	// Rate limit: 3 per minute for this app (rejections above took no slot
+	// only if they failed before the limiter; count what is left).
+	statuses := []int{}
+	for i := range 5 {
+		statuses = append(statuses, call(t, st, "POST", "/v1/messages", key, idem(fmt.Sprint("r", i)), ok).status)
+	}
+	if statuses[len(statuses)-1] != http.StatusTooManyRequests {
+		t.Fatalf("statuses %v: the 5th post in a minute should be 429", statuses)
+	}
+	r := call(t, st, "POST", "/v1/messages", key, idem("r9"), ok)
+	if r.status != 429 || r.header.Get("Retry-After") == "" {
+		t.Fatalf("429 without Retry-After: %d %v", r.status, r.header)
+	}
+	// Another app may not read this app's alerts; a revoked key stops working.
+	other := createApp(t, st, "other", []string{"*"}, 10)
+	first := call(t, st, "POST", "/v1/messages", other, idem("o1"), ok)
+	id := first.body["messageId"].(string)
+	if r := call(t, st, "GET", "/v1/messages/"+id, key, nil, ""); r.status != 403 {
+		t.Fatalf("foreign read: %d %s", r.status, r.raw)
+	}
+	if r := call(t, st, "GET", "/v1/messages/"+id, devstack.DefaultAdminKey, nil, ""); r.status != 200 {
+		t.Fatalf("admin read: %d %s", r.status, r.raw)
+	}
+	if r := call(t, st, "DELETE", "/v1/apps/other", devstack.DefaultAdminKey, nil, ""); r.status != 204 {
+		t.Fatalf("revoke: %d %s", r.status, r.raw)
+	}
+	if r := call(t, st, "POST", "/v1/messages", other, idem("o2"), ok); r.status != 401 {
+		t.Fatalf("revoked key: %d %s", r.status, r.raw)
+	}
+}
+
+// Chat messages have a trace too, readable with the admin key.
+func TestChatMessageTrace(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "phone")
+	alice.send("c1", "bob", "hi")
+	sent := alice.next("sent", 5*time.Second)
+	f := bob.next("message", 5*time.Second)
+	bob.write(map[string]any{"action": "ack", "upTo": f.Seq})
+	waitFor(t, "acked event", func() bool {
+		r := call(t, st, "GET", "/v1/messages/"+sent.MessageID+"/trace", devstack.DefaultAdminKey, nil, "")
+		return r.status == 200 && bytes.Contains([]byte(r.raw), []byte(`"type":"acked"`))
+	})
+	r := call(t, st, "GET", "/v1/messages/"+sent.MessageID+"/trace", devstack.DefaultAdminKey, nil, "")
+	for _, want := range []string{`"type":"created"`, `"type":"stored"`, `"type":"inboxed"`, `"type":"pushed"`, `"type":"redelivery_scheduled"`, `"function":"send"`, `"function":"ack"`} {
+		if !strings.Contains(r.raw, want) {
+			t.Errorf("trace lacks %s: %s", want, r.raw)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Alerts table items (pk / sk):
+//
+//	app#<id>  / app           the app: key hash, scope, rate, revoked
+//	app#<id>  / rl#<minute>   posts in that minute (TTL)
+//	app#<id>  / idem#<key>    Idempotency-Key: payload fingerprint, message, final response (TTL 48 h)
+//	msg#<id>  / alert         the alert: app, recipients, conversation position
+
+// IdempotencyRetention is how long an Idempotency-Key is remembered.
+const IdempotencyRetention = 48 * time.Hour
+
+func alertKey(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": s(pk), attrSK: s(sk)}
+}
+
+func strList(v []string) types.AttributeValue {
+	l := make([]types.AttributeValue, len(v))
+	for i, x := range v {
+		l[i] = s(x)
+	}
+	return &types.AttributeValueMemberL{Value: l}
+}
+
+func getList(item map[string]types.AttributeValue, name string) []string {
+	l, _ := item[name].(*types.AttributeValueMemberL)
+	if l == nil {
+		return nil
+	}
+	out := make([]string, 0, len(l.Value))
+	for _, v := range l.Value {
+		if x, ok := v.(*types.AttributeValueMemberS); ok {
+			out = append(out, x.Value)
+		}
+	}
+	return out
+}
+
+// CreateApp stores a new app; ErrAppExists if the id is taken.
+func (st *Store) CreateApp(ctx context.Context, a im.App) error {
+	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(st.tables.Alerts),
+		Item: map[string]types.AttributeValue{
+			"pk": s("app#" + a.ID), attrSK: s("app"), "keyHash": s(a.KeyHash),
+			"allowUsers": strList(a.AllowUsers), "allowGroups": strList(a.AllowGroups),
+			"rate": n(int64(a.RatePerMinute)), "createdAt": n(a.CreatedAt.UnixMilli()),
+		},
+		ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+		ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("create app %s: %w", a.ID, im.ErrAppExists)
+	}
+	if err != nil {
+		return fmt.Errorf("create app %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// App reads an app; im.ErrNotFound when there is none.
+func (st *Store) App(ctx context.Context, id string) (im.App, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, "app"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return im.App{}, fmt.Errorf("app %s: %w", id, err)
+	}
+	if out.Item == nil {
+		return im.App{}, fmt.Errorf("app %s: %w", id, im.ErrNotFound)
+	}
+	it := out.Item
+	_, revoked := it["revokedAt"]
+	return im.App{
+		ID: id, KeyHash: getS(it, "keyHash"), AllowUsers: getList(it, "allowUsers"), AllowGroups: getList(it, "allowGroups"),
+		RatePerMinute: int(getN(it, "rate")), Revoked: revoked, CreatedAt: time.UnixMilli(getN(it, "createdAt")).UTC(),
+	}, nil
+}
+
+// RevokeApp marks an app revoked; its key stops working at once.
+func (st *Store) RevokeApp(ctx context.Context, id string, now time.Time) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, "app"),
+		UpdateExpression:          aws.String("SET revokedAt = :now"),
+		ConditionExpression:       aws.String("attribute_exists(#sk)"),
+		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli())},
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("revoke app %s: %w", id, im.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("revoke app %s: %w", id, err)
+	}
+	return nil
+}
+
+// TakeAppSlot counts one post in the app's current minute; beyond
+// perMinute it returns im.ErrRateLimited and the wait until the next minute.
+func (st *Store) TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error) {
+	minute := now.Truncate(time.Minute)
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, fmt.Sprintf("rl#%d", minute.Unix()/60)),
+		UpdateExpression:          aws.String("ADD #n :one SET #ttl = :ttl"),
+		ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n < :max"),
+		ExpressionAttributeNames:  map[string]string{"#n": "n", "#ttl": attrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":max": n(int64(perMinute)), ":ttl": n(minute.Add(2 * time.Minute).Unix())},
+	})
+	if isConditionFailed(err) {
+		return minute.Add(time.Minute).Sub(now), fmt.Errorf("app %s: %w", id, im.ErrRateLimited)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("app %s rate: %w", id, err)
+	}
+	return 0, nil
+}
+
+// BeginAlert stores an alert's message in the app's conversation log, the
+// alert record and the Idempotency-Key item in one transaction. A reused key
+// returns the earlier alert (Replayed), or im.ErrIdempotencyConflict when the
+// payload fingerprint differs.
+func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error) {
+	for attempt := range st.MaxAttempts {
+		h, err := st.readHeads(ctx, a.Message.Conversation, nil)
+		if err != nil {
+			return im.AlertStart{}, err
+		}
+		m := a.Message
+		m.ID, m.ConvSeq, m.SentAt = im.NewMessageID(now), h.conv+1, now
+		recipients := make([]string, len(a.Recipients))
+		for i, u := range a.Recipients {
+			recipients[i] = string(u)
+		}
+		items := []types.TransactWriteItem{
+			{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
+			{Put: &types.Put{
+				TableName: aws.String(st.tables.Messages),
+				Item: map[string]types.AttributeValue{
+					attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
+					"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
+					"body": s(string(m.Body)), "at": n(now.UnixMilli()),
+				},
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+			{Put: &types.Put{
+				TableName: aws.String(st.tables.Alerts),
+				Item: map[string]types.AttributeValue{
+					"pk": s("app#" + appID), attrSK: s("idem#" + key), "fp": s(fingerprint), "mid": s(string(m.ID)),
+					attrTTL: n(now.Add(IdempotencyRetention).Unix()),
+				},
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+			{Put: &types.Put{
+				TableName: aws.String(st.tables.Alerts),
+				Item: map[string]types.AttributeValue{
+					"pk": s("msg#" + string(m.ID)), attrSK: s("alert"), "app": s(appID), "to": strList(recipients),
+					attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq), "title": s(a.Title), "priority": s(a.Priority),
+				},
+			}},
+		}
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			a.Message = m
+			return im.AlertStart{Alert: a}, nil
+		}
+		tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+		if !ok {
+			return im.AlertStart{}, fmt.Errorf("begin alert %s/%s: %w", appID, key, err)
+		}
+		if len(tce.CancellationReasons) > 2 && aws.ToString(tce.CancellationReasons[2].Code) == "ConditionalCheckFailed" {
+			return st.resumeAlert(ctx, appID, key, fingerprint)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return im.AlertStart{}, err
+		}
+	}
+	return im.AlertStart{}, fmt.Errorf("begin alert %s/%s: %w", appID, key, im.ErrContention)
+}
+
+func (st *Store) resumeAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+appID, "idem#"+key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, err)
+	}
+	if out.Item == nil {
+		return im.AlertStart{}, fmt.Errorf("idempotency key %s vanished: %w", key, im.ErrContention)
+	}
+	if getS(out.Item, "fp") != fingerprint {
+		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, im.ErrIdempotencyConflict)
+	}
+	a, err := st.Alert(ctx, im.MessageID(getS(out.Item, "mid")))
+	if err != nil {
+		return im.AlertStart{}, err
+	}
+	return im.AlertStart{Alert: a, Response: getS(out.Item, "resp"), Replayed: true}, nil
+}
+
+// FinishAlert records the response of a completed request for its key.
+func (st *Store) FinishAlert(ctx context.Context, appID, key, response string) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+appID, "idem#"+key),
+		UpdateExpression:          aws.String("SET resp = :r"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(response)},
+	})
+	if err != nil {
+		return fmt.Errorf("finish alert %s/%s: %w", appID, key, err)
+	}
+	return nil
+}
+
+// Alert reads an alert and its message.
+func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("msg#"+string(id), "alert"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return im.Alert{}, fmt.Errorf("alert %s: %w", id, err)
+	}
+	if out.Item == nil {
+		return im.Alert{}, fmt.Errorf("alert %s: %w", id, im.ErrNotFound)
+	}
+	it := out.Item
+	m, err := st.Message(ctx, im.ConversationID(getS(it, attrConv)), getN(it, "cseq"))
+	if err != nil {
+		return im.Alert{}, err
+	}
+	var to []im.UserID
+	for _, u := range getList(it, "to") {
+		to = append(to, im.UserID(u))
+	}
+	return im.Alert{Message: m, App: getS(it, "app"), Recipients: to, Title: getS(it, "title"), Priority: getS(it, "priority")}, nil
+}
+
+// AppendInbox puts message m into user u's inbox exactly once (a dedup item
+// keyed by message id in the same transaction as the entry and the head)
+// and returns its inbox seq, the existing one when it was already there.
+func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, now time.Time) (int64, error) {
+	ttl := st.ttlAt(now)
+	for attempt := range st.MaxAttempts {
+		head, _, err := st.Head(ctx, u)
+		if err != nil {
+			return 0, err
+		}
+		seq := head + 1
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{
+				TableName:           aws.String(st.tables.Inbox),
+				Item:                map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(dedupSK(m.ID)), attrSeq: n(seq), attrTTL: ttl},
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+			{Update: headUpdate(st.tables.Inbox, inboxKey(u, skHead), head, newEpoch(now))},
+			{Put: &types.Put{
+				TableName: aws.String(st.tables.Inbox), Item: entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+		}})
+		if err == nil {
+			return seq, nil
+		}
+		tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+		if !ok {
+			return 0, fmt.Errorf("append %s to %s: %w", m.ID, u, err)
+		}
+		if len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+			return st.InboxSeq(ctx, u, m.ID)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return 0, err
+		}
+	}
+	return 0, fmt.Errorf("append %s to %s: %w", m.ID, u, im.ErrContention)
+}
+
+// InboxSeq returns the seq of message id in u's inbox, or im.ErrNotFound.
+func (st *Store) InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, dedupSK(id)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, fmt.Errorf("inbox seq of %s for %s: %w", id, u, err)
+	}
+	if out.Item == nil {
+		return 0, fmt.Errorf("inbox seq of %s for %s: %w", id, u, im.ErrNotFound)
+	}
+	return getN(out.Item, attrSeq), nil
+}

@@ -1,0 +1,479 @@
+package handler
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// AlertStore is the storage of the HTTP alerts API.
+type AlertStore interface {
+	CreateApp(ctx context.Context, a im.App) error
+	App(ctx context.Context, id string) (im.App, error)
+	RevokeApp(ctx context.Context, id string, now time.Time) error
+	TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error)
+	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
+	FinishAlert(ctx context.Context, appID, key, response string) error
+	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
+	AppendInbox(ctx context.Context, u im.UserID, m im.Message, now time.Time) (int64, error)
+	InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error)
+	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
+	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
+}
+
+// Validator checks a request body against a named OpenAPI schema.
+type Validator interface {
+	Validate(schema string, body []byte) error
+}
+
+// HTTP API limits and defaults.
+const (
+	MaxAlertRequestBytes = 64 << 10
+	DefaultAppRate       = 600 // posts per minute
+)
+
+// httpError is an HTTP API error: status, code and a client-safe message.
+type httpError struct {
+	status int
+	code   string
+	msg    string
+	retry  time.Duration
+}
+
+func (e *httpError) Error() string { return e.code + ": " + e.msg }
+
+func httpErr(status int, code, format string, a ...any) *httpError {
+	return &httpError{status: status, code: code, msg: fmt.Sprintf(format, a...)}
+}
+
+// Alerts serves the HTTP API (API Gateway HTTP API, payload format 2.0):
+// POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
+// POST /v1/apps and DELETE /v1/apps/{appId}.
+func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	reqID := req.RequestContext.RequestID
+	status, body, err := h.routeAlerts(ctx, req)
+	if err != nil {
+		he, ok := errors.AsType[*httpError](err)
+		if !ok {
+			h.log().ErrorContext(ctx, "alerts request failed", "err", err.Error(), "route", req.RouteKey, "requestId", reqID)
+			he = httpErr(http.StatusInternalServerError, "internal", "internal error; retry later")
+		} else {
+			h.log().InfoContext(ctx, "alerts request rejected", "status", he.status, "code", he.code, "msg", he.msg, "route", req.RouteKey, "requestId", reqID)
+		}
+		resp := jsonResponse(he.status, map[string]any{"error": map[string]string{"code": he.code, "message": he.msg}})
+		if he.retry > 0 {
+			resp.Headers["Retry-After"] = strconv.Itoa(int((he.retry + time.Second - 1) / time.Second))
+		}
+		return resp, nil
+	}
+	if body == nil {
+		return events.APIGatewayV2HTTPResponse{StatusCode: status}, nil
+	}
+	return jsonResponse(status, body), nil
+}
+
+func jsonResponse(status int, v any) events.APIGatewayV2HTTPResponse {
+	b, _ := json.Marshal(v)
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}
+}
+
+func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if h.AlertStore == nil {
+		return 0, nil, httpErr(http.StatusNotFound, "not_found", "the alerts API is not configured")
+	}
+	switch req.RouteKey {
+	case "POST /v1/messages":
+		return h.postAlert(ctx, req)
+	case "GET /v1/messages/{id}":
+		return h.getAlert(ctx, req)
+	case "GET /v1/messages/{id}/trace":
+		return h.getTrace(ctx, req)
+	case "POST /v1/apps":
+		return h.createApp(ctx, req)
+	case "DELETE /v1/apps/{appId}":
+		return h.revokeApp(ctx, req)
+	}
+	return 0, nil, httpErr(http.StatusNotFound, "not_found", "no route %s", req.RouteKey)
+}
+
+// principal is who called: an app, or the admin.
+type principal struct {
+	app   im.App
+	admin bool
+}
+
+func header(req events.APIGatewayV2HTTPRequest, name string) string {
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// authenticate resolves the bearer key to an app or the admin.
+func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
+	key, ok := strings.CutPrefix(header(req, "Authorization"), "Bearer ")
+	key = strings.TrimSpace(key)
+	if !ok || key == "" {
+		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "Authorization: Bearer <app key> is required")
+	}
+	if h.AdminKeyHash != "" && subtle.ConstantTimeCompare([]byte(im.HashSecret(key)), []byte(h.AdminKeyHash)) == 1 {
+		return principal{admin: true}, nil
+	}
+	appID, secret, ok := im.ParseAppKey(key)
+	if !ok {
+		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "invalid app key")
+	}
+	app, err := h.AlertStore.App(ctx, appID)
+	if errors.Is(err, im.ErrNotFound) || (err == nil && (!app.Matches(secret) || app.Revoked)) {
+		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "invalid or revoked app key")
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	return principal{app: app}, nil
+}
+
+// alertRequest is the body of POST /v1/messages (validated by the OpenAPI schema).
+type alertRequest struct {
+	To         []string `json:"to"`
+	Group      string   `json:"group"`
+	Title      string   `json:"title"`
+	Body       string   `json:"body"`
+	Priority   string   `json:"priority"`
+	TTLSeconds int      `json:"ttlSeconds"`
+}
+
+func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	p, err := h.authenticate(ctx, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if p.admin {
+		return 0, nil, httpErr(http.StatusForbidden, "forbidden", "the admin key cannot post alerts; use an app key")
+	}
+	raw, err := requestBody(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	key := header(req, "Idempotency-Key")
+	if key == "" || len(key) > 128 || strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "Idempotency-Key header is required: 1-128 printable ASCII characters")
+	}
+	if h.Validator != nil {
+		if err := h.Validator.Validate("AlertRequest", raw); err != nil {
+			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
+		}
+	}
+	var ar alertRequest
+	if err := json.Unmarshal(raw, &ar); err != nil {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
+	}
+	if ar.Group != "" {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "group recipients are not available yet; list users in to")
+	}
+	if len(ar.To) == 0 {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user")
+	}
+	if ar.Priority == "" {
+		ar.Priority = "normal"
+	}
+	recipients := make([]im.UserID, len(ar.To))
+	for i, u := range ar.To {
+		recipients[i] = im.UserID(u)
+		if !recipients[i].Valid() {
+			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id", i)
+		}
+		if !p.app.Allows(recipients[i]) {
+			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, u)
+		}
+	}
+	rate := p.app.RatePerMinute
+	if rate <= 0 {
+		rate = DefaultAppRate
+	}
+	if wait, err := h.AlertStore.TakeAppSlot(ctx, p.app.ID, h.now(), rate); errors.Is(err, im.ErrRateLimited) {
+		he := httpErr(http.StatusTooManyRequests, "rate_limited", "app %s may post %d alerts per minute", p.app.ID, rate)
+		he.retry = wait
+		return 0, nil, he
+	} else if err != nil {
+		return 0, nil, err
+	}
+	body, _ := json.Marshal(map[string]any{"title": ar.Title, "body": ar.Body, "priority": ar.Priority, "ttlSeconds": ar.TTLSeconds, "app": p.app.ID})
+	if len(body) > im.MaxBodyBytes {
+		return 0, nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
+	}
+	sum := sha256.Sum256(raw)
+	alert := im.Alert{
+		Message:    im.Message{Conversation: p.app.Conversation(), From: p.app.Sender(), Body: body},
+		App:        p.app.ID,
+		Recipients: recipients,
+		Title:      ar.Title,
+		Priority:   ar.Priority,
+	}
+	start, err := h.AlertStore.BeginAlert(ctx, p.app.ID, key, hex.EncodeToString(sum[:]), alert, h.now())
+	if errors.Is(err, im.ErrIdempotencyConflict) {
+		return 0, nil, httpErr(http.StatusConflict, "conflict", "Idempotency-Key %q was used with a different payload", key)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	if start.Response != "" {
+		return http.StatusAccepted, json.RawMessage(start.Response), nil
+	}
+	// Put the alert in every recipient inbox (exactly once each, also when
+	// an earlier attempt with this key stopped half-way), then push.
+	tr := h.trail("alerts", req.RequestContext.RequestID)
+	defer tr.flush(ctx)
+	m := start.Alert.Message
+	if !start.Replayed {
+		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, Detail: "app " + p.app.ID + ", Idempotency-Key " + key})
+		tr.add(im.Event{Message: m.ID, Type: im.EventStored, Detail: fmt.Sprintf("%s #%d", m.Conversation, m.ConvSeq)})
+	}
+	type recipientState struct {
+		UserID string `json:"userId"`
+		State  string `json:"state"`
+	}
+	accepted := struct {
+		MessageID  string           `json:"messageId"`
+		Recipients []recipientState `json:"recipients"`
+	}{MessageID: string(m.ID)}
+	for _, u := range start.Alert.Recipients {
+		seq, err := h.AlertStore.AppendInbox(ctx, u, m, h.now())
+		if err != nil {
+			return 0, nil, err
+		}
+		tr.add(im.Event{Message: m.ID, Type: im.EventInboxed, User: u, Seq: seq})
+		h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: m})
+		accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
+	}
+	resp, _ := json.Marshal(accepted)
+	if err := h.AlertStore.FinishAlert(ctx, p.app.ID, key, string(resp)); err != nil {
+		return 0, nil, err
+	}
+	h.log().InfoContext(ctx, "alert accepted", "messageId", m.ID, "app", p.app.ID, "recipients", len(accepted.Recipients), "requestId", req.RequestContext.RequestID)
+	return http.StatusAccepted, json.RawMessage(resp), nil
+}
+
+func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
+	raw := []byte(req.Body)
+	if req.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(req.Body)
+		if err != nil {
+			return nil, httpErr(http.StatusBadRequest, "bad_request", "body is not valid base64")
+		}
+		raw = b
+	}
+	if len(raw) > MaxAlertRequestBytes {
+		return nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "body is %d bytes; the limit is %d", len(raw), MaxAlertRequestBytes)
+	}
+	return raw, nil
+}
+
+// readableAlert loads the alert of {id} if the caller may read it.
+func (h *Handler) readableAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (im.Alert, principal, error) {
+	p, err := h.authenticate(ctx, req)
+	if err != nil {
+		return im.Alert{}, p, err
+	}
+	id := im.MessageID(req.PathParameters["id"])
+	if len(id) == 0 || len(id) > 64 {
+		return im.Alert{}, p, httpErr(http.StatusBadRequest, "bad_request", "message id must be 1-64 characters")
+	}
+	a, err := h.AlertStore.Alert(ctx, id)
+	if errors.Is(err, im.ErrNotFound) {
+		if p.admin {
+			return im.Alert{Message: im.Message{ID: id}}, p, nil // a chat message: trace only
+		}
+		return im.Alert{}, p, httpErr(http.StatusNotFound, "not_found", "no alert %s", id)
+	}
+	if err != nil {
+		return im.Alert{}, p, err
+	}
+	if !p.admin && a.App != p.app.ID {
+		return im.Alert{}, p, httpErr(http.StatusForbidden, "forbidden", "alert %s was sent by another app", id)
+	}
+	return a, p, nil
+}
+
+// alertStatus is the body of GET /v1/messages/{id}.
+type alertStatus struct {
+	MessageID  string            `json:"messageId"`
+	App        string            `json:"app"`
+	Title      string            `json:"title"`
+	Priority   string            `json:"priority"`
+	SentAt     string            `json:"sentAt"`
+	Recipients []recipientStatus `json:"recipients"`
+	Counts     map[string]int    `json:"counts"`
+}
+
+type recipientStatus struct {
+	UserID      string `json:"userId"`
+	State       string `json:"state"`
+	Seq         int64  `json:"seq"`
+	Pushes      int    `json:"pushes"`
+	StoredAt    string `json:"storedAt,omitempty"`
+	PushedAt    string `json:"pushedAt,omitempty"`
+	DeliveredAt string `json:"deliveredAt,omitempty"`
+	ReadAt      string `json:"readAt,omitempty"`
+}
+
+func ts(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return wire.Timestamp(t)
+}
+
+func (h *Handler) getAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	a, _, err := h.readableAlert(ctx, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if a.App == "" {
+		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no alert %s (chat messages have a trace only)", a.Message.ID)
+	}
+	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	ds := make([]im.Delivery, 0, len(a.Recipients))
+	for _, u := range a.Recipients {
+		d := im.Delivery{User: u}
+		seq, err := h.AlertStore.InboxSeq(ctx, u, a.Message.ID)
+		if err != nil && !errors.Is(err, im.ErrNotFound) {
+			return 0, nil, err
+		}
+		devs, err := h.AlertStore.Devices(ctx, u)
+		if err != nil {
+			return 0, nil, err
+		}
+		ds = append(ds, im.Progress(d, seq, devs, evs))
+	}
+	out := alertStatus{MessageID: string(a.Message.ID), App: a.App, Title: a.Title, Priority: a.Priority, SentAt: wire.Timestamp(a.Message.SentAt), Counts: map[string]int{"stored": 0, "pushed": 0, "delivered": 0, "read": 0}}
+	for _, d := range ds {
+		out.Recipients = append(out.Recipients, recipientStatus{UserID: string(d.User), State: d.State, Seq: d.Seq, Pushes: d.Pushes,
+			StoredAt: ts(d.StoredAt), PushedAt: ts(d.PushedAt), DeliveredAt: ts(d.DeliveredAt), ReadAt: ts(d.ReadAt)})
+		for _, st := range im.StatesUpTo(d.State) {
+			out.Counts[st]++
+		}
+	}
+	return http.StatusOK, out, nil
+}
+
+type traceEvent struct {
+	Type         string `json:"type"`
+	At           string `json:"at"`
+	Function     string `json:"function"`
+	RequestID    string `json:"requestId,omitempty"`
+	UserID       string `json:"userId,omitempty"`
+	DeviceID     string `json:"deviceId,omitempty"`
+	ConnectionID string `json:"connectionId,omitempty"`
+	Seq          int64  `json:"seq,omitempty"`
+	Attempt      int    `json:"attempt,omitempty"`
+	DelayMs      int64  `json:"delayMs,omitempty"`
+	Detail       string `json:"detail,omitempty"`
+}
+
+func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	a, _, err := h.readableAlert(ctx, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(evs) == 0 && a.App == "" {
+		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no trace for %s", a.Message.ID)
+	}
+	out := struct {
+		MessageID string       `json:"messageId"`
+		Events    []traceEvent `json:"events"`
+	}{MessageID: string(a.Message.ID), Events: []traceEvent{}}
+	for _, e := range evs {
+		out.Events = append(out.Events, traceEvent{Type: string(e.Type), At: wire.Timestamp(e.At), Function: e.Function, RequestID: e.RequestID,
+			UserID: string(e.User), DeviceID: string(e.Device), ConnectionID: string(e.Connection), Seq: e.Seq, Attempt: e.Attempt,
+			DelayMs: e.Delay.Milliseconds(), Detail: e.Detail})
+	}
+	return http.StatusOK, out, nil
+}
+
+func (h *Handler) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPRequest) error {
+	p, err := h.authenticate(ctx, req)
+	if err != nil {
+		return err
+	}
+	if !p.admin {
+		return httpErr(http.StatusForbidden, "forbidden", "this needs the admin key")
+	}
+	return nil
+}
+
+func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if err := h.requireAdmin(ctx, req); err != nil {
+		return 0, nil, err
+	}
+	raw, err := requestBody(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	if h.Validator != nil {
+		if err := h.Validator.Validate("AppRequest", raw); err != nil {
+			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
+		}
+	}
+	var in struct {
+		Name          string   `json:"name"`
+		AllowUsers    []string `json:"allowUsers"`
+		AllowGroups   []string `json:"allowGroups"`
+		RatePerMinute int      `json:"ratePerMinute"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil || !im.ValidAppID(in.Name) {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "name must be 1-48 characters of [A-Za-z0-9.@-]")
+	}
+	secret := make([]byte, 24)
+	_, _ = rand.Read(secret)
+	sec := hex.EncodeToString(secret)
+	app := im.App{ID: in.Name, KeyHash: im.HashSecret(sec), AllowUsers: in.AllowUsers, AllowGroups: in.AllowGroups, RatePerMinute: in.RatePerMinute, CreatedAt: h.now()}
+	if app.RatePerMinute == 0 {
+		app.RatePerMinute = DefaultAppRate
+	}
+	if err := h.AlertStore.CreateApp(ctx, app); errors.Is(err, im.ErrAppExists) {
+		return 0, nil, httpErr(http.StatusConflict, "conflict", "app %s exists", in.Name)
+	} else if err != nil {
+		return 0, nil, err
+	}
+	h.log().InfoContext(ctx, "app created", "app", app.ID, "allowUsers", len(app.AllowUsers))
+	return http.StatusCreated, map[string]string{"appId": app.ID, "key": "sk_" + app.ID + "_" + sec}, nil
+}
+
+func (h *Handler) revokeApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if err := h.requireAdmin(ctx, req); err != nil {
+		return 0, nil, err
+	}
+	err := h.AlertStore.RevokeApp(ctx, req.PathParameters["appId"], h.now())
+	if errors.Is(err, im.ErrNotFound) {
+		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no app %s", req.PathParameters["appId"])
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusNoContent, nil, nil
+}

@@ -1,0 +1,166 @@
+package im
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"strings"
+	"time"
+)
+
+// App is an enterprise application allowed to post alerts over HTTPS.
+type App struct {
+	ID string // also the key prefix: sk_<id>_<secret>
+	// KeyHash is the SHA-256 of the key's secret part; the key itself is
+	// shown once at creation and never stored.
+	KeyHash string
+	// AllowUsers lists the users the app may message; "*" allows everyone.
+	AllowUsers []string
+	// AllowGroups lists the groups the app may message.
+	AllowGroups []string
+	// RatePerMinute bounds the app's posts per minute.
+	RatePerMinute int
+	Revoked       bool
+	CreatedAt     time.Time
+}
+
+// Sender is the user id alerts of the app are sent from.
+func (a App) Sender() UserID { return UserID("app." + a.ID) }
+
+// Conversation is the conversation an app's alerts appear in.
+func (a App) Conversation() ConversationID { return ConversationID("a:" + a.ID) }
+
+// Allows reports whether the app may message user u.
+func (a App) Allows(u UserID) bool {
+	for _, allowed := range a.AllowUsers {
+		if allowed == "*" || allowed == string(u) {
+			return true
+		}
+	}
+	return false
+}
+
+// HashSecret returns the stored form of a key secret.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// Matches compares a presented secret with the stored hash in constant time.
+func (a App) Matches(secret string) bool {
+	return subtle.ConstantTimeCompare([]byte(HashSecret(secret)), []byte(a.KeyHash)) == 1
+}
+
+// ParseAppKey splits "sk_<appId>_<secret>" into its app id and secret.
+func ParseAppKey(key string) (appID, secret string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "sk_")
+	if !ok {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '_')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], validID(rest[:i])
+}
+
+// ValidAppID reports whether id can name an app (the user-id alphabet).
+func ValidAppID(id string) bool { return validID(id) && !strings.Contains(id, "_") }
+
+// Alert is the record of one alert an app posted.
+type Alert struct {
+	Message    Message
+	App        string
+	Recipients []UserID
+	Title      string
+	Priority   string
+}
+
+// Delivery is one recipient's progress, derived from the inbox, the device
+// ack cursors (the truth) and the trace (the times).
+type Delivery struct {
+	User        UserID
+	State       string // stored, pushed, delivered, read
+	Seq         int64
+	StoredAt    time.Time
+	PushedAt    time.Time
+	DeliveredAt time.Time
+	ReadAt      time.Time
+	Pushes      int
+}
+
+// AlertStart is the state of an Idempotency-Key once an alert is begun.
+type AlertStart struct {
+	Alert Alert
+	// Response is the final response of an earlier, completed request with
+	// the same key ("" when the request still has to be completed).
+	Response string
+	// Replayed is true when the key was used before (with the same payload).
+	Replayed bool
+}
+
+// States in the order a recipient reaches them.
+var states = []string{"stored", "pushed", "delivered", "read"}
+
+// StatesUpTo returns every state up to and including state.
+func StatesUpTo(state string) []string {
+	for i, s := range states {
+		if s == state {
+			return states[:i+1]
+		}
+	}
+	return nil
+}
+
+// Progress derives one recipient's delivery state: stored when the message
+// is in the inbox at seq; delivered when any of the user's devices acked a
+// seq at or beyond it (the ack cursor is the truth, so states only move
+// forward); pushed when the trace shows a push. Times come from the trace,
+// falling back to the device cursor's time for delivery.
+func Progress(d Delivery, seq int64, devices map[DeviceID]DeviceCursor, events []Event) Delivery {
+	d.Seq = seq
+	if seq == 0 {
+		d.State = ""
+		return d
+	}
+	d.State = "stored"
+	for _, e := range events {
+		if e.User != d.User {
+			continue
+		}
+		switch e.Type {
+		case EventInboxed:
+			if d.StoredAt.IsZero() {
+				d.StoredAt = e.At
+			}
+		case EventPushed:
+			d.Pushes++
+			if d.PushedAt.IsZero() {
+				d.PushedAt = e.At
+			}
+		case EventAcked:
+			if d.DeliveredAt.IsZero() {
+				d.DeliveredAt = e.At
+			}
+		case EventRead:
+			if d.ReadAt.IsZero() {
+				d.ReadAt = e.At
+			}
+		}
+	}
+	if d.Pushes > 0 {
+		d.State = "pushed"
+	}
+	for _, c := range devices {
+		if c.Acked >= seq {
+			d.State = "delivered"
+			if d.DeliveredAt.IsZero() {
+				d.DeliveredAt = c.AckedAt
+			}
+		}
+	}
+	if !d.ReadAt.IsZero() {
+		d.State = "read"
+	}
+	return d
+}

@@ -1,0 +1,96 @@
+// Package openapi validates HTTP API requests against the schemas of the
+// project's OpenAPI 3.1 document (docs/openapi.yaml), so that the document
+// and the code cannot disagree about what a valid request is.
+package openapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+	"gopkg.in/yaml.v3"
+)
+
+// Validator validates JSON values against named component schemas.
+type Validator struct {
+	schemas map[string]*jsonschema.Schema
+}
+
+// Load compiles the named schemas of components.schemas in an OpenAPI 3.1
+// YAML document.
+func Load(doc []byte, names ...string) (*Validator, error) {
+	var tree any
+	if err := yaml.Unmarshal(doc, &tree); err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	// Round-trip through JSON so every map key is a string.
+	b, err := json.Marshal(tree)
+	if err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	root, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource("openapi.json", root); err != nil {
+		return nil, fmt.Errorf("openapi: %w", err)
+	}
+	v := &Validator{schemas: map[string]*jsonschema.Schema{}}
+	for _, name := range names {
+		sch, err := c.Compile("openapi.json#/components/schemas/" + name)
+		if err != nil {
+			return nil, fmt.Errorf("openapi schema %s: %w", name, err)
+		}
+		v.schemas[name] = sch
+	}
+	return v, nil
+}
+
+// Validate checks a JSON document against schema name and returns a short,
+// client-safe description of the first problems.
+func (v *Validator) Validate(name string, body []byte) error {
+	sch, ok := v.schemas[name]
+	if !ok {
+		return fmt.Errorf("no schema %s", name)
+	}
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("body is not valid JSON")
+	}
+	if err := sch.Validate(inst); err != nil {
+		if ve, ok := err.(*jsonschema.ValidationError); ok {
+			return fmt.Errorf("%s", describe(ve))
+		}
+		return err
+	}
+	return nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+// describe flattens a validation error into "at /path: reason" lines.
+func describe(ve *jsonschema.ValidationError) string {
+	var parts []string
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) == 0 {
+			loc := "/" + strings.Join(e.InstanceLocation, "/")
+			parts = append(parts, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("and %d more", len(parts)-3))
+	}
+	return strings.Join(parts, "; ")
+}
