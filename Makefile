@@ -4,6 +4,7 @@
 #   make test       every test (unit, store contract, end-to-end), with -race
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery benchmark through the local stack
+#   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
 
@@ -18,7 +19,7 @@ VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 
-.PHONY: all build test test-fauxqs run lint bench validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-fauxqs fuzz run lint bench validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -58,6 +59,10 @@ test-fauxqs: $(TOOLS)/node_modules/.bin/fauxqs
 	pid=$$!; trap "kill $$pid" EXIT; \
 	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(FAUXQS_PORT)/ && break; sleep 0.2; done; \
 	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(FAUXQS_PORT) $(GO) test -race -count=1 ./shared/devstack/
+
+# Schema-driven fuzz of the HTTP alerts API (schemathesis against docs/openapi.yaml).
+fuzz: $(VENV)/bin/sam
+	VENV=$(VENV) infra/fuzz.sh
 
 run: ## the local stack
 	$(GO) run ./cmd/signet local

@@ -15,6 +15,8 @@ import (
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet local", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:3001", "listen address of the WebSocket API and @connections")
+	httpAddr := fs.String("http-addr", "127.0.0.1:3000", "listen address of the HTTP alerts API")
+	adminKey := fs.String("admin-key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "HTTP API admin key (env SIGNET_ADMIN_KEY)")
 	prefix := fs.String("prefix", "signet-local", "name prefix of tables and queues")
 	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
@@ -54,7 +56,7 @@ Flags:
 	progress := func(format string, a ...any) { fmt.Fprintf(stdout, "  "+format+"\n", a...) }
 	fmt.Fprintln(stdout, "Starting Signet local stack...")
 	st, err := devstack.Start(ctx, devstack.Options{
-		Addr: *addr, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
+		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
 	})
 	if err != nil {
@@ -65,11 +67,17 @@ Flags:
 Signet is running.
   WebSocket API   %s?token=<token>
   @connections    %s/@connections/{connectionId}
+  HTTP alerts API %s  (admin key: --admin-key / SIGNET_ADMIN_KEY)
   Tokens          signet token <userId> [--device <deviceId>]
+  Chat            signet chat --user alice   (another terminal: signet chat --user bob)
+  Alerts          KEY=$(signet apps create --name monitoring --allow-user bob)
+                  curl -X POST %s/v1/messages -H "Authorization: Bearer $KEY" \
+                    -H "Idempotency-Key: inc-1" -d '{"to":["bob"],"title":"DB down","body":"failover"}'
+                  then: curl -H "Authorization: Bearer $KEY" %s/v1/messages/<messageId>;  signet trace <messageId>
   Try             websocat "%s?token=$(go run ./cmd/signet token alice)"
                   then send {"action":"send","clientMsgId":"1","to":"bob","body":{"text":"hi"}}
 Press Ctrl-C to stop.
-`, st.URL, st.ManagementURL, st.URL)
+`, st.URL, st.ManagementURL, st.HTTPURL, st.HTTPURL, st.HTTPURL, st.URL)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nStopping: closing connections...")
 	done := make(chan struct{})

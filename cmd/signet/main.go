@@ -27,6 +27,8 @@ var commands = []command{
 	{"chat", "interactive terminal chat: signet chat --user alice [--device laptop]", runChat},
 	{"send", "send one message: signet send --user alice --to bob \"text\"", runSend},
 	{"tail", "print a user's messages as JSON lines: signet tail --user bob [--count N]", runTail},
+	{"apps", "manage apps that post alerts: signet apps create --name monitoring --allow-user bob", runApps},
+	{"trace", "print a message's path to each device: signet trace <messageId>", runTrace},
 }
 
 func usage(w io.Writer) {

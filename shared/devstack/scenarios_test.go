@@ -278,6 +278,7 @@ func TestBadFramesGetErrorCodesAndStoreNothing(t *testing.T) {
 		{"foreign conversation", `{"action":"send","clientMsgId":"b5","conversationId":"d:bob:carol","body":"hi"}`, wire.CodeForbidden},
 		{"unsorted conversation id", `{"action":"send","clientMsgId":"b6","conversationId":"d:bob:alice","body":"hi"}`, wire.CodeBadRequest},
 		{"group conversation", `{"action":"send","clientMsgId":"b7","conversationId":"g:ops","body":"hi"}`, wire.CodeBadRequest},
+		{"alert conversation", `{"action":"send","clientMsgId":"b8","conversationId":"a:monitoring","body":"hi"}`, wire.CodeBadRequest},
 		{"wrong field type", `{"action":"send","clientMsgId":7,"to":"bob","body":"hi"}`, wire.CodeBadRequest},
 		{"ack without upTo", `{"action":"ack"}`, wire.CodeBadRequest},
 		{"ack beyond head", `{"action":"ack","upTo":5}`, wire.CodeBadRequest},

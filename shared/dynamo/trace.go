@@ -27,7 +27,7 @@ func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 		chunk := events[start:min(start+25, len(events))]
 		reqs := make([]types.WriteRequest, len(chunk))
 		for i, e := range chunk {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: eventItem(e)}}
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: eventItem(e, start+i)}}
 		}
 		pending := map[string][]types.WriteRequest{st.tables.Trace: reqs}
 		for attempt := 0; len(pending) > 0; attempt++ {
@@ -49,12 +49,15 @@ func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 	return nil
 }
 
-func eventItem(e im.Event) map[string]types.AttributeValue {
+// eventItem renders an event; the sort key orders events by time, then by
+// their position in the batch that recorded them, so the steps of one
+// invocation keep their order within a millisecond.
+func eventItem(e im.Event, index int) map[string]types.AttributeValue {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	item := map[string]types.AttributeValue{
 		"messageId": s(string(e.Message)),
-		attrSK:      s(fmt.Sprintf("%013d#%s", e.At.UnixMilli(), hex.EncodeToString(r[:]))),
+		attrSK:      s(fmt.Sprintf("%013d#%04d#%s", e.At.UnixMilli(), index, hex.EncodeToString(r[:]))),
 		"type":      s(string(e.Type)),
 		"at":        n(e.At.UnixMilli()),
 		attrTTL:     n(e.At.Add(TraceRetention).Unix()),

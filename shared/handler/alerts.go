@@ -215,7 +215,11 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	} else if err != nil {
 		return 0, nil, err
 	}
-	body, _ := json.Marshal(map[string]any{"title": ar.Title, "body": ar.Body, "priority": ar.Priority, "ttlSeconds": ar.TTLSeconds, "app": p.app.ID})
+	fields := map[string]any{"title": ar.Title, "body": ar.Body, "priority": ar.Priority, "app": p.app.ID}
+	if ar.TTLSeconds > 0 {
+		fields["ttlSeconds"] = ar.TTLSeconds
+	}
+	body, _ := json.Marshal(fields)
 	if len(body) > im.MaxBodyBytes {
 		return 0, nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
 	}

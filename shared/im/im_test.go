@@ -159,3 +159,50 @@ func TestMessageIDsAreUniqueAndTimeOrdered(t *testing.T) {
 		t.Fatalf("ids %s %s", a, b)
 	}
 }
+
+func TestProgressIsForwardOnlyAndTakesTheAckCursorAsTruth(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	d := Delivery{User: "bob"}
+	evs := []Event{
+		{User: "bob", Type: EventInboxed, At: t0},
+		{User: "bob", Type: EventPushed, At: t0.Add(time.Second)},
+		{User: "bob", Type: EventPushed, At: t0.Add(3 * time.Second)},
+		{User: "ann", Type: EventAcked, At: t0},
+	}
+	if p := Progress(d, 0, nil, evs); p.State != "" {
+		t.Fatalf("not inboxed: %+v", p)
+	}
+	if p := Progress(d, 7, nil, nil); p.State != "stored" {
+		t.Fatalf("stored: %+v", p)
+	}
+	p := Progress(d, 7, map[DeviceID]DeviceCursor{"phone": {Acked: 6}}, evs)
+	if p.State != "pushed" || p.Pushes != 2 || !p.PushedAt.Equal(t0.Add(time.Second)) || !p.StoredAt.Equal(t0) {
+		t.Fatalf("pushed: %+v", p)
+	}
+	// A later cursor covers the message even without an acked event.
+	p = Progress(d, 7, map[DeviceID]DeviceCursor{"phone": {Acked: 6}, "laptop": {Acked: 9, AckedAt: t0.Add(5 * time.Second)}}, evs)
+	if p.State != "delivered" || !p.DeliveredAt.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("delivered: %+v", p)
+	}
+	if got := StatesUpTo("delivered"); len(got) != 3 || got[2] != "delivered" {
+		t.Fatalf("StatesUpTo = %v", got)
+	}
+}
+
+func TestParseAppKey(t *testing.T) {
+	t.Parallel()
+	id, secret, ok := ParseAppKey("sk_monitoring_abc123")
+	if !ok || id != "monitoring" || secret != "abc123" {
+		t.Fatalf("%q %q %v", id, secret, ok)
+	}
+	for _, bad := range []string{"", "sk_", "sk__x", "sk_a_", "pk_a_b", "sk_a:b_c"} {
+		if _, _, ok := ParseAppKey(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	a := App{KeyHash: HashSecret("s3")}
+	if !a.Matches("s3") || a.Matches("s4") {
+		t.Fatal("Matches")
+	}
+}

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+)
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func apiFlags(fs *flag.FlagSet) (url, key *string) {
+	url = fs.String("api", envOr("SIGNET_API_URL", "http://127.0.0.1:3000"), "HTTP API base URL (env SIGNET_API_URL)")
+	key = fs.String("key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "admin key, or an app key for its own messages (env SIGNET_ADMIN_KEY; default: the local stack's)")
+	return url, key
+}
+
+// apiCall sends a JSON request to the HTTP API and decodes the answer.
+func apiCall(ctx context.Context, method, url, key string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w (is `signet local` running?)", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) == nil && e.Error.Code != "" {
+			return fmt.Errorf("%s (%d %s)", e.Error.Message, resp.StatusCode, e.Error.Code)
+		}
+		return fmt.Errorf("%s %s: HTTP %d", method, url, resp.StatusCode)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	usage := func(w io.Writer) {
+		fmt.Fprint(w, `Usage:
+  signet apps create --name <app> [--allow-user U]... [--allow-group G]... [--rate N]
+  signet apps revoke <app>
+
+Manages the enterprise apps that post alerts over HTTPS (admin key needed).
+create prints the app's key once; only its hash is stored. --allow-user '*'
+lets the app message every user. Run 'signet apps create --help' for flags.
+`)
+	}
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	switch args[0] {
+	case "create":
+		fs := flag.NewFlagSet("signet apps create", flag.ContinueOnError)
+		name := fs.String("name", "", "app id, e.g. monitoring (required)")
+		var users, groups stringList
+		fs.Var(&users, "allow-user", "a user the app may message (repeatable; '*' for all)")
+		fs.Var(&groups, "allow-group", "a group the app may message (repeatable)")
+		rate := fs.Int("rate", 600, "posts per minute")
+		url, key := apiFlags(fs)
+		if err := parse(fs, args[1:], stderr); err != nil {
+			return err
+		}
+		if *name == "" {
+			fs.Usage()
+			return fmt.Errorf("%w: --name is required", errUsage)
+		}
+		var out struct{ AppID, Key string }
+		body := map[string]any{"name": *name, "allowUsers": append([]string{}, users...), "allowGroups": append([]string{}, groups...), "ratePerMinute": *rate}
+		if err := apiCall(ctx, "POST", *url+"/v1/apps", *key, body, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "App %s created. Its key is shown only now; store it safely:\n", out.AppID)
+		fmt.Fprintln(stdout, out.Key)
+		return nil
+	case "revoke":
+		fs := flag.NewFlagSet("signet apps revoke", flag.ContinueOnError)
+		url, key := apiFlags(fs)
+		flags, pos := interleaved(fs, args[1:])
+		if err := parse(fs, flags, stderr); err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			usage(stderr)
+			return errUsage
+		}
+		if err := apiCall(ctx, "DELETE", *url+"/v1/apps/"+pos[0], *key, nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "App %s revoked: its key no longer works.\n", pos[0])
+		return nil
+	}
+	usage(stderr)
+	return errUsage
+}
+
+// traceEvent mirrors one event of GET /v1/messages/{id}/trace.
+type traceEvent struct {
+	Type         string `json:"type"`
+	At           string `json:"at"`
+	Function     string `json:"function"`
+	RequestID    string `json:"requestId"`
+	UserID       string `json:"userId"`
+	DeviceID     string `json:"deviceId"`
+	ConnectionID string `json:"connectionId"`
+	Seq          int64  `json:"seq"`
+	Attempt      int    `json:"attempt"`
+	DelayMs      int64  `json:"delayMs"`
+	Detail       string `json:"detail"`
+}
+
+func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("signet trace", flag.ContinueOnError)
+	url, key := apiFlags(fs)
+	asJSON := fs.Bool("json", false, "print the raw events as JSON")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), `Usage: signet trace <messageId> [flags]
+
+Prints a message's trace: every step of its path (created, stored, inboxed,
+pushed, push_failed, redelivery_scheduled, acked, read, awaiting_pull) with
+its time, the function and request that recorded it, and the user, device,
+connection, inbox seq and attempt it concerns.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	flags, pos := interleaved(fs, args)
+	if err := parse(fs, flags, stderr); err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return errUsage
+	}
+	var out struct {
+		MessageID string       `json:"messageId"`
+		Events    []traceEvent `json:"events"`
+	}
+	if err := apiCall(ctx, "GET", *url+"/v1/messages/"+pos[0]+"/trace", *key, nil, &out); err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(stdout).Encode(out)
+	}
+	fmt.Fprintf(stdout, "Trace of %s (%d events)\n", out.MessageID, len(out.Events))
+	var first time.Time
+	for _, e := range out.Events {
+		at, _ := time.Parse(time.RFC3339Nano, e.At)
+		if first.IsZero() {
+			first = at
+		}
+		var who []string
+		if e.UserID != "" {
+			who = append(who, "user "+e.UserID)
+		}
+		if e.DeviceID != "" {
+			who = append(who, "device "+e.DeviceID)
+		}
+		if e.Seq > 0 {
+			who = append(who, fmt.Sprintf("seq %d", e.Seq))
+		}
+		if e.ConnectionID != "" {
+			who = append(who, "conn "+e.ConnectionID)
+		}
+		if e.Attempt > 0 {
+			who = append(who, fmt.Sprintf("attempt %d", e.Attempt))
+		}
+		if e.DelayMs > 0 {
+			who = append(who, fmt.Sprintf("in %s", time.Duration(e.DelayMs)*time.Millisecond))
+		}
+		if e.Detail != "" {
+			who = append(who, e.Detail)
+		}
+		fmt.Fprintf(stdout, "  %s  +%-8s %-21s %-9s %s\n", at.Local().Format("15:04:05.000"), at.Sub(first).Round(time.Millisecond), e.Type, e.Function, strings.Join(who, ", "))
+	}
+	return nil
+}
