@@ -48,6 +48,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		Inbox:        store,
 		Connections:  store,
 		Tracer:       store,
+		Reads:        store,
 		Secret:       []byte(cfg.JWTSecret),
 		Redelivery:   cfg.Redelivery,
 		SyncInterval: cfg.SyncInterval,

@@ -19,6 +19,7 @@ var Routes = map[string]string{
 	"ack":         "AckFunction",
 	"sync":        "SyncFunction",
 	"ping":        "PingFunction",
+	"read":        "ReadFunction",
 }
 
 // HTTPRoutes maps every HTTP API route the code serves to its function.

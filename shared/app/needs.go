@@ -18,6 +18,7 @@ var Needs = map[string][]string{
 	"AckFunction":     {signetcfg.EnvInboxTable, signetcfg.EnvTraceTable},
 	"SyncFunction":    {signetcfg.EnvInboxTable},
 	"PingFunction":    {signetcfg.EnvConnectionsTable},
+	"ReadFunction":    {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvMessagesTable, signetcfg.EnvTraceTable, signetcfg.EnvWebSocketAPI},
 	"DefaultFunction": {},
 	"AlertsFunction": {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvMessagesTable, signetcfg.EnvTraceTable,
 		signetcfg.EnvAlertsTable, signetcfg.EnvAdminKey, signetcfg.EnvRedeliveryQueue, signetcfg.EnvWebSocketAPI,

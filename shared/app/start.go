@@ -39,6 +39,7 @@ func Functions(h *handler.Handler) map[string]any {
 		"AckFunction":        h.Ack,
 		"SyncFunction":       h.Sync,
 		"PingFunction":       h.Ping,
+		"ReadFunction":       h.Read,
 		"DefaultFunction":    h.Default,
 		"RedeliverFunction":  h.Redeliver,
 		"AlertsFunction":     h.Alerts,

@@ -95,7 +95,15 @@ func TestAlertToThreeUsersShowsEachPathToDelivery(t *testing.T) {
 		return recipientStates(r)
 	}
 	waitFor(t, "ann delivered", func() bool { return status()["ann"]["state"] == "delivered" })
-	if s := status(); s["ben"]["state"] != "stored" || s["cid"]["state"] != "pushed" || s["ann"]["deliveredAt"] == nil {
+	// ann reads it: the read watermark of the app's conversation.
+	var pm struct {
+		ConvSeq        int64  `json:"convSeq"`
+		ConversationID string `json:"conversationId"`
+	}
+	_ = json.Unmarshal(push.Message, &pm)
+	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	waitFor(t, "ann read", func() bool { return status()["ann"]["state"] == "read" })
+	if s := status(); s["ben"]["state"] != "stored" || s["cid"]["state"] != "pushed" || s["ann"]["deliveredAt"] == nil || s["ann"]["readAt"] == nil {
 		t.Fatalf("states = %v", s)
 	}
 
@@ -137,7 +145,7 @@ func TestAlertToThreeUsersShowsEachPathToDelivery(t *testing.T) {
 	}
 	want := map[string]int{
 		"created": 1, "stored": 1, "inboxed:ann": 1, "inboxed:ben": 1, "inboxed:cid": 1,
-		"acked:ann": 1, "acked:ben": 1, "awaiting_pull:ben": 1,
+		"acked:ann": 1, "read:ann": 1, "acked:ben": 1, "awaiting_pull:ben": 1,
 		"pushed:cid": 1 + policy.MaxRetries(), "redelivery_scheduled:cid": policy.MaxRetries(), "awaiting_pull:cid": 1,
 	}
 	for k, n := range want {

@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -460,5 +461,72 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestReadWatermarkSyncsToOtherDevicesAndIsForwardOnly(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	phone := dial(t, st, "bob", "phone")
+	tablet := dial(t, st, "bob", "tablet")
+	for i := range 3 {
+		alice.send(fmt.Sprintf("c-%d", i), "bob", i)
+		alice.next("sent", 5*time.Second)
+	}
+	conv := string(im.Direct("alice", "bob"))
+	phone.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 2})
+	r := tablet.next("read", 5*time.Second)
+	var rs struct {
+		ConversationID string `json:"conversationId"`
+		UpTo           int64  `json:"upTo"`
+	}
+	if err := json.Unmarshal([]byte(lastRaw(t, tablet, `"type":"read"`)), &rs); err != nil || rs.ConversationID != conv || rs.UpTo != 2 || r.Type != "read" {
+		t.Fatalf("tablet got %+v (%v)", rs, err)
+	}
+	phone.quiet("read", 300*time.Millisecond) // not echoed to the reader's own connection
+	// A lower or equal watermark changes nothing and tells no one.
+	phone.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 1})
+	phone.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 2})
+	tablet.quiet("read", 500*time.Millisecond)
+	if upTo, _, err := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); err != nil || upTo != 2 {
+		t.Fatalf("watermark = %d, %v", upTo, err)
+	}
+	cases := []struct {
+		frame string
+		code  wire.Code
+	}{
+		{`{"action":"read","conversationId":"` + conv + `","upTo":9}`, wire.CodeBadRequest},
+		{`{"action":"read","conversationId":"d:alice:carol","upTo":1}`, wire.CodeForbidden},
+		{`{"action":"read","conversationId":"` + conv + `"}`, wire.CodeBadRequest},
+		{`{"action":"read","upTo":1}`, wire.CodeBadRequest},
+	}
+	for _, tc := range cases {
+		phone.write(tc.frame)
+		if e := phone.next("error", 5*time.Second); e.Code != string(tc.code) {
+			t.Errorf("%s: %+v, want %s", tc.frame, e, tc.code)
+		}
+	}
+	if upTo, _, _ := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); upTo != 2 {
+		t.Fatalf("watermark moved to %d by rejected frames", upTo)
+	}
+}
+
+// lastRaw returns the most recent raw frame containing s.
+func lastRaw(t *testing.T, c *wsClient, s string) string {
+	t.Helper()
+	var last string
+	for {
+		select {
+		case r := <-c.raw:
+			if strings.Contains(r, s) {
+				last = r
+			}
+		default:
+			if last == "" {
+				t.Fatalf("no raw frame with %s", s)
+			}
+			return last
+		}
 	}
 }

@@ -368,7 +368,20 @@ func (h *Handler) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReque
 		if err != nil {
 			return 0, nil, err
 		}
-		ds = append(ds, im.Progress(d, seq, devs, evs))
+		d = im.Progress(d, seq, devs, evs)
+		if h.Reads != nil && seq > 0 {
+			upTo, at, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
+			if err != nil {
+				return 0, nil, err
+			}
+			if upTo >= a.Message.ConvSeq {
+				d.State = "read"
+				if d.ReadAt.IsZero() {
+					d.ReadAt = at
+				}
+			}
+		}
+		ds = append(ds, d)
 	}
 	out := alertStatus{MessageID: string(a.Message.ID), App: a.App, Title: a.Title, Priority: a.Priority, SentAt: wire.Timestamp(a.Message.SentAt), Counts: map[string]int{"stored": 0, "pushed": 0, "delivered": 0, "read": 0}}
 	for _, d := range ds {

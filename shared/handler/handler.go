@@ -57,6 +57,8 @@ type Handler struct {
 	Scheduler   Scheduler
 	// Tracer records each message's path (nil: no trace).
 	Tracer Tracer
+	// Reads stores read watermarks.
+	Reads Reads
 	// AlertStore serves the HTTP alerts API (nil: not configured).
 	AlertStore AlertStore
 	// Validator checks HTTP request bodies against the OpenAPI schemas.

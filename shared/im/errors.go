@@ -15,6 +15,8 @@ var (
 	ErrGroupsUnsupported = errors.New("group conversations are not available")
 	// ErrClientMsgIDReused: a clientMsgId was retried with different content.
 	ErrClientMsgIDReused = errors.New("clientMsgId reused with different content")
+	// ErrReadBeyondHead: a read watermark beyond the conversation's last message.
+	ErrReadBeyondHead = errors.New("read beyond conversation head")
 	// ErrAckBeyondHead: a device acked a sequence the inbox has not reached.
 	ErrAckBeyondHead = errors.New("ack beyond inbox head")
 	// ErrContention: a conditional write lost its race too many times; retry later.

@@ -91,6 +91,26 @@ func (c ConversationID) Members() (UserID, UserID, error) {
 	return ua, ub, nil
 }
 
+// AppConversation reports whether c is an app's alert conversation ("a:<app>").
+func (c ConversationID) AppConversation() bool { return strings.HasPrefix(string(c), "a:") }
+
+// CanRead reports whether user u may mark conversation c read: a member of
+// a 1:1 conversation, or anyone for an app's alert conversation (a read
+// watermark is the reader's own).
+func (c ConversationID) CanRead(u UserID) error {
+	if c.AppConversation() {
+		if !validID(strings.TrimPrefix(string(c), "a:")) {
+			return fmt.Errorf("conversation %q: %w", c, ErrMalformedConversation)
+		}
+		return nil
+	}
+	if c.IsGroup() {
+		return fmt.Errorf("conversation %q: %w", c, ErrGroupsUnsupported)
+	}
+	_, err := c.Peer(u)
+	return err
+}
+
 // Peer returns the other member of the 1:1 conversation c as seen by user u.
 // It returns ErrNotMember when u is not one of the two users.
 func (c ConversationID) Peer(u UserID) (UserID, error) {

@@ -14,7 +14,35 @@ const (
 	ActionAck  = "ack"
 	ActionSync = "sync"
 	ActionPing = "ping"
+	ActionRead = "read"
 )
+
+// Read is the client frame {"action":"read","conversationId":…,"upTo":N}:
+// the user has read the conversation up to convSeq N. Watermarks only move
+// forward; lower or equal values are ignored.
+type Read struct {
+	// Action is "read".
+	Action string `json:"action"`
+	// ConversationID names the conversation.
+	ConversationID string `json:"conversationId"`
+	// UpTo is the highest convSeq read.
+	UpTo *int64 `json:"upTo"`
+}
+
+// DecodeRead validates a read frame.
+func DecodeRead(body string) (im.ConversationID, int64, error) {
+	var f Read
+	if err := decode(body, &f); err != nil {
+		return "", 0, err
+	}
+	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
+		return "", 0, Problemf(CodeBadRequest, "conversationId is required")
+	}
+	if f.UpTo == nil || *f.UpTo < 1 {
+		return "", 0, Problemf(CodeBadRequest, "upTo is required: a convSeq of at least 1")
+	}
+	return im.ConversationID(f.ConversationID), *f.UpTo, nil
+}
 
 // Send is the client frame {"action":"send",...}: deliver Body to user To or
 // into ConversationID, idempotently per (sender, ClientMsgID).

@@ -73,6 +73,7 @@ var domainCodes = []struct {
 	{im.ErrGroupsUnsupported, CodeBadRequest, "group conversations are not available"},
 	{im.ErrClientMsgIDReused, CodeBadRequest, "clientMsgId was already used for a different message"},
 	{im.ErrAckBeyondHead, CodeBadRequest, "upTo is beyond the inbox head"},
+	{im.ErrReadBeyondHead, CodeBadRequest, "upTo is beyond the conversation's last message"},
 	{im.ErrContention, CodeRateLimited, "the inbox is busy; retry with the same clientMsgId"},
 }
 

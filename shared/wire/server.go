@@ -14,7 +14,19 @@ const (
 	TypeSync    = "sync"
 	TypePong    = "pong"
 	TypeError   = "error"
+	TypeRead    = "read"
 )
+
+// ReadSync tells a user's other devices that the conversation was read up
+// to UpTo: {"type":"read","conversationId":…,"upTo":N}.
+type ReadSync struct {
+	// Type is "read".
+	Type string `json:"type"`
+	// ConversationID names the conversation.
+	ConversationID string `json:"conversationId"`
+	// UpTo is the user's read watermark (a convSeq).
+	UpTo int64 `json:"upTo"`
+}
 
 // Sent is the server ACK of a send, sent only once the message is durable in
 // every recipient inbox.

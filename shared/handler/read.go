@@ -1,0 +1,81 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Reads is the storage of read watermarks.
+type Reads interface {
+	MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error)
+	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (int64, time.Time, error)
+	ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
+}
+
+// Read moves the user's read watermark of a conversation
+// ({"action":"read","conversationId":…,"upTo":convSeq}), tells the user's
+// other devices ({"type":"read",…}) and records "read" in the trace of each
+// newly read message. It answers nothing on success.
+func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	c, ok := callerOf(req)
+	if !ok {
+		return h.fail(ctx, c, wire.ActionRead, errNoCaller, "")
+	}
+	conv, upTo, err := wire.DecodeRead(req.Body)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionRead, err, "")
+	}
+	if err := conv.CanRead(c.User); err != nil {
+		return h.fail(ctx, c, wire.ActionRead, err, "")
+	}
+	old, moved, err := h.Reads.MarkRead(ctx, c.User, conv, upTo, h.now())
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionRead, err, "")
+	}
+	if !moved {
+		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+	}
+	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", upTo)
+	h.syncRead(ctx, c, conv, upTo)
+	if h.Tracer != nil {
+		from := max(old, upTo-maxAckTrace)
+		ids, err := h.Reads.ConversationIDs(ctx, conv, from, upTo, maxAckTrace)
+		if err != nil {
+			h.log().WarnContext(ctx, "read trace not recorded", "err", err.Error())
+		} else {
+			tr := h.trail("read", c.RequestID)
+			for seq := from + 1; seq <= upTo; seq++ {
+				if id, ok := ids[seq]; ok {
+					tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
+				}
+			}
+			tr.flush(ctx)
+		}
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// syncRead pushes the new watermark to the user's other connections.
+func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
+	conns, err := h.Connections.Connections(ctx, c.User)
+	if err != nil {
+		h.log().WarnContext(ctx, "read sync skipped", "err", err.Error())
+		return
+	}
+	frame, _ := json.Marshal(wire.ReadSync{Type: wire.TypeRead, ConversationID: string(conv), UpTo: upTo})
+	for _, conn := range conns {
+		if conn.ID == c.Connection {
+			continue
+		}
+		if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+			h.log().WarnContext(ctx, "read sync push failed", "err", err.Error(), "connectionId", conn.ID)
+		}
+	}
+}
