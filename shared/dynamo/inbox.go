@@ -115,12 +115,24 @@ func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64
 	if upTo > head {
 		return 0, false, fmt.Errorf("ack %s/%s up to %d (head %d): %w", u, d, upTo, head, im.ErrAckBeyondHead)
 	}
+	old, moved, err := st.advance(ctx, inboxKey(u, deviceSK(d)), "acked", "ackedAt", upTo, now)
+	if err != nil {
+		return 0, false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+	}
+	return old, moved, nil
+}
+
+// advance moves the watermark attribute attr of an inbox item forward to
+// upTo (stamping atAttr with now), conditionally on it being lower, and
+// returns the previous value and whether it moved. Watermarks never move
+// back: a lower or equal value is a no-op, not an error.
+func (st *Store) advance(ctx context.Context, key map[string]types.AttributeValue, attr, atAttr string, upTo int64, now time.Time) (int64, bool, error) {
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.tables.Inbox),
-		Key:                       inboxKey(u, deviceSK(d)),
-		UpdateExpression:          aws.String("SET #acked = :n, #ackedAt = :now"),
-		ConditionExpression:       aws.String("attribute_not_exists(#acked) OR #acked < :n"),
-		ExpressionAttributeNames:  map[string]string{"#acked": "acked", "#ackedAt": "ackedAt"},
+		Key:                       key,
+		UpdateExpression:          aws.String("SET #w = :n, #at = :now"),
+		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w < :n"),
+		ExpressionAttributeNames:  map[string]string{"#w": attr, "#at": atAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(upTo), ":now": n(now.UnixMilli())},
 		ReturnValues:              types.ReturnValueUpdatedOld,
 	})
@@ -128,9 +140,9 @@ func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+		return 0, false, err
 	}
-	return getN(out.Attributes, "acked"), true, nil
+	return getN(out.Attributes, attr), true, nil
 }
 
 // Devices returns the ack cursors of all of a user's devices.

@@ -25,22 +25,11 @@ func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID,
 	if upTo > h.conv {
 		return 0, false, fmt.Errorf("read %s in %s up to %d (head %d): %w", u, c, upTo, h.conv, im.ErrReadBeyondHead)
 	}
-	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(st.tables.Inbox),
-		Key:                       inboxKey(u, readSK(c)),
-		UpdateExpression:          aws.String("SET #upTo = :n, #at = :now"),
-		ConditionExpression:       aws.String("attribute_not_exists(#upTo) OR #upTo < :n"),
-		ExpressionAttributeNames:  map[string]string{"#upTo": "upTo", "#at": "readAt"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(upTo), ":now": n(now.UnixMilli())},
-		ReturnValues:              types.ReturnValueUpdatedOld,
-	})
-	if isConditionFailed(err) {
-		return 0, false, nil
-	}
+	old, moved, err := st.advance(ctx, inboxKey(u, readSK(c)), "upTo", "readAt", upTo, now)
 	if err != nil {
 		return 0, false, fmt.Errorf("read %s in %s: %w", u, c, err)
 	}
-	return getN(out.Attributes, "upTo"), true, nil
+	return old, moved, nil
 }
 
 // ReadWatermark returns u's read watermark of c and when it last moved.
