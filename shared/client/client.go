@@ -213,6 +213,11 @@ func (c *Client) History(after int64, limit int) ([]Message, error) {
 	return out, nil
 }
 
+// Skipped returns the last range of inbox seqs ("from-to") that expired on
+// the server before this device synced them, or "" if none did. An
+// application shows a summary for such a gap.
+func (c *Client) Skipped() (string, error) { return c.store.skipped() }
+
 // Pending returns the clientMsgIds of sends still waiting for their ACK.
 func (c *Client) Pending() ([]string, error) {
 	items, err := c.store.outbox()

@@ -495,3 +495,25 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A device whose cursor is older than the server's retention skips the
+// expired entries (recording the gap) instead of asking for them forever.
+func TestSyncPastExpiredEntriesRecordsTheGap(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	ids := sendN(t, alice, "bob", 0, 8)
+	for seq := int64(1); seq <= 5; seq++ {
+		if err := st.Store.ExpireEntry(context.Background(), "bob", seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	got := collect(t, bob, 3, 10*time.Second)
+	if got[0].Seq != 6 || got[0].MessageID != ids[5] || got[2].Seq != 8 {
+		t.Fatalf("got %+v", got)
+	}
+	if gap, err := bob.Skipped(); err != nil || gap != "1-5" {
+		t.Fatalf("skipped = %q, %v", gap, err)
+	}
+}

@@ -317,6 +317,16 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		}
 		s.epoch = p.Epoch
 	}
+	if p.Truncated && p.FirstSeq > s.cursor+1 {
+		// Entries after our cursor expired on the server (retention): they
+		// can never arrive. Record the skip and continue from the oldest
+		// retained entry; the application can show what it missed.
+		s.c.log.Warn("inbox entries expired before this device synced them", "from", s.cursor+1, "to", p.FirstSeq-1)
+		if err := s.c.store.skip(s.cursor, p.FirstSeq-1); err != nil {
+			return err
+		}
+		s.cursor = p.FirstSeq - 1
+	}
 	for _, e := range p.Messages {
 		if err := s.receive(ctx, e); err != nil {
 			return err

@@ -20,6 +20,7 @@ var (
 	bucketSent   = []byte("sent")   // clientMsgId → wire.Sent JSON
 	keyCursor    = []byte("cursor")
 	keyEpoch     = []byte("epoch")
+	keySkipped   = []byte("skipped")
 )
 
 // store is the device's local state in one bbolt file.
@@ -101,6 +102,29 @@ func (s *store) apply(e wire.Entry) (bool, error) {
 		return m.Put(keyCursor, u64(uint64(e.Seq)))
 	})
 	return applied, err
+}
+
+// skip moves the cursor from `from` over expired entries to `to`, and
+// records the skipped range.
+func (s *store) skip(from, to int64) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(bucketMeta)
+		if err := m.Put(keyCursor, u64(uint64(to))); err != nil {
+			return err
+		}
+		return m.Put(keySkipped, fmt.Appendf(nil, "%d-%d", from+1, to))
+	})
+}
+
+// skipped returns the last range of seqs that expired before this device
+// synced them ("" if none).
+func (s *store) skipped() (string, error) {
+	var out string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		out = string(tx.Bucket(bucketMeta).Get(keySkipped))
+		return nil
+	})
+	return out, err
 }
 
 // reset forgets the inbox after the server's sequence restarted.

@@ -58,12 +58,15 @@ func (st *Store) Page(ctx context.Context, u im.UserID, cursor int64, limit int,
 	if cursor >= head {
 		return im.NewPage(cursor, nil, head, epoch), nil
 	}
-	last := min(head, cursor+int64(limit))
+	// Entries up to head are contiguous except where retention expired the
+	// oldest: reading "the next limit entries up to head" (not "seqs
+	// cursor+1..cursor+limit") skips an expired stretch instead of
+	// returning an empty page forever.
 	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(cursor + 1)), ":to": s(entrySK(last))},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(cursor + 1)), ":to": s(entrySK(head))},
 		ConsistentRead:            aws.Bool(true),
 		Limit:                     aws.Int32(int32(limit)),
 	})
@@ -203,4 +206,15 @@ func (st *Store) TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, i
 		return wait, fmt.Errorf("sync %s: %w", u, im.ErrRateLimited)
 	}
 	return 0, fmt.Errorf("sync slot %s: %w", u, err)
+}
+
+// ExpireEntry removes one inbox entry as DynamoDB TTL does when retention
+// ends. Emulators without TTL (minidyn) never expire entries; tests and
+// maintenance tools use this to reproduce retention.
+func (st *Store) ExpireEntry(ctx context.Context, u im.UserID, seq int64) error {
+	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(seq))})
+	if err != nil {
+		return fmt.Errorf("expire entry %s#%d: %w", u, seq, err)
+	}
+	return nil
 }

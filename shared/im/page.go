@@ -21,6 +21,11 @@ type Page struct {
 	Head int64
 	// Epoch identifies the inbox's sequence; it changes only if it restarts.
 	Epoch string
+	// Truncated is set when entries after the cursor have expired
+	// (retention): the page starts at FirstSeq, not at cursor+1.
+	Truncated bool
+	// FirstSeq is the oldest retained seq after the cursor (with Truncated).
+	FirstSeq int64
 }
 
 // Fit cuts entries (ascending, contiguous from cursor+1) to at most limit
@@ -41,11 +46,17 @@ func Fit(entries []Entry, limit, maxBytes int, size func(Entry) int) []Entry {
 }
 
 // NewPage assembles a page answering a pull after cursor from entries that
-// the store read up to head.
+// the store read up to head. When the first entry is beyond cursor+1, the
+// entries in between expired: the page says so (Truncated, FirstSeq).
 func NewPage(cursor int64, entries []Entry, head int64, epoch string) Page {
 	next := cursor
+	p := Page{Entries: entries, Head: head, Epoch: epoch}
 	if n := len(entries); n > 0 {
 		next = entries[n-1].Seq
+		if entries[0].Seq > cursor+1 {
+			p.Truncated, p.FirstSeq = true, entries[0].Seq
+		}
 	}
-	return Page{Entries: entries, Next: next, More: next < head, Head: head, Epoch: epoch}
+	p.Next, p.More = next, next < head
+	return p
 }

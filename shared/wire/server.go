@@ -90,6 +90,12 @@ type SyncPage struct {
 	Head int64 `json:"head"`
 	// Epoch identifies the inbox sequence; if it changes, resync from 0.
 	Epoch string `json:"epoch"`
+	// Truncated is true when entries after the cursor expired (retention):
+	// the page starts at FirstSeq. The client should show a summary rather
+	// than pretend nothing was missed.
+	Truncated bool `json:"truncated,omitempty"`
+	// FirstSeq is the oldest retained seq after the cursor (with Truncated).
+	FirstSeq int64 `json:"firstSeq,omitempty"`
 }
 
 // Pong answers a ping.
@@ -137,7 +143,7 @@ func NewSyncPage(p im.Page) SyncPage {
 	for i, e := range p.Entries {
 		msgs[i] = FromEntry(e)
 	}
-	return SyncPage{Type: TypeSync, Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head, Epoch: p.Epoch}
+	return SyncPage{Type: TypeSync, Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head, Epoch: p.Epoch, Truncated: p.Truncated, FirstSeq: p.FirstSeq}
 }
 
 // EntrySize is the encoded size of an entry inside a sync page, used to keep
