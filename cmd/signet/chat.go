@@ -21,6 +21,7 @@ import (
 var stdin io.Reader = os.Stdin
 
 func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	in := stdin
 	fs := flag.NewFlagSet("signet chat", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs, "default")
@@ -63,7 +64,7 @@ and unsent ones are retried.
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(stdin)
+		sc := bufio.NewScanner(in)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}

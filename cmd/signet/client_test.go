@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -126,7 +127,7 @@ func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
 	var lines []string
 	highest := 0 // highest seq printed so far
 	kills := 0
-	for deadline := time.Now().Add(3 * time.Minute); highest < total; {
+	for deadline := time.Now().Add(8 * time.Minute); highest < total; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of %d lines after %d kills", len(lines), total, kills)
 		}
@@ -136,10 +137,29 @@ func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		killAt := time.Duration(100+rng.IntN(900)) * time.Millisecond
-		timer := time.AfterFunc(killAt, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
+		// Kill at a random moment, but only once this run printed something,
+		// so that a slow machine still makes progress.
+		var printedThisRun atomic.Int64
+		stop := make(chan struct{})
+		delay := time.Duration(100+rng.IntN(900)) * time.Millisecond
+		go func() {
+			tick := time.NewTicker(delay)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if printedThisRun.Load() > 0 {
+						_ = cmd.Process.Signal(syscall.SIGKILL)
+						return
+					}
+				}
+			}
+		}()
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			printedThisRun.Add(1)
 			lines = append(lines, sc.Text())
 			var e struct {
 				Seq int `json:"seq"`
@@ -151,7 +171,7 @@ func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
 				_ = cmd.Process.Signal(syscall.SIGTERM)
 			}
 		}
-		timer.Stop()
+		close(stop)
 		if err := cmd.Wait(); err != nil {
 			kills++
 		}

@@ -103,7 +103,7 @@ func TestLocalServesAndStopsCleanly(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"local", "--addr", "127.0.0.1:0", "--prefix", fmt.Sprintf("cli%d", time.Now().UnixNano()), "--quiet"}, &out, &errOut)
+		done <- run(ctx, []string{"local", "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--prefix", fmt.Sprintf("cli%d", time.Now().UnixNano()), "--quiet"}, &out, &errOut)
 	}()
 	urlRE := regexp.MustCompile(`WebSocket API\s+(ws://\S+)\?token=`)
 	var url string

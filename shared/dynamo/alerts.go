@@ -165,6 +165,7 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 				Item: map[string]types.AttributeValue{
 					"pk": s("msg#" + string(m.ID)), attrSK: s("alert"), "app": s(appID), "to": strList(recipients),
 					attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq), "title": s(a.Title), "priority": s(a.Priority),
+					"expiryS": n(int64(a.Expiry / time.Second)),
 				},
 			}},
 		}
@@ -236,14 +237,19 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 	for _, u := range getList(it, "to") {
 		to = append(to, im.UserID(u))
 	}
-	return im.Alert{Message: m, App: getS(it, "app"), Recipients: to, Title: getS(it, "title"), Priority: getS(it, "priority")}, nil
+	return im.Alert{Message: m, App: getS(it, "app"), Recipients: to, Title: getS(it, "title"), Priority: getS(it, "priority"),
+		Expiry: time.Duration(getN(it, "expiryS")) * time.Second}, nil
 }
 
 // AppendInbox puts message m into user u's inbox exactly once (a dedup item
 // keyed by message id in the same transaction as the entry and the head)
 // and returns its inbox seq, the existing one when it was already there.
-func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, now time.Time) (int64, error) {
+// A positive expiry shorter than the inbox retention becomes the entry's TTL.
+func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error) {
 	ttl := st.ttlAt(now)
+	if expiry > 0 && expiry < st.Retention {
+		ttl = n(now.Add(expiry).Unix())
+	}
 	for attempt := range st.MaxAttempts {
 		head, _, err := st.Head(ctx, u)
 		if err != nil {

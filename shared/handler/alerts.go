@@ -30,7 +30,7 @@ type AlertStore interface {
 	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
 	FinishAlert(ctx context.Context, appID, key, response string) error
 	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
-	AppendInbox(ctx context.Context, u im.UserID, m im.Message, now time.Time) (int64, error)
+	AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error)
 	InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
@@ -230,6 +230,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		Recipients: recipients,
 		Title:      ar.Title,
 		Priority:   ar.Priority,
+		Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
 	}
 	start, err := h.AlertStore.BeginAlert(ctx, p.app.ID, key, hex.EncodeToString(sum[:]), alert, h.now())
 	if errors.Is(err, im.ErrIdempotencyConflict) {
@@ -259,7 +260,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		Recipients []recipientState `json:"recipients"`
 	}{MessageID: string(m.ID)}
 	for _, u := range start.Alert.Recipients {
-		seq, err := h.AlertStore.AppendInbox(ctx, u, m, h.now())
+		seq, err := h.AlertStore.AppendInbox(ctx, u, m, start.Alert.Expiry, h.now())
 		if err != nil {
 			return 0, nil, err
 		}

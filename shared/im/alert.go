@@ -74,6 +74,9 @@ type Alert struct {
 	Recipients []UserID
 	Title      string
 	Priority   string
+	// Expiry, when positive, is how long the alert stays in recipient
+	// inboxes (the DynamoDB TTL of its entries) if shorter than retention.
+	Expiry time.Duration
 }
 
 // Delivery is one recipient's progress, derived from the inbox, the device
