@@ -13,7 +13,7 @@ GO ?= go
 # Lambda functions: directory under functions/ and template logical id.
 FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:DisconnectFunction \
 	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
-	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction
+	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction history:HistoryFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
@@ -49,6 +49,7 @@ build-DefaultFunction: ; $(MAKE) lambda-default
 build-RedeliverFunction: ; $(MAKE) lambda-redeliver
 build-AlertsFunction: ; $(MAKE) lambda-alerts
 build-ReadFunction: ; $(MAKE) lambda-read
+build-HistoryFunction: ; $(MAKE) lambda-history
 
 test: ## the README's test command
 	$(GO) test -race -count=1 ./...

@@ -36,7 +36,9 @@ conversation; commands:
   /history      show the current conversation's last 20 messages
   /quit         leave (also Ctrl-D)
 Your messages show "…" until the server ACKs them (✓: stored in every
-recipient inbox). Messages survive restarts: they are kept on this device
+recipient inbox), then "✓✓ delivered to <user> up to #N" when a device of
+theirs has them and "✓✓ read by <user>" when they read them. Messages
+survive restarts: they are kept on this device
 and unsent ones are retried.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
@@ -48,12 +50,21 @@ and unsent ones are retried.
 		fs.Usage()
 		return err
 	}
-	c, err := cf.dial(ctx, nil)
+	ch := &chat{me: cf.user, out: stdout, peer: *to}
+	c, err := cf.dial(ctx, func(o *client.Options) {
+		o.OnReceipt = func(r client.Receipt) {
+			mark := "✓✓ delivered to"
+			if r.Kind == "read" {
+				mark = "✓✓ read by"
+			}
+			ch.printf("  %s %s up to #%d\n", mark, r.UserID, r.UpTo)
+		}
+	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	ch := &chat{c: c, me: cf.user, out: stdout, peer: *to}
+	ch.c = c
 	ch.printf("Connected as %s (device %s) to %s\n", cf.user, cf.device, cf.url)
 	ch.list()
 	ch.printf("Commands: /to <user>, /list, /history, /quit. Anything else is sent to the current conversation.\n")

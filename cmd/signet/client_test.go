@@ -59,6 +59,7 @@ func TestTwoChatSessionsTalk(t *testing.T) {
 	fmt.Fprintln(aliceInW, "approve PO-7?")
 	waitText(t, &aliceOut, `✓ "approve PO-7?" stored for bob`)
 	waitText(t, &bobOut, "[alice] alice: approve PO-7?")
+	waitText(t, &aliceOut, "✓✓ delivered to bob up to #1")
 	fmt.Fprintln(bobInW, "/to alice")
 	fmt.Fprintln(bobInW, "approved")
 	waitText(t, &aliceOut, "[bob] bob: approved")

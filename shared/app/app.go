@@ -49,6 +49,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		Connections:  store,
 		Tracer:       store,
 		Reads:        store,
+		Histories:    store,
 		Secret:       []byte(cfg.JWTSecret),
 		Redelivery:   cfg.Redelivery,
 		SyncInterval: cfg.SyncInterval,

@@ -20,6 +20,7 @@ var Routes = map[string]string{
 	"sync":        "SyncFunction",
 	"ping":        "PingFunction",
 	"read":        "ReadFunction",
+	"history":     "HistoryFunction",
 }
 
 // HTTPRoutes maps every HTTP API route the code serves to its function.

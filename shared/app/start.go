@@ -40,6 +40,7 @@ func Functions(h *handler.Handler) map[string]any {
 		"SyncFunction":       h.Sync,
 		"PingFunction":       h.Ping,
 		"ReadFunction":       h.Read,
+		"HistoryFunction":    h.History,
 		"DefaultFunction":    h.Default,
 		"RedeliverFunction":  h.Redeliver,
 		"AlertsFunction":     h.Alerts,

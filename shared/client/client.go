@@ -48,6 +48,11 @@ type Options struct {
 	// (a crash can fall between persisting a message and showing it).
 	Replay    bool
 	ShownUpTo int64
+	// OnReceipt is called (from the client's goroutine; keep it short) for
+	// each delivered/read receipt about this user's 1:1 messages, and
+	// OnRead when another device of this user read a conversation.
+	OnReceipt func(Receipt)
+	OnRead    func(conversationID string, upTo int64)
 	// Log receives the client's structured logs (discarded when nil).
 	Log *slog.Logger
 	// hooks inject faults in tests.
@@ -89,6 +94,10 @@ type Draft struct {
 // Sent is the server's ACK of a send: the message is durable in every
 // recipient inbox.
 type Sent = wire.Sent
+
+// Receipt says how far the peer of a 1:1 conversation has it: every message
+// up to UpTo (a convSeq) is delivered to one of the peer's devices, or read.
+type Receipt = wire.Receipt
 
 // ServerError is an error frame that answered a request.
 type ServerError struct {

@@ -251,6 +251,16 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			return err
 		}
 		s.c.resolve(a.ClientMsgID, sendResult{sent: a})
+	case wire.TypeReceipt:
+		var r wire.Receipt
+		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnReceipt != nil {
+			s.c.opts.OnReceipt(r)
+		}
+	case wire.TypeRead:
+		var r wire.ReadSync
+		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnRead != nil {
+			s.c.opts.OnRead(r.ConversationID, r.UpTo)
+		}
 	case wire.TypeError:
 		var e wire.Error
 		if err := json.Unmarshal(data, &e); err != nil {

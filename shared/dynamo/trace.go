@@ -113,18 +113,18 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 	return out, nil
 }
 
-// EntryIDs returns the message ids of a user's inbox entries with seq in
+// EntryRefs returns references to a user's inbox entries with seq in
 // (after, upTo], at most limit of them, ascending.
-func (st *Store) EntryIDs(ctx context.Context, u im.UserID, after, upTo int64, limit int) (map[int64]im.MessageID, error) {
-	out := map[int64]im.MessageID{}
+func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error) {
+	var out []im.EntryRef
 	if upTo <= after {
 		return out, nil
 	}
 	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
-		ProjectionExpression:      aws.String("#seq, mid"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq},
+		ProjectionExpression:      aws.String("#seq, mid, #conv, cseq, #from"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#conv": attrConv, "#from": "from"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(after + 1)), ":to": s(entrySK(upTo))},
 		Limit:                     aws.Int32(int32(limit)),
 	})
@@ -132,7 +132,18 @@ func (st *Store) EntryIDs(ctx context.Context, u im.UserID, after, upTo int64, l
 		return nil, fmt.Errorf("entry ids %s (%d, %d]: %w", u, after, upTo, err)
 	}
 	for _, it := range res.Items {
-		out[getN(it, attrSeq)] = im.MessageID(getS(it, "mid"))
+		out = append(out, im.EntryRef{Seq: getN(it, attrSeq), ID: im.MessageID(getS(it, "mid")),
+			Conversation: im.ConversationID(getS(it, attrConv)), ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from"))})
 	}
 	return out, nil
+}
+
+// AdvanceDelivered moves u's delivered watermark of conversation c (the
+// highest convSeq any of u's devices acked) forward; it reports whether it moved.
+func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
+	_, moved, err := st.advance(ctx, inboxKey(u, "dl#"+string(c)), "upTo", "at", upTo, now)
+	if err != nil {
+		return false, fmt.Errorf("delivered %s in %s: %w", u, c, err)
+	}
+	return moved, nil
 }

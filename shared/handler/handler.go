@@ -19,7 +19,8 @@ type Inbox interface {
 	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
 	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error)
-	EntryIDs(ctx context.Context, u im.UserID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
+	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
+	AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error)
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
 	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)
 }
@@ -59,6 +60,8 @@ type Handler struct {
 	Tracer Tracer
 	// Reads stores read watermarks.
 	Reads Reads
+	// Histories reads conversation logs.
+	Histories Histories
 	// AlertStore serves the HTTP alerts API (nil: not configured).
 	AlertStore AlertStore
 	// Validator checks HTTP request bodies against the OpenAPI schemas.

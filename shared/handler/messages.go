@@ -148,7 +148,7 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 	}
 	if moved {
 		h.log().InfoContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
-		h.traceAcks(ctx, c, old, upTo)
+		h.afterAck(ctx, c, old, upTo)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
@@ -156,24 +156,55 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 // maxAckTrace bounds how many messages one ack records in their traces.
 const maxAckTrace = 200
 
-// traceAcks records "acked" in the trace of every message the ack covered.
-func (h *Handler) traceAcks(ctx context.Context, c caller, old, upTo int64) {
-	if h.Tracer == nil {
-		return
-	}
+// afterAck records "acked" in the trace of every message the ack covered
+// and sends 1:1 senders a delivered receipt: the highest convSeq of theirs
+// that one of this user's devices now holds (a per-conversation watermark,
+// so receipts only move forward and cost one write per conversation).
+func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
-	ids, err := h.Inbox.EntryIDs(ctx, c.User, from, upTo, maxAckTrace)
+	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
 	if err != nil {
-		h.log().WarnContext(ctx, "ack trace not recorded", "err", err.Error(), "userId", c.User)
+		h.log().WarnContext(ctx, "ack trace and receipts skipped", "err", err.Error(), "userId", c.User)
 		return
 	}
 	tr := h.trail("ack", c.RequestID)
-	for seq := from + 1; seq <= upTo; seq++ {
-		if id, ok := ids[seq]; ok {
-			tr.add(im.Event{Message: id, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: seq})
+	delivered := map[im.ConversationID]int64{}
+	for _, r := range refs {
+		tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+		if r.From != c.User && !r.Conversation.IsGroup() && !r.Conversation.AppConversation() {
+			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
 		}
 	}
 	tr.flush(ctx)
+	for conv, cseq := range delivered {
+		moved, err := h.Inbox.AdvanceDelivered(ctx, c.User, conv, cseq, h.now())
+		if err != nil {
+			h.log().WarnContext(ctx, "delivered watermark not recorded", "err", err.Error(), "conversationId", conv)
+			continue
+		}
+		if moved {
+			h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
+		}
+	}
+}
+
+// receipt tells the peer of a 1:1 conversation how far user has it.
+func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.ConversationID, kind string, upTo int64) {
+	peer, err := conv.Peer(user)
+	if err != nil || peer == user || h.Pusher == nil {
+		return
+	}
+	conns, err := h.Connections.Connections(ctx, peer)
+	if err != nil {
+		h.log().WarnContext(ctx, "receipt skipped", "err", err.Error(), "userId", peer)
+		return
+	}
+	frame, _ := json.Marshal(wire.Receipt{Type: wire.TypeReceipt, Kind: kind, ConversationID: string(conv), UserID: string(user), UpTo: upTo})
+	for _, conn := range conns {
+		if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+			h.log().WarnContext(ctx, "receipt push failed", "err", err.Error(), "connectionId", conn.ID)
+		}
+	}
 }
 
 // Sync answers a cursor pull with one page. A new sync (not the continuation

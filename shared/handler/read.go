@@ -44,6 +44,9 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", upTo)
 	h.syncRead(ctx, c, conv, upTo)
+	if !conv.AppConversation() {
+		h.receipt(ctx, c.User, conv, wire.ReceiptRead, upTo)
+	}
 	if h.Tracer != nil {
 		from := max(old, upTo-maxAckTrace)
 		ids, err := h.Reads.ConversationIDs(ctx, conv, from, upTo, maxAckTrace)

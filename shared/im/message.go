@@ -25,6 +25,15 @@ type Entry struct {
 	Message Message
 }
 
+// EntryRef points at one inbox entry and the message it holds.
+type EntryRef struct {
+	Seq          int64
+	ID           MessageID
+	Conversation ConversationID
+	ConvSeq      int64
+	From         UserID
+}
+
 // Draft is a message a sender asks the server to accept. ClientMsgID makes
 // the send idempotent per sender.
 type Draft struct {

@@ -10,12 +10,47 @@ import (
 
 // Client actions (route keys of the WebSocket API).
 const (
-	ActionSend = "send"
-	ActionAck  = "ack"
-	ActionSync = "sync"
-	ActionPing = "ping"
-	ActionRead = "read"
+	ActionSend    = "send"
+	ActionAck     = "ack"
+	ActionSync    = "sync"
+	ActionPing    = "ping"
+	ActionRead    = "read"
+	ActionHistory = "history"
 )
+
+// History is the client frame {"action":"history","conversationId":…,
+// "before":convSeq,"limit":1..100}: page back through a conversation's log.
+type History struct {
+	// Action is "history".
+	Action string `json:"action"`
+	// ConversationID names a 1:1 conversation of the caller.
+	ConversationID string `json:"conversationId"`
+	// Before returns messages with convSeq < Before (0 or absent: the newest).
+	Before int64 `json:"before,omitempty"`
+	// Limit is the most messages wanted, 1..100 (default 50).
+	Limit int `json:"limit,omitempty"`
+}
+
+// DecodeHistory validates a history frame.
+func DecodeHistory(body string) (History, error) {
+	var f History
+	if err := decode(body, &f); err != nil {
+		return History{}, err
+	}
+	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
+		return History{}, Problemf(CodeBadRequest, "conversationId is required")
+	}
+	if f.Before < 0 {
+		return History{}, Problemf(CodeBadRequest, "before must be a convSeq (or 0 for the newest)")
+	}
+	if f.Limit == 0 {
+		f.Limit = 50
+	}
+	if f.Limit < 1 || f.Limit > im.MaxPageEntries {
+		return History{}, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
+	}
+	return f, nil
+}
 
 // Read is the client frame {"action":"read","conversationId":…,"upTo":N}:
 // the user has read the conversation up to convSeq N. Watermarks only move

@@ -15,7 +15,45 @@ const (
 	TypePong    = "pong"
 	TypeError   = "error"
 	TypeRead    = "read"
+	TypeReceipt = "receipt"
+	TypeHistory = "history"
 )
+
+// HistoryPage answers a history request: messages in ascending convSeq.
+type HistoryPage struct {
+	// Type is "history".
+	Type string `json:"type"`
+	// ConversationID names the conversation.
+	ConversationID string `json:"conversationId"`
+	// Messages are ascending by convSeq, all below the request's before.
+	Messages []Message `json:"messages"`
+	// HasMore is true when older messages exist: ask again with Before.
+	HasMore bool `json:"hasMore"`
+	// Before is the value to page further back with.
+	Before int64 `json:"before"`
+}
+
+// Receipt kinds.
+const (
+	ReceiptDelivered = "delivered"
+	ReceiptRead      = "read"
+)
+
+// Receipt tells a 1:1 sender how far the peer has the conversation:
+// {"type":"receipt","kind":"delivered"|"read","conversationId":…,"userId":…,"upTo":convSeq}.
+// Receipts are watermarks: every message up to UpTo has reached that state.
+type Receipt struct {
+	// Type is "receipt".
+	Type string `json:"type"`
+	// Kind is "delivered" (a device of the user persisted it) or "read".
+	Kind string `json:"kind"`
+	// ConversationID names the conversation.
+	ConversationID string `json:"conversationId"`
+	// UserID is the user the receipt is about (the peer).
+	UserID string `json:"userId"`
+	// UpTo is the convSeq up to which the state holds.
+	UpTo int64 `json:"upTo"`
+}
 
 // ReadSync tells a user's other devices that the conversation was read up
 // to UpTo: {"type":"read","conversationId":…,"upTo":N}.

@@ -1,0 +1,51 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// History returns up to limit messages of conversation c with convSeq <
+// before (0: the newest), ascending, and whether older ones exist.
+func (st *Store) History(ctx context.Context, c im.ConversationID, before int64, limit int) ([]im.Message, bool, error) {
+	if before == 0 {
+		h, err := st.readHeads(ctx, c, nil)
+		if err != nil {
+			return nil, false, err
+		}
+		before = h.conv + 1
+	}
+	if before <= 1 {
+		return nil, false, nil
+	}
+	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Messages),
+		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(1)), ":to": s(convSK(before - 1))},
+		ScanIndexForward:          aws.Bool(false),
+		Limit:                     aws.Int32(int32(limit)),
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("history %s before %d: %w", c, before, err)
+	}
+	msgs := make([]im.Message, 0, len(res.Items))
+	for _, it := range res.Items {
+		msgs = append(msgs, im.Message{
+			ID: im.MessageID(getS(it, "mid")), Conversation: c, ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from")),
+			Body: []byte(getS(it, "body")), SentAt: time.UnixMilli(getN(it, "at")).UTC(),
+		})
+	}
+	slices.Reverse(msgs)
+	more := len(msgs) > 0 && msgs[0].ConvSeq > 1
+	return msgs, more, nil
+}

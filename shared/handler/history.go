@@ -1,0 +1,49 @@
+package handler
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Histories reads conversation logs.
+type Histories interface {
+	History(ctx context.Context, c im.ConversationID, before int64, limit int) ([]im.Message, bool, error)
+}
+
+// History pages back through a 1:1 conversation's log, which is kept
+// longer than inboxes ({"action":"history","conversationId":…,"before":N}).
+func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	c, ok := callerOf(req)
+	if !ok {
+		return h.fail(ctx, c, wire.ActionHistory, errNoCaller, "")
+	}
+	f, err := wire.DecodeHistory(req.Body)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionHistory, err, "")
+	}
+	conv := im.ConversationID(f.ConversationID)
+	if conv.AppConversation() {
+		// An app's conversation holds alerts to many users: each sees only
+		// their own, in their inbox.
+		return h.fail(ctx, c, wire.ActionHistory, wire.Problemf(wire.CodeBadRequest, "history is not available for alert conversations; use sync"), "")
+	}
+	if _, err := conv.Peer(c.User); err != nil {
+		return h.fail(ctx, c, wire.ActionHistory, err, "")
+	}
+	msgs, more, err := h.Histories.History(ctx, conv, f.Before, f.Limit)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionHistory, err, "")
+	}
+	page := wire.HistoryPage{Type: wire.TypeHistory, ConversationID: string(conv), Messages: make([]wire.Message, len(msgs)), HasMore: more}
+	for i, m := range msgs {
+		page.Messages[i] = wire.FromMessage(m)
+	}
+	if len(msgs) > 0 {
+		page.Before = msgs[0].ConvSeq
+	}
+	return reply(page)
+}
