@@ -63,8 +63,16 @@ func TestTwoChatSessionsTalk(t *testing.T) {
 	fmt.Fprintln(bobInW, "/to alice")
 	fmt.Fprintln(bobInW, "approved")
 	waitText(t, &aliceOut, "[bob] bob: approved")
-	fmt.Fprintln(bobInW, "/list")
-	waitText(t, &bobOut, "alice               2 messages")
+	// bob's own copy of "approved" reaches his inbox asynchronously: list
+	// until both messages are there.
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(bobOut.String(), "alice               2 messages") {
+		if time.Now().After(deadline) {
+			t.Fatalf("bob's list never showed 2 messages:\n%s", bobOut.String())
+		}
+		fmt.Fprintln(bobInW, "/list")
+		time.Sleep(200 * time.Millisecond)
+	}
 	fmt.Fprintln(aliceInW, "/quit")
 	fmt.Fprintln(bobInW, "/quit")
 	for _, done := range []chan int{aliceDone, bobDone} {

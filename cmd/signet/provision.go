@@ -53,12 +53,16 @@ Flags:
 		fs.Usage()
 		return fmt.Errorf("%w: give --endpoint (or both --dynamodb-endpoint and --sqs-endpoint)", errUsage)
 	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(*region))
+	var opts []func(*awsconfig.LoadOptions) error
+	opts = append(opts, awsconfig.WithRegion(*region))
+	if os.Getenv("AWS_ACCESS_KEY_ID") == "" && os.Getenv("AWS_PROFILE") == "" && os.Getenv("AWS_WEB_IDENTITY_TOKEN_FILE") == "" {
+		// No credentials configured: emulators accept any, so don't probe
+		// the instance metadata service for some.
+		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
 		return err
-	}
-	if _, err := cfg.Credentials.Retrieve(ctx); err != nil {
-		cfg.Credentials = credentials.NewStaticCredentialsProvider("test", "test", "")
 	}
 	tmpl, err := template.Parse(signet.Template)
 	if err != nil {
