@@ -67,6 +67,9 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 
 // syncRead pushes the new watermark to the user's other connections.
 func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
+	if h.Pusher == nil {
+		return
+	}
 	conns, err := h.Connections.Connections(ctx, c.User)
 	if err != nil {
 		h.log().WarnContext(ctx, "read sync skipped", "err", err.Error())
