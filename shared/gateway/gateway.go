@@ -69,6 +69,10 @@ type conn struct {
 	authorizer  map[string]any
 	cancel      context.CancelFunc
 	mu          sync.Mutex // guards lastActive
+	// ready is closed once ws is set (or the upgrade failed, ws nil): the
+	// connection is registered before the client gets its 101, so a push
+	// right after the client connected never meets a 410.
+	ready chan struct{}
 }
 
 func (g *Gateway) log() *slog.Logger {
@@ -109,7 +113,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *Gateway) Close() {
 	g.mu.Lock()
 	for _, c := range g.conns {
-		c.cancel()
+		if c.cancel != nil {
+			c.cancel()
+		}
 	}
 	g.mu.Unlock()
 	g.wg.Wait()
@@ -210,14 +216,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
-	if err != nil {
-		g.log().Warn("websocket upgrade failed", "err", err.Error())
-		g.disconnect(c, "upgrade failed")
-		return
-	}
-	ws.SetReadLimit(MaxMessageBytes)
-	c.ws = ws
+	c.ready = make(chan struct{})
 	life, cancel := context.WithTimeout(context.Background(), g.lifetime())
 	c.cancel = cancel
 	g.mu.Lock()
@@ -226,6 +225,20 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	g.conns[c.id] = c
 	g.mu.Unlock()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	if err != nil {
+		close(c.ready)
+		cancel()
+		g.mu.Lock()
+		delete(g.conns, c.id)
+		g.mu.Unlock()
+		g.log().Warn("websocket upgrade failed", "err", err.Error())
+		g.disconnect(c, "upgrade failed")
+		return
+	}
+	ws.SetReadLimit(MaxMessageBytes)
+	c.ws = ws
+	close(c.ready)
 	g.wg.Add(1)
 	defer g.wg.Done()
 	g.readLoop(life, c)

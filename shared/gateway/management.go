@@ -17,7 +17,15 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 	g.mu.Lock()
 	c := g.conns[id]
 	g.mu.Unlock()
-	if c == nil {
+	if c != nil {
+		// Registered but still upgrading: wait for the socket (briefly).
+		select {
+		case <-c.ready:
+		case <-time.After(5 * time.Second):
+			c = nil
+		}
+	}
+	if c == nil || c.ws == nil {
 		apiError(w, http.StatusGone, "GoneException", "")
 		return
 	}
