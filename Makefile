@@ -13,7 +13,8 @@ GO ?= go
 # Lambda functions: directory under functions/ and template logical id.
 FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:DisconnectFunction \
 	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
-	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction history:HistoryFunction
+	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction history:HistoryFunction \
+	group:GroupFunction receipts:ReceiptsFunction presence:PresenceFunction summary:SummaryFunction fanout:FanoutFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
@@ -50,6 +51,11 @@ build-RedeliverFunction: ; $(MAKE) lambda-redeliver
 build-AlertsFunction: ; $(MAKE) lambda-alerts
 build-ReadFunction: ; $(MAKE) lambda-read
 build-HistoryFunction: ; $(MAKE) lambda-history
+build-GroupFunction: ; $(MAKE) lambda-group
+build-ReceiptsFunction: ; $(MAKE) lambda-receipts
+build-PresenceFunction: ; $(MAKE) lambda-presence
+build-SummaryFunction: ; $(MAKE) lambda-summary
+build-FanoutFunction: ; $(MAKE) lambda-fanout
 
 test: ## the README's test command
 	$(GO) test -race -count=1 ./...

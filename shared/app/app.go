@@ -44,16 +44,25 @@ var validator = func() *openapi.Validator {
 func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable, Trace: cfg.TraceTable, Alerts: cfg.AlertsTable})
 	store.Retention = cfg.InboxRetention
+	store.HistoryRetention = cfg.HistoryRetention
 	h := &handler.Handler{
-		Inbox:        store,
-		Connections:  store,
-		Tracer:       store,
-		Reads:        store,
-		Histories:    store,
-		Secret:       []byte(cfg.JWTSecret),
-		Redelivery:   cfg.Redelivery,
-		SyncInterval: cfg.SyncInterval,
-		Log:          log,
+		Inbox:            store,
+		Connections:      store,
+		Tracer:           store,
+		Reads:            store,
+		Histories:        store,
+		Groups:           store,
+		Fanouts:          store,
+		Index:            store,
+		Presences:        store,
+		MemberLimit:      cfg.MemberLimit,
+		FanoutBatch:      cfg.FanoutBatch,
+		PresenceStale:    cfg.PresenceStale,
+		PresenceDebounce: cfg.PresenceDebounce,
+		Secret:           []byte(cfg.JWTSecret),
+		Redelivery:       cfg.Redelivery,
+		SyncInterval:     cfg.SyncInterval,
+		Log:              log,
 	}
 	if cfg.AlertsTable != "" {
 		h.AlertStore = store
@@ -64,6 +73,9 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	}
 	if c.SQS != nil {
 		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)
+		if cfg.FanoutQueueURL != "" {
+			h.FanoutQueue = queue.NewFanout(c.SQS, cfg.FanoutQueueURL)
+		}
 	}
 	if c.Management != nil {
 		h.Pusher = push.New(c.Management)

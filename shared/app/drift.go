@@ -12,15 +12,20 @@ import (
 // Routes maps every WebSocket route key the code serves to the function
 // logical id that must serve it.
 var Routes = map[string]string{
-	"$connect":    "ConnectFunction",
-	"$disconnect": "DisconnectFunction",
-	"$default":    "DefaultFunction",
-	"send":        "SendFunction",
-	"ack":         "AckFunction",
-	"sync":        "SyncFunction",
-	"ping":        "PingFunction",
-	"read":        "ReadFunction",
-	"history":     "HistoryFunction",
+	"$connect":       "ConnectFunction",
+	"$disconnect":    "DisconnectFunction",
+	"$default":       "DefaultFunction",
+	"send":           "SendFunction",
+	"ack":            "AckFunction",
+	"sync":           "SyncFunction",
+	"ping":           "PingFunction",
+	"read":           "ReadFunction",
+	"history":        "HistoryFunction",
+	"group":          "GroupFunction",
+	"receipts":       "ReceiptsFunction",
+	"presence":       "PresenceFunction",
+	"presence.query": "PresenceFunction",
+	"summary":        "SummaryFunction",
 }
 
 // HTTPRoutes maps every HTTP API route the code serves to its function.
@@ -35,6 +40,7 @@ var HTTPRoutes = map[string]string{
 // Queue triggers: function logical id → queue logical id it consumes.
 var Triggers = map[string]string{
 	"RedeliverFunction": "RedeliveryQueue",
+	"FanoutFunction":    "FanoutQueue",
 }
 
 // resourceKind says what kind of template resource an environment variable
@@ -46,6 +52,7 @@ var resourceKind = map[string]string{
 	signetcfg.EnvTraceTable:       "table",
 	signetcfg.EnvAlertsTable:      "table",
 	signetcfg.EnvRedeliveryQueue:  "queue",
+	signetcfg.EnvFanoutQueue:      "queue",
 }
 
 // Drift lists every disagreement between the template and the code: a

@@ -44,5 +44,10 @@ func Functions(h *handler.Handler) map[string]any {
 		"DefaultFunction":    h.Default,
 		"RedeliverFunction":  h.Redeliver,
 		"AlertsFunction":     h.Alerts,
+		"GroupFunction":      h.Group,
+		"ReceiptsFunction":   h.Receipts,
+		"PresenceFunction":   h.Presence,
+		"SummaryFunction":    h.Summary,
+		"FanoutFunction":     h.Fanout,
 	}
 }

@@ -36,6 +36,16 @@ type Config struct {
 	InboxRetention time.Duration
 	// SyncInterval admits one new sync per user per interval.
 	SyncInterval time.Duration
+	// FanoutQueueURL is the SQS queue of fan-out jobs (group messages,
+	// presence pushes).
+	FanoutQueueURL string
+	// HistoryRetention is how long conversation logs live (0: forever).
+	HistoryRetention time.Duration
+	// MemberLimit bounds group size; FanoutBatch is the members per fan-out job.
+	MemberLimit, FanoutBatch int
+	// PresenceStale is how long a connection counts as live after its last
+	// sign of life; PresenceDebounce delays presence pushes.
+	PresenceStale, PresenceDebounce time.Duration
 }
 
 // Var documents one environment variable.
@@ -60,6 +70,12 @@ const (
 	EnvBackoff          = "SIGNET_REDELIVERY_BACKOFF"
 	EnvInboxRetention   = "SIGNET_INBOX_RETENTION"
 	EnvSyncInterval     = "SIGNET_SYNC_INTERVAL"
+	EnvFanoutQueue      = "SIGNET_FANOUT_QUEUE_URL"
+	EnvHistoryRetention = "SIGNET_HISTORY_RETENTION"
+	EnvMemberLimit      = "SIGNET_GROUP_MEMBER_LIMIT"
+	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
+	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
+	EnvPresenceDebounce = "SIGNET_PRESENCE_DEBOUNCE"
 )
 
 // Vars lists every variable Signet reads, with its default.
@@ -77,6 +93,12 @@ var Vars = []Var{
 	{EnvBackoff, "2s,4s,8s,16s", "delays between further re-pushes (at most 4; whole window ≤ 60s)"},
 	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
 	{EnvSyncInterval, "2s", "one new sync per user per interval"},
+	{EnvFanoutQueue, "", "SQS queue URL of fan-out jobs (group messages, presence pushes)"},
+	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
+	{EnvMemberLimit, "500", "most members of a group"},
+	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
+	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
+	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
 }
 
 // Load reads the configuration through getenv (os.Getenv in production).
@@ -128,6 +150,25 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.SyncInterval, err = duration(EnvSyncInterval, get(EnvSyncInterval)); err != nil {
 		return Config{}, err
 	}
+	c.FanoutQueueURL = get(EnvFanoutQueue)
+	if c.HistoryRetention, err = duration(EnvHistoryRetention, get(EnvHistoryRetention)); err != nil {
+		return Config{}, err
+	}
+	if c.HistoryRetention > 0 && c.HistoryRetention < c.InboxRetention {
+		return Config{}, fmt.Errorf("%s=%s is shorter than %s=%s: history must outlive the inbox", EnvHistoryRetention, c.HistoryRetention, EnvInboxRetention, c.InboxRetention)
+	}
+	if c.MemberLimit, err = positive(EnvMemberLimit, get(EnvMemberLimit)); err != nil {
+		return Config{}, err
+	}
+	if c.FanoutBatch, err = positive(EnvFanoutBatch, get(EnvFanoutBatch)); err != nil {
+		return Config{}, err
+	}
+	if c.PresenceStale, err = duration(EnvPresenceStale, get(EnvPresenceStale)); err != nil {
+		return Config{}, err
+	}
+	if c.PresenceDebounce, err = duration(EnvPresenceDebounce, get(EnvPresenceDebounce)); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 
@@ -144,6 +185,7 @@ func (c Config) Require(names ...string) error {
 		EnvRedeliveryQueue:  c.RedeliveryQueueURL,
 		EnvWebSocketAPI:     c.WebSocketEndpoint,
 		EnvJWTSecret:        c.JWTSecret,
+		EnvFanoutQueue:      c.FanoutQueueURL,
 	}
 	var missing []string
 	for _, name := range names {
@@ -155,6 +197,14 @@ func (c Config) Require(names ...string) error {
 		return fmt.Errorf("missing environment: %s", strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+func positive(name, v string) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s=%q: want a positive whole number", name, v)
+	}
+	return n, nil
 }
 
 func duration(name, v string) (time.Duration, error) {

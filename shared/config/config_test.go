@@ -16,6 +16,9 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if c.MemberLimit != 500 || c.FanoutBatch != 50 || c.HistoryRetention != 365*24*time.Hour || c.PresenceStale != 11*time.Minute || c.PresenceDebounce != 2*time.Second {
+		t.Errorf("group/presence defaults: %+v", c)
+	}
 	if c.Redelivery.PushTimeout != 5*time.Second || c.InboxRetention != 30*24*time.Hour || c.SyncInterval != 2*time.Second {
 		t.Fatalf("defaults = %+v", c)
 	}
@@ -31,9 +34,12 @@ func TestLoadOverridesAndErrors(t *testing.T) {
 		t.Fatalf("config = %+v, %v", c, err)
 	}
 	for name, e := range map[string]map[string]string{
-		"bad duration":   {EnvPushTimeout: "soon"},
-		"window too big": {EnvBackoff: "30s,30s"},
-		"negative":       {EnvSyncInterval: "-1s"},
+		"bad duration":    {EnvPushTimeout: "soon"},
+		"window too big":  {EnvBackoff: "30s,30s"},
+		"negative":        {EnvSyncInterval: "-1s"},
+		"history < inbox": {EnvHistoryRetention: "10d"},
+		"zero members":    {EnvMemberLimit: "0"},
+		"bad batch":       {EnvFanoutBatch: "many"},
 	} {
 		if _, err := Load(env(e)); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -70,7 +70,13 @@ type wsClient struct {
 
 func token(t testing.TB, user string, device string) string {
 	t.Helper()
-	tok, err := auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), im.DeviceID(device), time.Now(), time.Hour)
+	return tokenAt(t, user, device, time.Now())
+}
+
+// tokenAt mints a token issued at now (a simulated clock's time).
+func tokenAt(t testing.TB, user, device string, now time.Time) string {
+	t.Helper()
+	tok, err := auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), im.DeviceID(device), now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +94,14 @@ func dial(t *testing.T, st *devstack.Stack, user, device string) *wsClient {
 // dialNoCleanup connects a protocol-only client; the caller closes it.
 func dialNoCleanup(t testing.TB, st *devstack.Stack, user, device string) *wsClient {
 	t.Helper()
+	return dialToken(t, st, user, device, token(t, user, device))
+}
+
+func dialToken(t testing.TB, st *devstack.Stack, user, device, tok string) *wsClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(ctx, st.URL+"?token="+token(t, user, device), nil)
+	conn, _, err := websocket.Dial(ctx, st.URL+"?token="+tok, nil)
 	if err != nil {
 		t.Fatalf("dial %s/%s: %v", user, device, err)
 	}
@@ -202,7 +213,7 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 	}
 	o.DynamoDBEndpoint, o.SQSEndpoint = testEndpoints()
 	if os.Getenv("SIGNET_TEST_LOG") != "" {
-		o.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {

@@ -71,6 +71,16 @@ type Options struct {
 	SyncInterval time.Duration
 	// PollWait is the SQS long-poll wait of the event source (default 1s).
 	PollWait time.Duration
+	// RetryAfter makes failed queue messages return after it rather than
+	// the queue's visibility timeout (0: the queue's, as in AWS).
+	RetryAfter time.Duration
+	// FanoutBatch, MemberLimit and PresenceDebounce override the defaults
+	// of the same settings (see package config).
+	FanoutBatch, MemberLimit int
+	PresenceDebounce         time.Duration
+	// Configure, when set, adjusts the handler before anything runs
+	// (tests wrap a storage interface to inject faults).
+	Configure func(*handler.Handler)
 	// APIOptions are added to every SDK client (e.g. call counters).
 	APIOptions []func(*middleware.Stack) error
 	// Log receives structured logs (discarded when nil).
@@ -177,9 +187,22 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	cfg.JWTSecret = o.Secret
 	cfg.Redelivery = *o.Redelivery
 	cfg.SyncInterval = o.SyncInterval
+	cfg.FanoutQueueURL = st.Resources.Queues["FanoutQueue"]
+	if o.FanoutBatch > 0 {
+		cfg.FanoutBatch = o.FanoutBatch
+	}
+	if o.MemberLimit > 0 {
+		cfg.MemberLimit = o.MemberLimit
+	}
+	if o.PresenceDebounce > 0 {
+		cfg.PresenceDebounce = o.PresenceDebounce
+	}
 	st.Config = cfg
 	st.Handler = app.New(cfg, app.Clients{DynamoDB: st.DynamoDB, SQS: st.SQS, Management: app.ManagementClient(awsCfg, st.ManagementURL)}, o.Log)
 	st.Store = st.Handler.Inbox.(*dynamo.Store)
+	if o.Configure != nil {
+		o.Configure(st.Handler)
+	}
 
 	fns := app.Functions(st.Handler)
 	st.Gateway, err = newGateway(tmpl, fns, o.Log)
@@ -226,7 +249,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			if err != nil {
 				return nil, err
 			}
-			p := &eventsource.Poller{Client: st.SQS, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, Log: o.Log}
+			p := &eventsource.Poller{Client: st.SQS, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, RetryAfter: o.RetryAfter, Log: o.Log}
 			st.wg.Go(func() { p.Run(runCtx) })
 			o.Progress("event source: %s -> %s", q, id)
 		}

@@ -145,11 +145,11 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 			{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
 			{Put: &types.Put{
 				TableName: aws.String(st.tables.Messages),
-				Item: map[string]types.AttributeValue{
+				Item: st.logItem(map[string]types.AttributeValue{
 					attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
 					"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
 					"body": s(string(m.Body)), "at": n(now.UnixMilli()),
-				},
+				}, now),
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
 			{Put: &types.Put{
@@ -267,6 +267,7 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 				TableName: aws.String(st.tables.Inbox), Item: entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
+			{Update: withAdd(indexUpdate(st.tables.Inbox, u, m, "", "", nil), attrUnread, 1)},
 		}})
 		if err == nil {
 			return seq, nil

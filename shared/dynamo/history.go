@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -13,9 +12,10 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
-// History returns up to limit messages of conversation c with convSeq <
-// before (0: the newest), ascending, and whether older ones exist.
-func (st *Store) History(ctx context.Context, c im.ConversationID, before int64, limit int) ([]im.Message, bool, error) {
+// History returns up to limit messages of conversation c with after <
+// convSeq < before (before 0: the newest), ascending, and whether older ones
+// (still after `after`) exist.
+func (st *Store) History(ctx context.Context, c im.ConversationID, after, before int64, limit int) ([]im.Message, bool, error) {
 	if before == 0 {
 		h, err := st.readHeads(ctx, c, nil)
 		if err != nil {
@@ -23,14 +23,14 @@ func (st *Store) History(ctx context.Context, c im.ConversationID, before int64,
 		}
 		before = h.conv + 1
 	}
-	if before <= 1 {
+	if before <= after+1 {
 		return nil, false, nil
 	}
 	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
 		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(1)), ":to": s(convSK(before - 1))},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(before - 1))},
 		ScanIndexForward:          aws.Bool(false),
 		Limit:                     aws.Int32(int32(limit)),
 		ConsistentRead:            aws.Bool(true),
@@ -40,12 +40,9 @@ func (st *Store) History(ctx context.Context, c im.ConversationID, before int64,
 	}
 	msgs := make([]im.Message, 0, len(res.Items))
 	for _, it := range res.Items {
-		msgs = append(msgs, im.Message{
-			ID: im.MessageID(getS(it, "mid")), Conversation: c, ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from")),
-			Body: []byte(getS(it, "body")), SentAt: time.UnixMilli(getN(it, "at")).UTC(),
-		})
+		msgs = append(msgs, messageFrom(c, it))
 	}
 	slices.Reverse(msgs)
-	more := len(msgs) > 0 && msgs[0].ConvSeq > 1
+	more := len(msgs) > 0 && msgs[0].ConvSeq > after+1
 	return msgs, more, nil
 }

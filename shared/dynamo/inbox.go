@@ -218,3 +218,32 @@ func (st *Store) ExpireEntry(ctx context.Context, u im.UserID, seq int64) error 
 	}
 	return nil
 }
+
+// ExpireDue deletes u's inbox entries whose TTL is at or before now, as
+// DynamoDB's TTL process would (it runs lazily, within days). Emulators
+// without TTL (minidyn) never expire anything; tests and maintenance tools
+// use this to reproduce retention. It returns how many entries it removed.
+func (st *Store) ExpireDue(ctx context.Context, u im.UserID, now time.Time) (int, error) {
+	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :e)"),
+		FilterExpression:          aws.String("#ttl <= :now"),
+		ProjectionExpression:      aws.String("#seq"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#ttl": attrTTL, "#seq": attrSeq},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":e": s("e#"), ":now": n(now.Unix())},
+	})
+	removed := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return removed, fmt.Errorf("expire %s: %w", u, err)
+		}
+		for _, it := range page.Items {
+			if err := st.ExpireEntry(ctx, u, getN(it, attrSeq)); err != nil {
+				return removed, err
+			}
+			removed++
+		}
+	}
+	return removed, nil
+}

@@ -12,33 +12,51 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
-func readSK(c im.ConversationID) string { return "r#" + string(c) }
-
 // MarkRead moves u's read watermark of conversation c forward to upTo (a
 // convSeq no greater than the conversation head). It returns the previous
 // watermark and whether it moved; lower or equal values change nothing.
+// Group conversations are open to their members (current or removed).
+// It costs one read (the conversation head, with the membership for a
+// group) and one write, whatever the number of messages covered.
 func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
-	h, err := st.readHeads(ctx, c, nil)
+	head, member, err := st.headAndMember(ctx, c, u)
 	if err != nil {
 		return 0, false, err
 	}
-	if upTo > h.conv {
-		return 0, false, fmt.Errorf("read %s in %s up to %d (head %d): %w", u, c, upTo, h.conv, im.ErrReadBeyondHead)
+	if c.IsGroup() && !member.Role.Valid() {
+		return 0, false, fmt.Errorf("read %s in %s: %w", u, c, im.ErrNotMember)
 	}
-	old, moved, err := st.advance(ctx, inboxKey(u, readSK(c)), "upTo", "readAt", upTo, now)
+	if upTo > head {
+		return 0, false, fmt.Errorf("read %s in %s up to %d (head %d): %w", u, c, upTo, head, im.ErrReadBeyondHead)
+	}
+	old, moved, err := st.advance(ctx, inboxKey(u, convIndexSK(c)), attrRead, "readAt", upTo, now)
 	if err != nil {
 		return 0, false, fmt.Errorf("read %s in %s: %w", u, c, err)
+	}
+	if moved && c.AppConversation() {
+		// Alert convSeqs also number other users' alerts: the unread
+		// counter is cleared when the read covers the latest alert.
+		_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
+			UpdateExpression:          aws.String("SET #unread = :zero"),
+			ConditionExpression:       aws.String("#last <= :n"),
+			ExpressionAttributeNames:  map[string]string{"#unread": attrUnread, "#last": attrLast},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0), ":n": n(upTo)},
+		})
+		if err != nil && !isConditionFailed(err) {
+			return 0, false, fmt.Errorf("read %s in %s: %w", u, c, err)
+		}
 	}
 	return old, moved, nil
 }
 
 // ReadWatermark returns u's read watermark of c and when it last moved.
 func (st *Store) ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (int64, time.Time, error) {
-	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, readSK(c)), ConsistentRead: aws.Bool(true)})
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("read watermark %s in %s: %w", u, c, err)
 	}
-	return getN(out.Item, "upTo"), time.UnixMilli(getN(out.Item, "readAt")).UTC(), nil
+	return getN(out.Item, attrRead), time.UnixMilli(getN(out.Item, "readAt")).UTC(), nil
 }
 
 // ConversationIDs returns the message ids of c with convSeq in (after, upTo],

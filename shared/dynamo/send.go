@@ -23,33 +23,39 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 	if err != nil {
 		return im.Stored{}, err
 	}
-	for attempt := range st.MaxAttempts {
+	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
 		heads, err := st.readHeads(ctx, d.Conversation, recipients)
 		if err != nil {
-			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+			return nil, im.Stored{}, err
 		}
-		msg := im.Message{
-			ID:           im.NewMessageID(now),
-			Conversation: d.Conversation,
-			ConvSeq:      heads.conv + 1,
-			From:         d.From,
-			Body:         d.Body,
-			SentAt:       now,
-		}
+		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: heads.conv + 1, From: d.From, Body: d.Body, SentAt: now}
 		seqs := make(map[im.UserID]int64, len(recipients))
 		for _, r := range recipients {
 			seqs[r] = heads.inbox[r] + 1
 		}
-		items := st.sendItems(d, msg, heads, seqs, now)
+		return st.sendItems(d, msg, heads, seqs, now), im.Stored{Message: msg, Inboxed: seqs}, nil
+	})
+}
+
+// transactSend runs the optimistic send loop shared by 1:1 and group sends:
+// attempt reads the heads and builds one transaction (laid out as sendItems
+// does) and the result it stores; a lost race retries with jitter, a
+// duplicate idempotency item turns into a replay of the stored result.
+func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([]types.TransactWriteItem, im.Stored, error)) (im.Stored, error) {
+	for n := range st.MaxAttempts {
+		items, stored, err := attempt()
+		if err != nil {
+			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+		}
 		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
-			return im.Stored{Message: msg, Inboxed: seqs}, nil
+			return stored, nil
 		}
 		switch classifySendFailure(err) {
 		case sendDuplicate:
 			return st.replay(ctx, d)
 		case sendRace:
-			if err := sleepJitter(ctx, attempt); err != nil {
+			if err := sleepJitter(ctx, n); err != nil {
 				return im.Stored{}, err
 			}
 			continue
@@ -110,21 +116,17 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 		{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
 		{Put: &types.Put{
 			TableName: aws.String(st.tables.Messages),
-			Item: map[string]types.AttributeValue{
+			Item: st.logItem(map[string]types.AttributeValue{
 				attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
 				"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
 				"body": s(string(m.Body)), "at": at, "cmid": s(d.ClientMsgID),
-			},
+			}, now),
 			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
 		{Put: &types.Put{
-			TableName: aws.String(st.tables.Inbox),
-			Item: map[string]types.AttributeValue{
-				attrUser: s(string(d.From)), attrSK: s(idemSK(d.ClientMsgID)),
-				"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
-				"fp": s(d.Fingerprint()), "at": at, "seqs": seqMap(seqs), attrTTL: ttl,
-			},
+			TableName:                aws.String(st.tables.Inbox),
+			Item:                     idemItem(d, m, seqs, at, ttl),
 			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
@@ -146,9 +148,36 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
+			types.TransactWriteItem{Update: senderIndexUpdate(st.tables.Inbox, u, d.From, m)},
 		)
 	}
 	return items
+}
+
+// senderIndexUpdate updates u's conversation index for m; for the sender
+// it also moves the read watermark to m (a message you wrote is read; the
+// conversation head transaction makes m's convSeq the highest yet, so the
+// unconditional SET never moves the watermark back).
+func senderIndexUpdate(table string, u, sender im.UserID, m im.Message) *types.Update {
+	if u != sender {
+		return indexUpdate(table, u, m, "", "", nil)
+	}
+	return indexUpdate(table, u, m, "", "#read = :last", nil)
+}
+
+// idemItem is the sender's idempotency item of a send: what a retry returns.
+func idemItem(d im.Draft, m im.Message, seqs map[im.UserID]int64, at, ttl types.AttributeValue) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{
+		attrUser: s(string(d.From)), attrSK: s(idemSK(d.ClientMsgID)),
+		"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
+		"fp": s(d.Fingerprint()), "at": at, attrTTL: ttl,
+	}
+	if len(seqs) > 0 {
+		// (A group send has none: its inboxes are filled by the fan-out.
+		// Some emulators cannot store an empty map.)
+		item["seqs"] = seqMap(seqs)
+	}
+	return item
 }
 
 func seqMap(seqs map[im.UserID]int64) types.AttributeValue {

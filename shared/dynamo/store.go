@@ -33,13 +33,16 @@ type Store struct {
 	// Retention is how long inbox entries, dedup and idempotency items live
 	// (DynamoDB TTL). Default 30 days.
 	Retention time.Duration
+	// HistoryRetention is how long conversation logs are kept (DynamoDB
+	// TTL on the Messages table); 0 keeps them. Default 365 days.
+	HistoryRetention time.Duration
 	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
 	MaxAttempts int
 }
 
 // New returns a store over the given client and tables.
 func New(db *dynamodb.Client, tables Tables) *Store {
-	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, MaxAttempts: 25}
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, MaxAttempts: 25}
 }
 
 // Attribute names shared by several item kinds.
@@ -92,6 +95,14 @@ func getN(item map[string]types.AttributeValue, name string) int64 {
 // ttlAt returns the TTL attribute value for an item written at now.
 func (st *Store) ttlAt(now time.Time) types.AttributeValue {
 	return n(now.Add(st.Retention).Unix())
+}
+
+// logItem adds the history-retention TTL to a conversation log item.
+func (st *Store) logItem(item map[string]types.AttributeValue, now time.Time) map[string]types.AttributeValue {
+	if st.HistoryRetention > 0 {
+		item[attrTTL] = n(now.Add(st.HistoryRetention).Unix())
+	}
+	return item
 }
 
 // sleepJitter waits a random time that grows with attempt (full jitter,

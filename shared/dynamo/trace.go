@@ -137,13 +137,3 @@ func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, 
 	}
 	return out, nil
 }
-
-// AdvanceDelivered moves u's delivered watermark of conversation c (the
-// highest convSeq any of u's devices acked) forward; it reports whether it moved.
-func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
-	_, moved, err := st.advance(ctx, inboxKey(u, "dl#"+string(c)), "upTo", "at", upTo, now)
-	if err != nil {
-		return false, fmt.Errorf("delivered %s in %s: %w", u, c, err)
-	}
-	return moved, nil
-}

@@ -34,6 +34,10 @@ type Poller struct {
 	WaitTime time.Duration
 	// Concurrency is how many pollers run at once (default 2).
 	Concurrency int
+	// RetryAfter, when set, makes failed messages visible again after it
+	// instead of the queue's visibility timeout (tests and local runs;
+	// AWS's event source mapping always waits the visibility timeout).
+	RetryAfter time.Duration
 	// Log receives structured logs (slog.Default when nil).
 	Log *slog.Logger
 }
@@ -107,21 +111,37 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
 		}
 	}
 	resp, err := p.Handler(ctx, ev)
+	failed := map[string]bool{}
 	if err != nil {
 		p.log().Error("handler failed; the batch returns after the visibility timeout", "err", err.Error(), "messages", len(msgs))
-		return
+		for _, m := range msgs {
+			failed[aws.ToString(m.MessageId)] = true
+		}
 	}
-	failed := map[string]bool{}
 	for _, f := range resp.BatchItemFailures {
 		failed[f.ItemIdentifier] = true
 	}
 	for _, m := range msgs {
 		if failed[aws.ToString(m.MessageId)] {
+			p.retryLater(ctx, m)
 			continue
 		}
 		if _, err := p.Client.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(p.QueueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
 			p.log().Warn("delete failed; the message will be processed again", "err", err.Error())
 		}
+	}
+}
+
+// retryLater shortens a failed message's visibility timeout to RetryAfter.
+func (p *Poller) retryLater(ctx context.Context, m types.Message) {
+	if p.RetryAfter <= 0 {
+		return
+	}
+	_, err := p.Client.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(p.QueueURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: int32(max(p.RetryAfter/time.Second, 1)),
+	})
+	if err != nil {
+		p.log().Warn("retry delay not set; the message returns after the visibility timeout", "err", err.Error())
 	}
 }
 

@@ -28,6 +28,7 @@ func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketPro
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
 	}
 	h.log().InfoContext(ctx, "connected", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection)
+	h.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
@@ -43,6 +44,7 @@ func (h *Handler) Disconnect(ctx context.Context, req events.APIGatewayWebsocket
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
 	}
 	h.log().InfoContext(ctx, "disconnected", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection)
+	h.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
@@ -57,6 +59,11 @@ func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	err := h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
 	if errors.Is(err, im.ErrNotFound) {
 		err = h.Connections.SaveConnection(ctx, im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: now, LastSeenAt: now})
+		if err == nil {
+			// The record had expired or been removed: peers may see the
+			// user offline until this heartbeat.
+			h.presenceChanged(ctx, c.User)
+		}
 	}
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionPing, err, "")

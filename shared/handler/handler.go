@@ -62,6 +62,23 @@ type Handler struct {
 	Reads Reads
 	// Histories reads conversation logs.
 	Histories Histories
+	// Groups stores groups and their logs; Fanouts fills member inboxes
+	// and FanoutQueue carries fan-out jobs (group messages, presence).
+	Groups      Groups
+	Fanouts     Fanouts
+	FanoutQueue FanoutQueue
+	// Index is the per-user conversation index (summary, receipts).
+	Index ConversationIndex
+	// Presences stores display states.
+	Presences PresenceStore
+	// MemberLimit bounds group size (default im.DefaultMemberLimit).
+	MemberLimit int
+	// FanoutBatch is how many members one fan-out invocation fills
+	// (default im.DefaultFanoutBatch).
+	FanoutBatch int
+	// PresenceStale is how long a connection counts as live after its last
+	// sign of life; PresenceDebounce delays presence pushes to peers.
+	PresenceStale, PresenceDebounce time.Duration
 	// AlertStore serves the HTTP alerts API (nil: not configured).
 	AlertStore AlertStore
 	// Validator checks HTTP request bodies against the OpenAPI schemas.
@@ -100,12 +117,14 @@ type caller struct {
 	Device     im.DeviceID
 	Connection im.ConnectionID
 	RequestID  string
+	// Ref is the request's ref, echoed in answers and errors.
+	Ref string
 }
 
 // callerOf reads the authorizer context that API Gateway attaches to every
 // route of a connection authorized at $connect.
 func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
-	c := caller{Connection: im.ConnectionID(req.RequestContext.ConnectionID), RequestID: req.RequestContext.RequestID}
+	c := caller{Connection: im.ConnectionID(req.RequestContext.ConnectionID), RequestID: req.RequestContext.RequestID, Ref: wire.RefOf(req.Body)}
 	ctx, _ := req.RequestContext.Authorizer.(map[string]any)
 	u, _ := ctx[ContextUser].(string)
 	d, _ := ctx[ContextDevice].(string)
@@ -126,6 +145,7 @@ func reply(v any) (events.APIGatewayProxyResponse, error) {
 // client does not see.
 func (h *Handler) fail(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	frame := wire.NewError(err, c.RequestID, clientMsgID)
+	frame.Ref = c.Ref
 	level := slog.LevelInfo
 	if frame.Code == wire.CodeInternal {
 		level = slog.LevelError

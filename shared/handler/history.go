@@ -11,11 +11,11 @@ import (
 
 // Histories reads conversation logs.
 type Histories interface {
-	History(ctx context.Context, c im.ConversationID, before int64, limit int) ([]im.Message, bool, error)
+	History(ctx context.Context, c im.ConversationID, after, before int64, limit int) ([]im.Message, bool, error)
 }
 
-// History pages back through a 1:1 conversation's log, which is kept
-// longer than inboxes ({"action":"history","conversationId":…,"before":N}).
+// History pages back through a conversation's log (1:1, or a group the
+// caller is or was a member of), which is kept longer than inboxes ({"action":"history","conversationId":…,"before":N}).
 func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
@@ -31,14 +31,28 @@ func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketPro
 		// their own, in their inbox.
 		return h.fail(ctx, c, wire.ActionHistory, wire.Problemf(wire.CodeBadRequest, "history is not available for alert conversations; use sync"), "")
 	}
-	if _, err := conv.Peer(c.User); err != nil {
+	after, before := int64(0), f.Before
+	if conv.IsGroup() {
+		// A member sees the log from their join, and up to their removal.
+		m, err := h.Groups.Member(ctx, conv, c.User)
+		if err == nil && !m.Role.Valid() {
+			err = im.ErrNotMember
+		}
+		if err != nil {
+			return h.fail(ctx, c, wire.ActionHistory, err, "")
+		}
+		after = m.Joined
+		if m.Left > 0 && (before == 0 || before > m.Left+1) {
+			before = m.Left + 1
+		}
+	} else if _, err := conv.Peer(c.User); err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
-	msgs, more, err := h.Histories.History(ctx, conv, f.Before, f.Limit)
+	msgs, more, err := h.Histories.History(ctx, conv, after, before, f.Limit)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
-	page := wire.HistoryPage{Type: wire.TypeHistory, ConversationID: string(conv), Messages: make([]wire.Message, len(msgs)), HasMore: more}
+	page := wire.HistoryPage{Type: wire.TypeHistory, Ref: c.Ref, ConversationID: string(conv), Messages: make([]wire.Message, len(msgs)), HasMore: more}
 	for i, m := range msgs {
 		page.Messages[i] = wire.FromMessage(m)
 	}

@@ -28,7 +28,10 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	if draft.Conversation.IsGroup() {
-		return h.fail(ctx, c, wire.ActionSend, im.ErrGroupsUnsupported, clientMsgID)
+		if !draft.Conversation.ValidGroup() {
+			return h.fail(ctx, c, wire.ActionSend, im.ErrMalformedConversation, clientMsgID)
+		}
+		return h.sendGroup(ctx, c, draft, clientMsgID)
 	}
 	if _, err := draft.Recipients(); err != nil {
 		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
@@ -157,9 +160,9 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 const maxAckTrace = 200
 
 // afterAck records "acked" in the trace of every message the ack covered
-// and sends 1:1 senders a delivered receipt: the highest convSeq of theirs
-// that one of this user's devices now holds (a per-conversation watermark,
-// so receipts only move forward and cost one write per conversation).
+// and moves this user's delivered watermark of each conversation the ack
+// reached (one write per conversation, never per message). In 1:1 the
+// sender gets a delivered receipt; group senders ask with "receipts".
 func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
 	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
@@ -171,7 +174,7 @@ func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	delivered := map[im.ConversationID]int64{}
 	for _, r := range refs {
 		tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
-		if r.From != c.User && !r.Conversation.IsGroup() && !r.Conversation.AppConversation() {
+		if r.From != c.User && !r.Conversation.AppConversation() {
 			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
 		}
 	}
@@ -182,7 +185,7 @@ func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 			h.log().WarnContext(ctx, "delivered watermark not recorded", "err", err.Error(), "conversationId", conv)
 			continue
 		}
-		if moved {
+		if moved && !conv.IsGroup() {
 			h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 		}
 	}

@@ -11,8 +11,6 @@ var (
 	ErrMalformedConversation = errors.New("malformed conversation id")
 	// ErrNotMember: the user does not belong to the conversation.
 	ErrNotMember = errors.New("not a member of the conversation")
-	// ErrGroupsUnsupported: group conversations are not available yet.
-	ErrGroupsUnsupported = errors.New("group conversations are not available")
 	// ErrClientMsgIDReused: a clientMsgId was retried with different content.
 	ErrClientMsgIDReused = errors.New("clientMsgId reused with different content")
 	// ErrReadBeyondHead: a read watermark beyond the conversation's last message.
@@ -31,4 +29,18 @@ var (
 	ErrAppExists = errors.New("app exists")
 	// ErrGone: the connection no longer exists.
 	ErrGone = errors.New("connection gone")
+)
+
+// Group errors.
+var (
+	// ErrForbidden: the caller's role does not allow the operation.
+	ErrForbidden = errors.New("not allowed")
+	// ErrGroupFull: the group has reached its member limit.
+	ErrGroupFull = errors.New("group is full")
+	// ErrLastOwner: the operation would leave the group without an owner.
+	ErrLastOwner = errors.New("a group needs an owner")
+	// ErrNoSuchGroup: the group does not exist.
+	ErrNoSuchGroup = errors.New("no such group")
+	// ErrGroupExists: a group with that id exists.
+	ErrGroupExists = errors.New("group exists")
 )

@@ -146,6 +146,11 @@ func TestNewPage(t *testing.T) {
 	if p.Next != 7 || !p.More || p.Head != 9 {
 		t.Fatalf("page = %+v", p)
 	}
+	// Regression: everything after the cursor expired gave an empty page
+	// with More set, forever.
+	if p := NewPage(2, nil, 8, "e1"); !p.Truncated || p.FirstSeq != 9 || p.Next != 8 || p.More {
+		t.Errorf("all expired: %+v", p)
+	}
 	if p := NewPage(9, nil, 9, "e1"); p.Next != 9 || p.More {
 		t.Fatalf("empty page = %+v", p)
 	}

@@ -47,7 +47,9 @@ func Fit(entries []Entry, limit, maxBytes int, size func(Entry) int) []Entry {
 
 // NewPage assembles a page answering a pull after cursor from entries that
 // the store read up to head. When the first entry is beyond cursor+1, the
-// entries in between expired: the page says so (Truncated, FirstSeq).
+// entries in between expired: the page says so (Truncated, FirstSeq). When
+// none is left at all below a higher head, every one of them expired: the
+// page is Truncated with FirstSeq head+1 and the cursor may move to head.
 func NewPage(cursor int64, entries []Entry, head int64, epoch string) Page {
 	next := cursor
 	p := Page{Entries: entries, Head: head, Epoch: epoch}
@@ -56,6 +58,8 @@ func NewPage(cursor int64, entries []Entry, head int64, epoch string) Page {
 		if entries[0].Seq > cursor+1 {
 			p.Truncated, p.FirstSeq = true, entries[0].Seq
 		}
+	} else if cursor < head {
+		p.Truncated, p.FirstSeq, next = true, head+1, head
 	}
 	p.Next, p.More = next, next < head
 	return p

@@ -23,6 +23,7 @@ const (
 type History struct {
 	// Action is "history".
 	Action string `json:"action"`
+	Query
 	// ConversationID names a 1:1 conversation of the caller.
 	ConversationID string `json:"conversationId"`
 	// Before returns messages with convSeq < Before (0 or absent: the newest).
@@ -35,6 +36,9 @@ type History struct {
 func DecodeHistory(body string) (History, error) {
 	var f History
 	if err := decode(body, &f); err != nil {
+		return History{}, err
+	}
+	if err := checkRef(f.Ref); err != nil {
 		return History{}, err
 	}
 	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {

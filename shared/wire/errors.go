@@ -38,6 +38,8 @@ type Error struct {
 	RequestID string `json:"requestId"`
 	// ClientMsgID is set when the error answers a send.
 	ClientMsgID string `json:"clientMsgId,omitempty"`
+	// Ref echoes the ref of the request it answers, when that had one.
+	Ref string `json:"ref,omitempty"`
 	// RetryAfterMs is set for rate_limited: when to try again.
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
 }
@@ -70,11 +72,15 @@ var domainCodes = []struct {
 	{im.ErrNotMember, CodeForbidden, "you are not a member of this conversation"},
 	{im.ErrMalformedConversation, CodeBadRequest, "conversationId must be d:<a>:<b> with the two user ids sorted"},
 	{im.ErrNotDirect, CodeBadRequest, "conversationId must name a 1:1 conversation (d:<a>:<b>)"},
-	{im.ErrGroupsUnsupported, CodeBadRequest, "group conversations are not available"},
 	{im.ErrClientMsgIDReused, CodeBadRequest, "clientMsgId was already used for a different message"},
 	{im.ErrAckBeyondHead, CodeBadRequest, "upTo is beyond the inbox head"},
 	{im.ErrReadBeyondHead, CodeBadRequest, "upTo is beyond the conversation's last message"},
 	{im.ErrContention, CodeRateLimited, "the inbox is busy; retry with the same clientMsgId"},
+	{im.ErrForbidden, CodeForbidden, "your role in this group does not allow that"},
+	{im.ErrGroupFull, CodeBadRequest, "the group has reached its member limit"},
+	{im.ErrLastOwner, CodeBadRequest, "a group needs at least one owner; make someone else owner first"},
+	{im.ErrNoSuchGroup, CodeBadRequest, "no such group"},
+	{im.ErrGroupExists, CodeBadRequest, "a group with this conversationId exists"},
 }
 
 // ProblemOf translates any error into a client-safe Problem. Unknown errors

@@ -23,6 +23,8 @@ const (
 type HistoryPage struct {
 	// Type is "history".
 	Type string `json:"type"`
+	// Ref echoes the request's ref.
+	Ref string `json:"ref,omitempty"`
 	// ConversationID names the conversation.
 	ConversationID string `json:"conversationId"`
 	// Messages are ascending by convSeq, all below the request's before.

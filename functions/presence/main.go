@@ -1,0 +1,8 @@
+// Command presence is the Lambda of the presence and presence.query routes (template.yaml: PresenceFunction).
+package main
+
+import "github.com/signet-im/signet/shared/app"
+
+func main() {
+	app.Start("PresenceFunction")
+}

@@ -1,0 +1,350 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/callcount"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// answer waits for the frame answering ref (of type typ, or an error).
+func (c *wsClient) answer(ref string, timeout time.Duration) (string, map[string]any) {
+	c.t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case r := <-c.raw:
+			var m map[string]any
+			if json.Unmarshal([]byte(r), &m) == nil && m["ref"] == ref {
+				return r, m
+			}
+		case <-deadline:
+			c.t.Fatalf("no answer to %s within %s", ref, timeout)
+		}
+	}
+}
+
+// request writes a frame with a fresh ref and decodes its answer into out;
+// it fails the test on an error frame unless wantCode is given.
+var refs atomic.Int64
+
+func (c *wsClient) request(frame map[string]any, out any, wantCode ...wire.Code) {
+	c.t.Helper()
+	ref := fmt.Sprintf("r%d", refs.Add(1))
+	frame["ref"] = ref
+	c.write(frame)
+	raw, m := c.answer(ref, 10*time.Second)
+	if m["type"] == "error" {
+		if len(wantCode) == 0 || m["code"] != string(wantCode[0]) {
+			c.t.Fatalf("%v answered %s", frame, raw)
+		}
+		return
+	}
+	if len(wantCode) > 0 {
+		c.t.Fatalf("%v answered %s, want error %s", frame, raw, wantCode[0])
+	}
+	if out != nil {
+		reflect.ValueOf(out).Elem().SetZero() // absent omitempty fields must not keep old values
+		if err := json.Unmarshal([]byte(raw), out); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+}
+
+func (c *wsClient) sendTo(clientMsgID, conv string, body any) frame {
+	c.t.Helper()
+	c.write(map[string]any{"action": "send", "clientMsgId": clientMsgID, "conversationId": conv, "body": body})
+	for {
+		f := c.next("sent", 10*time.Second)
+		if f.ClientMsgID == clientMsgID {
+			return f
+		}
+	}
+}
+
+// groupEntries returns the convSeqs of conv's messages in u's inbox, in inbox order.
+func groupEntries(t *testing.T, st *devstack.Stack, u im.UserID, conv string) []int64 {
+	t.Helper()
+	var out []int64
+	cursor := int64(0)
+	for {
+		page, err := st.Store.Page(context.Background(), u, cursor, 100, wire.EntrySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Entries {
+			if string(e.Message.Conversation) == conv {
+				out = append(out, e.Message.ConvSeq)
+			}
+		}
+		if !page.More {
+			return out
+		}
+		cursor = page.Next
+	}
+}
+
+func TestGroupMembershipRolesAndDelivery(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	alicePhone := dial(t, st, "alice", "phone")
+	bob := dial(t, st, "bob", "laptop")
+	carol := dial(t, st, "carol", "laptop")
+
+	var g wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:oncall", "name": "On-call", "users": []string{"bob", "carol"}}, &g)
+	if g.ConversationID != "g:oncall" || g.Count != 3 || len(g.Changed) != 3 {
+		t.Fatalf("create = %+v", g)
+	}
+	conv := g.ConversationID
+	// Roles: a member may not add, an admin may, nobody may send into a
+	// group they are not in, and the last owner may not leave.
+	bob.request(map[string]any{"action": "group", "op": "add", "conversationId": conv, "users": []string{"dave"}}, nil, wire.CodeForbidden)
+	dave := dial(t, st, "dave", "laptop")
+	dave.write(map[string]any{"action": "send", "clientMsgId": "x1", "conversationId": conv, "body": "let me in"})
+	if e := dave.next("error", 5*time.Second); e.Code != string(wire.CodeForbidden) {
+		t.Fatalf("outsider send: %+v", e)
+	}
+	alice.request(map[string]any{"action": "group", "op": "leave", "conversationId": conv}, nil, wire.CodeBadRequest)
+	alice.request(map[string]any{"action": "group", "op": "role", "conversationId": conv, "users": []string{"bob"}, "role": "admin"}, nil)
+
+	first := alice.sendTo("m1", conv, "page 1: db down")
+	if first.ConvSeq != 1 {
+		t.Fatalf("sent = %+v", first)
+	}
+	for _, c := range []*wsClient{bob, carol, alicePhone} {
+		f := c.next("message", 10*time.Second)
+		if id, from, _ := f.pushed(t); id != first.MessageID || from != "alice" {
+			t.Fatalf("push = %s from %s", id, from)
+		}
+	}
+	dave.quiet("message", 300*time.Millisecond)
+
+	// Bob (admin now) removes carol and adds dave; what follows reaches
+	// dave and not carol.
+	bob.request(map[string]any{"action": "group", "op": "remove", "conversationId": conv, "users": []string{"carol"}}, nil)
+	bob.request(map[string]any{"action": "group", "op": "add", "conversationId": conv, "users": []string{"dave"}}, nil)
+	carol.write(map[string]any{"action": "send", "clientMsgId": "c1", "conversationId": conv, "body": "still here?"})
+	if e := carol.next("error", 5*time.Second); e.Code != string(wire.CodeForbidden) {
+		t.Fatalf("removed member send: %+v", e)
+	}
+	second := bob.sendTo("b1", conv, "page 2: fixed")
+	if f := dave.next("message", 10*time.Second); f.Seq != 1 {
+		t.Fatalf("dave's first entry = %+v", f)
+	}
+	waitFor(t, "fan-out of message 2", func() bool { return len(groupEntries(t, st, "alice", conv)) == 2 })
+	carol.quiet("message", 500*time.Millisecond)
+	for u, want := range map[im.UserID][]int64{"alice": {1, 2}, "bob": {1, 2}, "carol": {1}, "dave": {2}} {
+		if got := groupEntries(t, st, u, conv); !slices.Equal(got, want) {
+			t.Errorf("%s holds %v, want %v", u, got, want)
+		}
+	}
+	// History: dave sees from his join, carol up to her removal.
+	var h wire.HistoryPage
+	dave.request(map[string]any{"action": "history", "conversationId": conv}, &h)
+	if len(h.Messages) != 1 || h.Messages[0].ConvSeq != 2 || h.HasMore {
+		t.Fatalf("dave's history = %+v", h)
+	}
+	carol.request(map[string]any{"action": "history", "conversationId": conv}, &h)
+	if len(h.Messages) != 1 || h.Messages[0].ConvSeq != 1 {
+		t.Fatalf("carol's history = %+v", h)
+	}
+	var members wire.GroupInfo
+	dave.request(map[string]any{"action": "group", "op": "members", "conversationId": conv}, &members)
+	roles := map[string]string{}
+	for _, m := range members.Members {
+		if m.Left == 0 {
+			roles[m.UserID] = m.Role
+		}
+	}
+	if members.Count != 3 || roles["alice"] != "owner" || roles["bob"] != "admin" || roles["dave"] != "member" || roles["carol"] != "" {
+		t.Fatalf("members = %+v", members)
+	}
+	_ = second
+}
+
+func TestGroupReceiptsAreWatermarksQueriedNotPushed(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "laptop")
+	carolPhone := dial(t, st, "carol", "phone")
+	carolTablet := dial(t, st, "carol", "tablet")
+	var g wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "create", "name": "Team", "users": []string{"bob", "carol"}}, &g)
+	for i := 1; i <= 3; i++ {
+		alice.sendTo(fmt.Sprintf("m%d", i), g.ConversationID, i)
+	}
+	// Bob's device persists all three; carol reads two on her phone.
+	for range 3 {
+		bob.next("message", 10*time.Second)
+	}
+	bob.write(map[string]any{"action": "ack", "upTo": 3})
+	carolPhone.write(map[string]any{"action": "read", "conversationId": g.ConversationID, "upTo": 2})
+	if r := carolTablet.next("read", 5*time.Second); r.Type != "read" {
+		t.Fatal(r)
+	}
+	var rc wire.ReceiptsAnswer
+	waitFor(t, "bob's delivered watermark", func() bool {
+		alice.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 3}, &rc)
+		return rc.Delivered == 1
+	})
+	if rc.Members != 2 || rc.Read != 0 || !slices.Equal(rc.DeliveredBy, []string{"bob"}) {
+		t.Fatalf("receipts of 3 = %+v", rc)
+	}
+	alice.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 2}, &rc)
+	if rc.Members != 2 || rc.Delivered != 2 || rc.Read != 1 || !slices.Equal(rc.ReadBy, []string{"carol"}) {
+		t.Fatalf("receipts of 2 = %+v", rc)
+	}
+	alice.quiet("receipt", 300*time.Millisecond) // groups never push receipts
+	// Outsiders may not ask; a message that does not exist is a clear error.
+	dave := dial(t, st, "dave", "laptop")
+	dave.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 1}, nil, wire.CodeForbidden)
+	alice.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 99}, nil, wire.CodeBadRequest)
+}
+
+// failingFanout fails one AppendGroup call (the failAt-th) as a fan-out
+// Lambda dying half-way would; every other call goes to the real store.
+type failingFanout struct {
+	handler.Fanouts
+	calls, failAt, failed atomic.Int64
+}
+
+func (f *failingFanout) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
+	if f.calls.Add(1) == f.failAt.Load() {
+		f.failed.Add(1)
+		return nil, errors.New("injected: fan-out Lambda died")
+	}
+	return f.Fanouts.AppendGroup(ctx, u, pos, msgs, now)
+}
+
+func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.T) {
+	t.Parallel()
+	fail := &failingFanout{}
+	fail.failAt.Store(100)
+	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(h *handler.Handler) {
+		fail.Fanouts = h.Fanouts
+		h.Fanouts = fail
+	}})
+	owner := dial(t, st, "owner", "laptop")
+	var users []string
+	for i := range 199 {
+		users = append(users, fmt.Sprintf("m%03d", i))
+	}
+	var g wire.GroupInfo
+	owner.request(map[string]any{"action": "group", "op": "create", "name": "All hands", "users": users}, &g)
+	if g.Count != 200 {
+		t.Fatalf("group = %+v", g)
+	}
+	sent := owner.sendTo("announce", g.ConversationID, "all hands at 10")
+	all := append([]string{"owner"}, users...)
+	waitFor(t, "every inbox", func() bool {
+		for _, u := range all {
+			if len(groupEntries(t, st, im.UserID(u), g.ConversationID)) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	if fail.failed.Load() != 1 {
+		t.Fatalf("the injected failure ran %d times", fail.failed.Load())
+	}
+	// Let any retry still in flight finish, then check every inbox holds
+	// the message exactly once.
+	time.Sleep(1500 * time.Millisecond)
+	for _, u := range all {
+		if got := groupEntries(t, st, im.UserID(u), g.ConversationID); !slices.Equal(got, []int64{sent.ConvSeq}) {
+			t.Fatalf("%s holds %v", u, got)
+		}
+	}
+	t.Logf("AppendGroup calls: %d for 200 members (one failed, its job retried)", fail.calls.Load())
+}
+
+// heldFanout holds every fan-out job until the stack closes: this test
+// measures reads, which depend on the group log and membership only, and
+// 20,000 inbox entries would only slow the emulator down.
+type heldFanout struct{ handler.Fanouts }
+
+func (heldFanout) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
+	t.Parallel()
+	counter := callcount.New()
+	st := startStack(t, devstack.Options{APIOptions: counter.APIOptions(), Configure: func(h *handler.Handler) {
+		h.Fanouts = heldFanout{h.Fanouts}
+	}})
+	owner := dial(t, st, "owner", "laptop")
+	var users []string
+	for i := range 199 {
+		users = append(users, fmt.Sprintf("r%03d", i))
+	}
+	var g wire.GroupInfo
+	owner.request(map[string]any{"action": "group", "op": "create", "name": "Readers", "users": users}, &g)
+	for i := 1; i <= 100; i++ {
+		owner.sendTo(fmt.Sprintf("m%d", i), g.ConversationID, i)
+	}
+	members := append([]string{"owner"}, users...)
+	memberIDs := make([]im.UserID, len(members))
+	for i, u := range members {
+		memberIDs[i] = im.UserID(u)
+	}
+	conns := make([]*wsClient, len(members))
+	for i, u := range members {
+		conns[i] = dial(t, st, u, "d")
+	}
+	time.Sleep(300 * time.Millisecond) // connect-time writes (presence) settle
+	before := counter.Snapshot()
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() { c.write(map[string]any{"action": "read", "conversationId": g.ConversationID, "upTo": 100}) })
+	}
+	wg.Wait()
+	// read answers nothing on success: wait for the watermarks instead.
+	waitFor(t, "200 read watermarks", func() bool {
+		states, err := st.Store.ConversationStates(context.Background(), im.ConversationID(g.ConversationID), memberIDs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range states {
+			if s.Read != 100 {
+				return false
+			}
+		}
+		return len(states) == 200
+	})
+	time.Sleep(300 * time.Millisecond) // the last read syncs finish
+	cost := counter.Snapshot().Sub(before)
+	t.Logf("200 read actions over 100 messages (\"per message\" below = per read action):\n%s", cost.Table(200))
+	if got := cost.Calls["DynamoDB.UpdateItem"]; got != 200 {
+		t.Fatalf("UpdateItem calls = %d, want one watermark write per member (200)", got)
+	}
+	for _, op := range []string{"DynamoDB.PutItem", "DynamoDB.TransactWriteItems", "DynamoDB.BatchWriteItem"} {
+		if cost.Calls[op] != 0 {
+			t.Errorf("%s calls = %d, want 0", op, cost.Calls[op])
+		}
+	}
+	if cost.WCU != 200 {
+		t.Errorf("write units = %d, want 200", cost.WCU)
+	}
+	var rc wire.ReceiptsAnswer
+	owner.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 100}, &rc)
+	if rc.Members != 199 || rc.Read != 199 {
+		t.Fatalf("receipts = %+v", rc)
+	}
+}

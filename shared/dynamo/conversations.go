@@ -1,0 +1,175 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// The conversation index: one item per (user, conversation) in the Inbox
+// table, sk "v#<conversationId>". It holds what a login summary shows and
+// the user's watermarks of the conversation:
+//
+//	last, lastFrom, lastAt, preview   the last message in the user's inbox (convSeq)
+//	base, left                        group view: joined after base, removed at left
+//	read, readAt                      read watermark (forward-only)
+//	delivered, deliveredAt            highest convSeq one of the user's devices acked
+//	unread                            alert conversations only: alerts not yet read
+//
+// Writers: every inbox append (in the append's transaction), membership
+// changes, read and ack. The item has no TTL: it outlives the inbox entries,
+// so a user back after the inbox retention still gets a true summary.
+const (
+	attrLast      = "last"
+	attrRead      = "read"
+	attrDelivered = "delivered"
+	attrBase      = "base"
+	attrLeft      = "left"
+	attrUnread    = "unread"
+)
+
+func convIndexSK(c im.ConversationID) string { return "v#" + string(c) }
+
+// indexUpdate sets the last-message fields of u's index item of m's
+// conversation. extra is appended to the SET clause (with its values).
+func indexUpdate(table string, u im.UserID, m im.Message, cond string, extraSet string, extra map[string]types.AttributeValue) *types.Update {
+	values := map[string]types.AttributeValue{
+		":last": n(m.ConvSeq), ":from": s(string(m.From)), ":at": n(m.SentAt.UnixMilli()), ":p": s(im.Preview(m.Body)),
+	}
+	for k, v := range extra {
+		values[k] = v
+	}
+	expr := "SET #last = :last, lastFrom = :from, lastAt = :at, preview = :p"
+	if extraSet != "" {
+		expr += ", " + extraSet
+	}
+	u2 := &types.Update{
+		TableName:                 aws.String(table),
+		Key:                       inboxKey(u, convIndexSK(m.Conversation)),
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  map[string]string{"#last": attrLast},
+		ExpressionAttributeValues: values,
+	}
+	if strings.Contains(extraSet, "#read") {
+		u2.ExpressionAttributeNames["#read"] = attrRead
+	}
+	if strings.Contains(extraSet, "#unread") {
+		u2.ExpressionAttributeNames["#unread"] = attrUnread
+	}
+	if cond != "" {
+		u2.ConditionExpression = aws.String(cond)
+	}
+	return u2
+}
+
+// withAdd makes an index update also add delta to the counter attr.
+func withAdd(u *types.Update, attr string, delta int64) *types.Update {
+	u.UpdateExpression = aws.String(aws.ToString(u.UpdateExpression) + " ADD #add :delta")
+	u.ExpressionAttributeNames["#add"] = attr
+	u.ExpressionAttributeValues[":delta"] = n(delta)
+	return u
+}
+
+func stateFrom(item map[string]types.AttributeValue) im.ConversationState {
+	return im.ConversationState{
+		Conversation: im.ConversationID(strings.TrimPrefix(getS(item, attrSK), "v#")),
+		Last:         getN(item, attrLast),
+		Base:         getN(item, attrBase),
+		Read:         getN(item, attrRead),
+		Delivered:    getN(item, attrDelivered),
+		Left:         getN(item, attrLeft),
+		LastFrom:     im.UserID(getS(item, "lastFrom")),
+		LastAt:       time.UnixMilli(getN(item, "lastAt")).UTC(),
+		Preview:      getS(item, "preview"),
+		Title:        getS(item, "title"),
+		UnreadAlerts: getN(item, attrUnread),
+	}
+}
+
+// Conversations returns one page of u's conversation index, ordered by
+// conversation id, starting after the conversation id `after` ("" for the
+// first page), at most limit entries, and the id to continue after ("" when
+// this was the last page).
+func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.ConversationID, limit int) ([]im.ConversationState, im.ConversationID, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :v)"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":v": s("v#")},
+		Limit:                     aws.Int32(int32(limit)),
+	}
+	if after != "" {
+		in.ExclusiveStartKey = inboxKey(u, convIndexSK(after))
+	}
+	var out []im.ConversationState
+	for {
+		res, err := st.db.Query(ctx, in)
+		if err != nil {
+			return nil, "", fmt.Errorf("conversations of %s after %q: %w", u, after, err)
+		}
+		for _, it := range res.Items {
+			out = append(out, stateFrom(it))
+		}
+		if len(res.LastEvaluatedKey) == 0 {
+			return out, "", nil
+		}
+		if len(out) >= limit {
+			return out, out[len(out)-1].Conversation, nil
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+		in.Limit = aws.Int32(int32(limit - len(out)))
+	}
+}
+
+// ConversationStates reads the index items of conversation c for users, in
+// BatchGetItem calls of 100 keys. Users without an item are absent.
+func (st *Store) ConversationStates(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.ConversationState, error) {
+	out := make(map[im.UserID]im.ConversationState, len(users))
+	for start := 0; start < len(users); start += 100 {
+		keys := make([]map[string]types.AttributeValue, 0, 100)
+		for _, u := range users[start:min(start+100, len(users))] {
+			keys = append(keys, inboxKey(u, convIndexSK(c)))
+		}
+		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for len(req) > 0 {
+			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("conversation states of %s: %w", c, err)
+			}
+			for _, it := range res.Responses[st.tables.Inbox] {
+				out[im.UserID(getS(it, attrUser))] = stateFrom(it)
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// ConversationState reads u's index item of c (zero when there is none).
+func (st *Store) ConversationState(ctx context.Context, u im.UserID, c im.ConversationID) (im.ConversationState, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return im.ConversationState{}, fmt.Errorf("conversation state %s in %s: %w", u, c, err)
+	}
+	if out.Item == nil {
+		return im.ConversationState{Conversation: c}, nil
+	}
+	return stateFrom(out.Item), nil
+}
+
+// AdvanceDelivered moves u's delivered watermark of conversation c (the
+// highest convSeq any of u's devices acked) forward; it reports whether it moved.
+func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
+	_, moved, err := st.advance(ctx, inboxKey(u, convIndexSK(c)), attrDelivered, "deliveredAt", upTo, now)
+	if err != nil {
+		return false, fmt.Errorf("delivered %s in %s: %w", u, c, err)
+	}
+	return moved, nil
+}

@@ -1,0 +1,223 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// SendGroup stores a group draft in the conversation log exactly once per
+// (sender, clientMsgId): the log entry, the sender's idempotency item and a
+// check that the sender is a current member, in one transaction. Member
+// inboxes are filled later by the fan-out (AppendGroup). A retry returns
+// the stored result with Replayed set. A sender who is not a current member
+// gets im.ErrNotMember, except for a retry of a send accepted before they
+// left, which is answered with its stored result.
+func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	stored, err := st.groupSend(ctx, d, now)
+	if errors.Is(err, im.ErrNotMember) {
+		// A retry of a send accepted before the sender left is still answered.
+		if replayed, rerr := st.replay(ctx, d); rerr == nil {
+			return replayed, nil
+		}
+	}
+	return stored, err
+}
+
+func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
+		head, member, err := st.headAndMember(ctx, d.Conversation, d.From)
+		if err != nil {
+			return nil, im.Stored{}, err
+		}
+		if !member.Active() {
+			return nil, im.Stored{}, fmt.Errorf("%s in %s: %w", d.From, d.Conversation, im.ErrNotMember)
+		}
+		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		items := append(st.sendItems(d, msg, heads{conv: head}, nil, now),
+			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+				TableName: aws.String(st.tables.Messages), Key: convKey(d.Conversation, memberSK(d.From)),
+				ConditionExpression:       aws.String("attribute_exists(#role) AND (attribute_not_exists(#left) OR #left = :zero)"),
+				ExpressionAttributeNames:  map[string]string{"#role": "role", "#left": attrLeft},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0)},
+			}},
+			// What you write you have read (see senderIndexUpdate).
+			types.TransactWriteItem{Update: &types.Update{
+				TableName: aws.String(st.tables.Inbox), Key: inboxKey(d.From, convIndexSK(d.Conversation)),
+				UpdateExpression:          aws.String("SET #read = :c"),
+				ExpressionAttributeNames:  map[string]string{"#read": attrRead},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":c": n(msg.ConvSeq)},
+			}},
+		)
+		return items, im.Stored{Message: msg, Inboxed: map[im.UserID]int64{}}, nil
+	})
+}
+
+// FanoutMark returns group c's head and how far fan-out has been taken
+// care of: every message up to it is in member inboxes or covered by fan-out
+// jobs already enqueued (which SQS retries until they succeed).
+func (st *Store) FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, err error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, 0, fmt.Errorf("fan-out mark of %s: %w", c, err)
+	}
+	return getN(out.Item, attrSeq), getN(out.Item, "fanned"), nil
+}
+
+// SetFanoutMark raises group c's fan-out mark to upTo (never lowers it).
+func (st *Store) SetFanoutMark(ctx context.Context, c im.ConversationID, upTo int64) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead),
+		UpdateExpression:          aws.String("SET fanned = :u"),
+		ConditionExpression:       aws.String("attribute_exists(#sk) AND (attribute_not_exists(fanned) OR fanned < :u)"),
+		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": n(upTo)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("fan-out mark of %s: %w", c, err)
+	}
+	return nil
+}
+
+// Positions reads, for each user, the inbox head and how far the user's
+// inbox holds group c, in BatchGetItem calls of 50 users (100 keys).
+func (st *Store) Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error) {
+	out := make(map[im.UserID]im.InboxPosition, len(users))
+	for start := 0; start < len(users); start += 50 {
+		var keys []map[string]types.AttributeValue
+		for _, u := range users[start:min(start+50, len(users))] {
+			keys = append(keys, inboxKey(u, skHead), inboxKey(u, convIndexSK(c)))
+			out[u] = im.InboxPosition{}
+		}
+		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for len(req) > 0 {
+			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("fan-out positions in %s: %w", c, err)
+			}
+			for _, it := range res.Responses[st.tables.Inbox] {
+				u := im.UserID(getS(it, attrUser))
+				p := out[u]
+				if getS(it, attrSK) == skHead {
+					p.Head = getN(it, attrSeq)
+				} else {
+					p.Last = getN(it, attrLast)
+				}
+				out[u] = p
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	return out, nil
+}
+
+// Log returns the messages of conversation c with convSeq in (after, upTo], ascending.
+func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error) {
+	var out []im.Message
+	if upTo <= after {
+		return out, nil
+	}
+	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Messages),
+		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(upTo))},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("log %s (%d, %d]: %w", c, after, upTo, err)
+		}
+		for _, it := range page.Items {
+			out = append(out, messageFrom(c, it))
+		}
+	}
+	return out, nil
+}
+
+func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) im.Message {
+	return im.Message{
+		ID: im.MessageID(getS(it, "mid")), Conversation: c, ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from")),
+		Body: []byte(getS(it, "body")), SentAt: time.UnixMilli(getN(it, "at")).UTC(),
+	}
+}
+
+// maxAppendPerTransaction bounds the messages one fan-out transaction
+// appends to one inbox (two more items: the inbox head and the index).
+const maxAppendPerTransaction = 90
+
+// AppendGroup appends msgs (ascending convSeqs of one group, all after
+// pos.Last) to u's inbox, in transactions that advance the inbox head
+// conditionally on pos.Head and the user's group position conditionally on
+// it being below the first appended convSeq. That condition is what makes
+// fan-out exactly once and in order per inbox however often it is retried
+// or run concurrently: a message is appended only after everything before
+// it and never twice. It returns the new entries (none when another run
+// appended them first).
+func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
+	var out []im.Entry
+	for attempt := 0; len(msgs) > 0; {
+		for len(msgs) > 0 && msgs[0].ConvSeq <= pos.Last {
+			msgs = msgs[1:]
+		}
+		if len(msgs) == 0 {
+			break
+		}
+		batch := msgs[:min(len(msgs), maxAppendPerTransaction)]
+		ttl := st.ttlAt(now)
+		items := []types.TransactWriteItem{{Update: headAdvance(st.tables.Inbox, inboxKey(u, skHead), pos.Head, int64(len(batch)), newEpoch(now))}}
+		entries := make([]im.Entry, len(batch))
+		for i, m := range batch {
+			entries[i] = im.Entry{Seq: pos.Head + int64(i) + 1, Message: m}
+			items = append(items, types.TransactWriteItem{Put: &types.Put{
+				TableName: aws.String(st.tables.Inbox), Item: entryItem(u, entries[i], ttl),
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}})
+		}
+		last := batch[len(batch)-1]
+		items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last,
+			"attribute_not_exists(#last) OR #last < :first", "", map[string]types.AttributeValue{":first": n(batch[0].ConvSeq)})})
+		_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+		if err == nil {
+			out = append(out, entries...)
+			pos = im.InboxPosition{Head: pos.Head + int64(len(batch)), Last: last.ConvSeq}
+			msgs = msgs[len(batch):]
+			continue
+		}
+		if _, ok := errors.AsType[*types.TransactionCanceledException](err); !ok {
+			if _, ok := errors.AsType[*types.TransactionInProgressException](err); !ok {
+				return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, err)
+			}
+		}
+		// The inbox head moved (another message arrived) or another run
+		// appended some of these: read the position again and go on.
+		attempt++
+		if attempt >= st.MaxAttempts {
+			return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, im.ErrContention)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return out, err
+		}
+		p, err := st.Positions(ctx, last.Conversation, []im.UserID{u})
+		if err != nil {
+			return out, err
+		}
+		pos = p[u]
+	}
+	return out, nil
+}
+
+// headAdvance advances a head item from old to old+k conditionally on old.
+func headAdvance(table string, key map[string]types.AttributeValue, old, k int64, epoch string) *types.Update {
+	u := headUpdate(table, key, old, epoch)
+	u.ExpressionAttributeValues[":new"] = n(old + k)
+	return u
+}

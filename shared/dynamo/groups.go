@@ -1,0 +1,301 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Group items live in the Messages table beside the group's log:
+//
+//	g:<id> / head      seq (conversation head), name, count (active members), owners, createdAt
+//	g:<id> / u#<user>  role, joined (head when added), left (head when removed; absent while a member)
+//
+// Every membership change updates the head item conditionally on the head
+// seq it read, in the same transaction as the member items: a change and a
+// send never interleave, so "member when message N was sent" is exact.
+
+func memberSK(u im.UserID) string { return "u#" + string(u) }
+
+// maxMembersPerChange bounds the members one transaction changes (each
+// costs two items; a transaction holds 100).
+const maxMembersPerChange = 45
+
+func memberFrom(it map[string]types.AttributeValue) im.Member {
+	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"), Left: getN(it, attrLeft)}
+}
+
+// groupHead is the head item of a group.
+type groupHead struct {
+	exists        bool
+	seq           int64
+	name          string
+	count, owners int64
+}
+
+// headCond is the condition that the head item's seq is still old.
+func headCond(old int64, values map[string]types.AttributeValue) string {
+	if old == 0 {
+		return "attribute_not_exists(#seq)"
+	}
+	values[":old"] = n(old)
+	return "#seq = :old"
+}
+
+// CreateGroup creates group c named name with owner as its only member.
+// im.ErrGroupExists when the id is taken.
+func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, now time.Time) error {
+	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{
+			TableName: aws.String(st.tables.Messages),
+			Item: map[string]types.AttributeValue{
+				attrConv: s(string(c)), attrSK: s(skHead), "name": s(name), "count": n(1), "owners": n(1),
+				"createdAt": n(now.UnixMilli()), "createdBy": s(string(owner)),
+			},
+			ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+		}},
+		{Put: &types.Put{
+			TableName: aws.String(st.tables.Messages),
+			Item:      map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(memberSK(owner)), "role": s(string(im.RoleOwner)), "joined": n(0), "at": n(now.UnixMilli())},
+		}},
+		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0)},
+	}})
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		return fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
+	}
+	if err != nil {
+		return fmt.Errorf("create group %s: %w", c, err)
+	}
+	return nil
+}
+
+// joinIndexUpdate starts (or restarts) u's view of group c at head.
+func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string, head int64) *types.Update {
+	return &types.Update{
+		TableName:                 aws.String(table),
+		Key:                       inboxKey(u, convIndexSK(c)),
+		UpdateExpression:          aws.String("SET #base = :h, #last = if_not_exists(#last, :h), title = :name, #left = :zero"),
+		ExpressionAttributeNames:  map[string]string{"#base": attrBase, "#last": attrLast, "#left": attrLeft},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(head), ":name": s(name), ":zero": n(0)},
+	}
+}
+
+// groupState reads the head item and the member items of users in one
+// strongly consistent BatchGetItem.
+func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im.UserID) (groupHead, map[im.UserID]im.Member, error) {
+	keys := []map[string]types.AttributeValue{convKey(c, skHead)}
+	seen := map[im.UserID]bool{}
+	for _, u := range users {
+		if !seen[u] {
+			seen[u] = true
+			keys = append(keys, convKey(c, memberSK(u)))
+		}
+	}
+	var h groupHead
+	members := map[im.UserID]im.Member{}
+	req := map[string]types.KeysAndAttributes{st.tables.Messages: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+	for len(req) > 0 {
+		out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		if err != nil {
+			return groupHead{}, nil, fmt.Errorf("group %s: %w", c, err)
+		}
+		for _, it := range out.Responses[st.tables.Messages] {
+			if getS(it, attrSK) == skHead {
+				h = groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners")}
+				continue
+			}
+			m := memberFrom(it)
+			members[m.User] = m
+		}
+		req = out.UnprocessedKeys
+	}
+	return h, members, nil
+}
+
+// headAndMember returns c's head and, for a group, u's membership.
+func (st *Store) headAndMember(ctx context.Context, c im.ConversationID, u im.UserID) (int64, im.Member, error) {
+	if !c.IsGroup() {
+		h, err := st.readHeads(ctx, c, nil)
+		return h.conv, im.Member{}, err
+	}
+	h, members, err := st.groupState(ctx, c, []im.UserID{u})
+	if err != nil {
+		return 0, im.Member{}, err
+	}
+	return h.seq, members[u], nil
+}
+
+// GroupInfo returns a group's name, head and active member count;
+// im.ErrNoSuchGroup when there is no such group.
+func (st *Store) GroupInfo(ctx context.Context, c im.ConversationID) (name string, head, count int64, err error) {
+	h, _, err := st.groupState(ctx, c, nil)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if !h.exists || h.name == "" {
+		return "", 0, 0, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
+	}
+	return h.name, h.seq, h.count, nil
+}
+
+// Member returns u's membership of c (zero Role when never a member).
+func (st *Store) Member(ctx context.Context, c im.ConversationID, u im.UserID) (im.Member, error) {
+	_, m, err := st.headAndMember(ctx, c, u)
+	return m, err
+}
+
+// Members returns every member record of group c, removed members included.
+func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+	var out []im.Member
+	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Messages),
+		KeyConditionExpression:    aws.String("#c = :c AND begins_with(#sk, :u)"),
+		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":u": s("u#")},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("members of %s: %w", c, err)
+		}
+		for _, it := range page.Items {
+			out = append(out, memberFrom(it))
+		}
+	}
+	return out, nil
+}
+
+// ChangeMembers applies op (add, remove or role) by actor to targets,
+// giving them role (add, role). Each transaction moves at most 45 members
+// and is conditional on the conversation head, so it is ordered against
+// every send. The limit bounds active members. It returns the members whose
+// record changed; targets already in the wanted state are skipped (a retry
+// changes nothing).
+func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+	var changed []im.Member
+	for start := 0; start < len(targets); start += maxMembersPerChange {
+		chunk := targets[start:min(start+maxMembersPerChange, len(targets))]
+		done, err := st.changeChunk(ctx, c, actor, op, chunk, role, limit, now)
+		changed = append(changed, done...)
+		if err != nil {
+			return changed, err
+		}
+	}
+	return changed, nil
+}
+
+func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+	for attempt := range st.MaxAttempts {
+		h, members, err := st.groupState(ctx, c, append([]im.UserID{actor}, targets...))
+		if err != nil {
+			return nil, err
+		}
+		if !h.exists || h.name == "" {
+			return nil, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
+		}
+		by := members[actor]
+		var items []types.TransactWriteItem
+		var changed []im.Member
+		countDelta, ownersDelta := int64(0), int64(0)
+		for _, u := range targets {
+			t := members[u]
+			t.User = u
+			if err := im.Authorize(by, op, t, role); err != nil {
+				return nil, err
+			}
+			switch op {
+			case im.OpAdd:
+				if t.Active() {
+					continue
+				}
+				t = im.Member{User: u, Role: role, Joined: h.seq}
+				countDelta++
+				if role == im.RoleOwner {
+					ownersDelta++
+				}
+				items = append(items,
+					types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: map[string]types.AttributeValue{
+						attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(now.UnixMilli()), "by": s(string(actor)),
+					}}},
+					types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, h.name, h.seq)})
+			case im.OpRemove:
+				if !t.Active() {
+					continue
+				}
+				countDelta--
+				if t.Role == im.RoleOwner {
+					ownersDelta--
+				}
+				t.Left = h.seq
+				items = append(items,
+					types.TransactWriteItem{Update: &types.Update{
+						TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(u)),
+						UpdateExpression:          aws.String("SET #left = :h, removedBy = :by"),
+						ExpressionAttributeNames:  map[string]string{"#left": attrLeft},
+						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq), ":by": s(string(actor))},
+					}},
+					types.TransactWriteItem{Update: &types.Update{
+						TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
+						UpdateExpression:          aws.String("SET #left = :h"),
+						ExpressionAttributeNames:  map[string]string{"#left": attrLeft},
+						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq)},
+					}})
+			case im.OpRole:
+				if t.Role == role {
+					continue
+				}
+				if t.Role == im.RoleOwner {
+					ownersDelta--
+				}
+				if role == im.RoleOwner {
+					ownersDelta++
+				}
+				t.Role = role
+				items = append(items, types.TransactWriteItem{Update: &types.Update{
+					TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(u)),
+					UpdateExpression:          aws.String("SET #role = :r"),
+					ExpressionAttributeNames:  map[string]string{"#role": "role"},
+					ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(string(role))},
+				}})
+			}
+			changed = append(changed, t)
+		}
+		if len(items) == 0 {
+			return nil, nil
+		}
+		if h.count+countDelta > int64(limit) {
+			return nil, fmt.Errorf("group %s: %d members + %d > limit %d: %w", c, h.count, countDelta, limit, im.ErrGroupFull)
+		}
+		if h.owners+ownersDelta < 1 {
+			return nil, fmt.Errorf("group %s: %w", c, im.ErrLastOwner)
+		}
+		values := map[string]types.AttributeValue{":dc": n(countDelta), ":do": n(ownersDelta), ":count": n(h.count), ":owners": n(h.owners)}
+		cond := headCond(h.seq, values) + " AND #count = :count AND #owners = :owners"
+		head := types.TransactWriteItem{Update: &types.Update{
+			TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead),
+			UpdateExpression:          aws.String("ADD #count :dc, #owners :do"),
+			ConditionExpression:       aws.String(cond),
+			ExpressionAttributeNames:  map[string]string{"#seq": attrSeq, "#count": "count", "#owners": "owners"},
+			ExpressionAttributeValues: values,
+		}}
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: append([]types.TransactWriteItem{head}, items...)})
+		if err == nil {
+			return changed, nil
+		}
+		if classifySendFailure(err) != sendRace {
+			return nil, fmt.Errorf("group %s %s: %w", c, op, err)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("group %s %s: %w", c, op, im.ErrContention)
+}

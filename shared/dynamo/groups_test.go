@@ -1,0 +1,74 @@
+package dynamo_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("ops")
+	if err := st.CreateGroup(ctx, g, "Ops", "alice", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 100; i++ {
+		if _, err := st.SendGroup(ctx, im.Draft{From: "alice", ClientMsgID: fmt.Sprint(i), Conversation: g, Body: []byte(fmt.Sprint(i))}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A 1:1 message lands in bob's inbox in between: the head moves.
+	if _, err := st.Send(ctx, im.Draft{From: "carol", ClientMsgID: "x", Conversation: im.Direct("bob", "carol"), Body: []byte(`"hi"`)}, now); err != nil {
+		t.Fatal(err)
+	}
+	log, err := st.Log(ctx, g, 0, 100)
+	if err != nil || len(log) != 100 {
+		t.Fatalf("log: %d, %v", len(log), err)
+	}
+	pos, err := st.Positions(ctx, g, []im.UserID{"bob"})
+	if err != nil || pos["bob"].Head != 1 || pos["bob"].Last != 0 {
+		t.Fatalf("positions = %+v, %v", pos, err)
+	}
+	// A stale position (head 0) is retried; a second run appends nothing.
+	entries, err := st.AppendGroup(ctx, "bob", im.InboxPosition{}, log, now)
+	if err != nil || len(entries) != 100 {
+		t.Fatalf("append: %d, %v", len(entries), err)
+	}
+	again, err := st.AppendGroup(ctx, "bob", im.InboxPosition{}, log, now)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("second append: %d, %v", len(again), err)
+	}
+	var got []int64
+	cursor := int64(0)
+	for {
+		page, err := st.Page(ctx, "bob", cursor, 100, wire.EntrySize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page.Entries {
+			if e.Message.Conversation == g {
+				got = append(got, e.Message.ConvSeq)
+			}
+		}
+		if !page.More {
+			break
+		}
+		cursor = page.Next
+	}
+	want := make([]int64, 100)
+	for i := range want {
+		want[i] = int64(i + 1)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("bob's group entries = %v", got)
+	}
+}

@@ -1,0 +1,236 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/queue"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Fanouts is the storage side of a group fan-out.
+type Fanouts interface {
+	Members(ctx context.Context, c im.ConversationID) ([]im.Member, error)
+	FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, err error)
+	SetFanoutMark(ctx context.Context, c im.ConversationID, upTo int64) error
+	Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error)
+	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
+	AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error)
+}
+
+// FanoutQueue enqueues fan-out jobs, visible after delay.
+type FanoutQueue interface {
+	Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error
+}
+
+// sendGroup stores a group message in the conversation log, enqueues its
+// fan-out and only then ACKs: a message the sender has a "sent" for is in
+// the log and has a fan-out job. If enqueueing fails the sender gets an
+// internal error and retries with the same clientMsgId; the retry (a
+// replay) enqueues again. Even a job that is never enqueued is made good by
+// the group's next message, whose fan-out fills every inbox from where it
+// stands, not just with that one message.
+func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+	}
+	m := stored.Message
+	if err := h.FanoutQueue.Enqueue(ctx, 0, im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}); err != nil {
+		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+	}
+	tr := h.trail("send", c.RequestID)
+	defer tr.flush(ctx)
+	if stored.Replayed {
+		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device, Detail: "retry of clientMsgId " + clientMsgID})
+	} else {
+		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device})
+		tr.add(im.Event{Message: m.ID, Type: im.EventStored, Detail: fmt.Sprintf("%s #%d; fan-out queued", m.Conversation, m.ConvSeq)})
+	}
+	h.log().InfoContext(ctx, "group message stored", "messageId", m.ID, "conversationId", m.Conversation, "convSeq", m.ConvSeq,
+		"userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
+	return reply(wire.NewSent(clientMsgID, m))
+}
+
+// Fanout consumes the fan-out queue (SQS event source with
+// ReportBatchItemFailures). A message job without members lists the
+// group's members as of the job's convSeq and splits them into batch jobs
+// (or fills them itself when one batch covers them); a batch job fills its
+// members' inboxes and pushes the new entries. A failed job is reported
+// and retried by SQS; what it already did is not done again (AppendGroup
+// is exactly once per inbox).
+func (h *Handler) Fanout(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	var resp events.SQSEventResponse
+	for _, rec := range ev.Records {
+		job, err := queue.DecodeJob(rec.Body)
+		if err != nil {
+			// A malformed job can never succeed: drop it, loudly.
+			h.log().ErrorContext(ctx, "fan-out job dropped", "err", err.Error(), "sqsMessageId", rec.MessageId)
+			continue
+		}
+		switch job.Kind {
+		case im.FanoutPresence:
+			err = h.pushPresence(ctx, job.User)
+		default:
+			err = h.fanoutMessages(ctx, job)
+		}
+		if err != nil {
+			h.log().ErrorContext(ctx, "fan-out failed; left for retry", "err", err.Error(), "conversationId", job.Conversation,
+				"convSeq", job.UpTo, "members", len(job.Members), "sqsMessageId", rec.MessageId)
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+func (h *Handler) fanoutBatch() int {
+	if h.FanoutBatch > 0 {
+		return h.FanoutBatch
+	}
+	return im.DefaultFanoutBatch
+}
+
+// fanoutMessages runs one message job. A job for the whole group covers
+// everything up to the group's current head, not just its own message:
+// when jobs pile up (a burst, a backed-up queue) the first one does the
+// work in few transactions and the rest find it done (the fan-out mark).
+func (h *Handler) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
+	whole := len(job.Members) == 0
+	if whole {
+		head, marked, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
+		if err != nil {
+			return err
+		}
+		if job.UpTo <= marked {
+			return nil
+		}
+		job.UpTo = max(job.UpTo, head)
+	}
+	all, err := h.Fanouts.Members(ctx, job.Conversation)
+	if err != nil {
+		return err
+	}
+	byUser := make(map[im.UserID]im.Member, len(all))
+	var due []im.UserID
+	for _, m := range all {
+		byUser[m.User] = m
+		// Everyone who could still be owed messages up to UpTo: members
+		// who joined before it, and were not removed before the range.
+		if m.Role.Valid() && m.Joined < job.UpTo {
+			due = append(due, m.User)
+		}
+	}
+	if !whole {
+		return h.fill(ctx, job.Conversation, job.UpTo, job.Members, byUser)
+	}
+	if len(due) > h.fanoutBatch() {
+		// Enqueue first, mark after: a mark never covers a job not queued.
+		batches := job.Batches(due, h.fanoutBatch())
+		if err := h.FanoutQueue.Enqueue(ctx, 0, batches...); err != nil {
+			return err
+		}
+		h.log().InfoContext(ctx, "fan-out split", "conversationId", job.Conversation, "convSeq", job.UpTo, "members", len(due), "batches", len(batches))
+	} else if err := h.fill(ctx, job.Conversation, job.UpTo, due, byUser); err != nil {
+		return err
+	}
+	return h.Fanouts.SetFanoutMark(ctx, job.Conversation, job.UpTo)
+}
+
+// fanoutConcurrency bounds the inboxes one invocation fills at once.
+const fanoutConcurrency = 8
+
+// fill brings each user's inbox up to convSeq upTo of group conv.
+func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, users []im.UserID, members map[im.UserID]im.Member) error {
+	pos, err := h.Fanouts.Positions(ctx, conv, users)
+	if err != nil {
+		return err
+	}
+	from := upTo
+	for _, u := range users {
+		f, t := members[u].Range(pos[u].Last, upTo)
+		if f < t {
+			from = min(from, f)
+		}
+	}
+	if from >= upTo {
+		return nil // everyone is there already
+	}
+	log, err := h.Fanouts.Log(ctx, conv, from, upTo)
+	if err != nil {
+		return err
+	}
+	tr := h.trail("fanout", "")
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		slots = make(chan struct{}, fanoutConcurrency)
+	)
+	for _, u := range users {
+		m := members[u]
+		f, t := m.Range(pos[u].Last, upTo)
+		if f >= t {
+			continue
+		}
+		var msgs []im.Message
+		for _, msg := range log {
+			if msg.ConvSeq > f && msg.ConvSeq <= t {
+				msgs = append(msgs, msg)
+			}
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			entries, err := h.Fanouts.AppendGroup(ctx, u, pos[u], msgs, h.now())
+			ut := h.trail("fanout", "")
+			for _, e := range entries {
+				ut.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
+			}
+			h.deliverAll(ctx, ut, u, entries)
+			mu.Lock()
+			defer mu.Unlock()
+			tr.events = append(tr.events, ut.events...)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("fan-out to %s: %w", u, err))
+			}
+		})
+	}
+	wg.Wait()
+	tr.flush(ctx)
+	return errors.Join(errs...)
+}
+
+// maxPushedPerFill is how many new entries of one inbox a fill pushes one
+// by one; beyond it only the newest is pushed and the device, seeing the
+// gap, pulls the rest with a sync.
+const maxPushedPerFill = 10
+
+// deliverAll pushes new entries of one inbox.
+func (h *Handler) deliverAll(ctx context.Context, tr *trail, u im.UserID, entries []im.Entry) {
+	if len(entries) == 0 || h.Pusher == nil {
+		return
+	}
+	if len(entries) > maxPushedPerFill {
+		entries = entries[len(entries)-1:]
+	}
+	for _, e := range entries {
+		h.deliver(ctx, tr, u, e)
+	}
+}
+
+// presenceFrame renders a presence answer or push.
+func presenceFrame(ref string, ps []im.Presence) []byte {
+	out := wire.PresenceAnswer{Type: wire.TypePresence, Ref: ref, Users: make([]wire.UserPresence, len(ps))}
+	for i, p := range ps {
+		out.Users[i] = wire.UserPresence{UserID: string(p.User), Status: string(p.Visible())}
+	}
+	b, _ := json.Marshal(out)
+	return b
+}

@@ -1,0 +1,138 @@
+package handler
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// PresenceStore keeps display states and the debounce state of pushes.
+type PresenceStore interface {
+	SetStatus(ctx context.Context, u im.UserID, status im.Status, now time.Time) (im.Status, error)
+	Presences(ctx context.Context, users []im.UserID, now time.Time, stale time.Duration) ([]im.Presence, error)
+	SchedulePresence(ctx context.Context, u im.UserID, now time.Time, stuckAfter time.Duration) (bool, error)
+	ClearPresencePending(ctx context.Context, u im.UserID) error
+	MarkPresencePushed(ctx context.Context, u im.UserID, visible im.Status, now time.Time) (bool, error)
+	DirectPeers(ctx context.Context, u im.UserID) ([]im.UserID, error)
+}
+
+// Presence serves {"action":"presence","status":…} (choose a display state;
+// answered with what others now see of the caller) and
+// {"action":"presence.query","users":[…]} (what others may see of those
+// users: invisible users and users without a live connection show offline).
+func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	c, ok := callerOf(req)
+	route := req.RequestContext.RouteKey
+	if route == "" {
+		route = wire.ActionPresence
+	}
+	if !ok {
+		return h.fail(ctx, c, route, errNoCaller, "")
+	}
+	now := h.now()
+	var users []im.UserID
+	if route == wire.ActionPresenceQuery {
+		var err error
+		if users, _, err = wire.DecodePresenceQuery(req.Body); err != nil {
+			return h.fail(ctx, c, route, err, "")
+		}
+	} else {
+		status, _, err := wire.DecodePresence(req.Body)
+		if err != nil {
+			return h.fail(ctx, c, route, err, "")
+		}
+		old, err := h.Presences.SetStatus(ctx, c.User, status, now)
+		if err != nil {
+			return h.fail(ctx, c, route, err, "")
+		}
+		if old != status {
+			h.log().InfoContext(ctx, "presence set", "userId", c.User, "status", status)
+			h.presenceChanged(ctx, c.User)
+		}
+		users = []im.UserID{c.User}
+	}
+	ps, err := h.Presences.Presences(ctx, users, now, h.presenceStale())
+	if err != nil {
+		return h.fail(ctx, c, route, err, "")
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200, Body: string(presenceFrame(c.Ref, ps))}, nil
+}
+
+func (h *Handler) presenceStale() time.Duration {
+	if h.PresenceStale > 0 {
+		return h.PresenceStale
+	}
+	return im.DefaultPresenceStale
+}
+
+func (h *Handler) presenceDebounce() time.Duration {
+	if h.PresenceDebounce > 0 {
+		return h.PresenceDebounce
+	}
+	return im.DefaultPresenceDebounce
+}
+
+// presenceChanged schedules one debounced push of u's presence to their 1:1
+// peers, unless one is already pending: changes within the debounce window
+// collapse into the one push, which sends the state at that time. Best
+// effort: presence is a hint and a failure here must not fail the route.
+func (h *Handler) presenceChanged(ctx context.Context, u im.UserID) {
+	if h.Presences == nil || h.FanoutQueue == nil {
+		return
+	}
+	now := h.now()
+	claimed, err := h.Presences.SchedulePresence(ctx, u, now, 10*h.presenceDebounce()+time.Minute)
+	if err != nil || !claimed {
+		if err != nil {
+			h.log().WarnContext(ctx, "presence push not scheduled", "err", err.Error(), "userId", u)
+		} else {
+			h.log().DebugContext(ctx, "presence push already pending", "userId", u)
+		}
+		return
+	}
+	if err := h.FanoutQueue.Enqueue(ctx, h.presenceDebounce(), im.FanoutJob{Kind: im.FanoutPresence, User: u}); err != nil {
+		h.log().WarnContext(ctx, "presence push not scheduled", "err", err.Error(), "userId", u)
+		_ = h.Presences.ClearPresencePending(ctx, u)
+	}
+}
+
+// pushPresence runs a debounced presence job: it pushes u's visible state to
+// the connections of u's 1:1 peers, if it differs from the last one pushed.
+func (h *Handler) pushPresence(ctx context.Context, u im.UserID) error {
+	if err := h.Presences.ClearPresencePending(ctx, u); err != nil {
+		return err
+	}
+	now := h.now()
+	ps, err := h.Presences.Presences(ctx, []im.UserID{u}, now, h.presenceStale())
+	if err != nil {
+		return err
+	}
+	news, err := h.Presences.MarkPresencePushed(ctx, u, ps[0].Visible(), now)
+	if err != nil || !news || h.Pusher == nil {
+		return err
+	}
+	peers, err := h.Presences.DirectPeers(ctx, u)
+	if err != nil {
+		return err
+	}
+	frame := presenceFrame("", ps)
+	for _, p := range peers {
+		conns, err := h.Connections.Connections(ctx, p)
+		if err != nil {
+			h.log().WarnContext(ctx, "presence push skipped", "err", err.Error(), "userId", p)
+			continue
+		}
+		for _, conn := range conns {
+			if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+				h.log().WarnContext(ctx, "presence push failed", "err", err.Error(), "connectionId", conn.ID)
+			}
+		}
+	}
+	h.log().InfoContext(ctx, "presence pushed", "userId", u, "status", ps[0].Visible(), "peers", len(peers))
+	return nil
+}

@@ -1,0 +1,43 @@
+package im
+
+// FanoutKind says what a fan-out job does.
+type FanoutKind string
+
+// Fan-out job kinds.
+const (
+	// FanoutMessages brings members' inboxes up to a group's convSeq UpTo.
+	FanoutMessages FanoutKind = "m"
+	// FanoutPresence pushes a user's visible presence to their 1:1 peers.
+	FanoutPresence FanoutKind = "p"
+)
+
+// FanoutJob is one message on the fan-out queue.
+type FanoutJob struct {
+	Kind FanoutKind
+	// Conversation and UpTo: fill every member's inbox with the group's
+	// messages up to convSeq UpTo (each member from where their inbox stands).
+	Conversation ConversationID
+	UpTo         int64
+	// Members, when set, restricts the job to these users (one batch of a
+	// large group); empty means "every member: split into batches first".
+	Members []UserID
+	// User is whose presence a FanoutPresence job pushes.
+	User UserID
+}
+
+// DefaultFanoutBatch is how many members one fan-out invocation fills.
+const DefaultFanoutBatch = 50
+
+// Batches splits members into jobs of at most size members each.
+func (j FanoutJob) Batches(members []UserID, size int) []FanoutJob {
+	if size < 1 {
+		size = DefaultFanoutBatch
+	}
+	var out []FanoutJob
+	for start := 0; start < len(members); start += size {
+		b := j
+		b.Members = members[start:min(start+size, len(members))]
+		out = append(out, b)
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package im
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// Role is a member's role in a group.
+type Role string
+
+// Roles, from most to least powerful.
+const (
+	// RoleOwner created the group; owners manage admins and members.
+	RoleOwner Role = "owner"
+	// RoleAdmin adds and removes members.
+	RoleAdmin Role = "admin"
+	// RoleMember sends, reads and leaves.
+	RoleMember Role = "member"
+)
+
+// Valid reports whether r is one of the three roles.
+func (r Role) Valid() bool { return r == RoleOwner || r == RoleAdmin || r == RoleMember }
+
+func (r Role) rank() int {
+	switch r {
+	case RoleOwner:
+		return 3
+	case RoleAdmin:
+		return 2
+	case RoleMember:
+		return 1
+	}
+	return 0
+}
+
+// DefaultMemberLimit is the default largest group size.
+const DefaultMemberLimit = 500
+
+// MaxGroupNameLength is the longest group name, in characters.
+const MaxGroupNameLength = 100
+
+// Group returns the conversation id of group id ("g:<id>").
+func Group(id string) ConversationID { return ConversationID("g:" + id) }
+
+// ValidGroup reports whether c is a well-formed group conversation id.
+func (c ConversationID) ValidGroup() bool {
+	id, ok := strings.CutPrefix(string(c), "g:")
+	return ok && validID(id)
+}
+
+// ValidGroupName reports whether name is an acceptable group name: 1–100
+// characters of valid UTF-8 without control characters.
+func ValidGroupName(name string) bool {
+	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > MaxGroupNameLength {
+		return false
+	}
+	for _, r := range name {
+		if r < ' ' || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// Member is one user's membership of a group. Positions are convSeqs of the
+// group's log: the member receives the messages with Joined < convSeq and,
+// once removed, convSeq ≤ Left.
+type Member struct {
+	User UserID
+	Role Role
+	// Joined is the conversation head when the user was (last) added.
+	Joined int64
+	// Left is the conversation head when the user was removed; 0 while a member.
+	Left int64
+}
+
+// Active reports whether m is a current member.
+func (m Member) Active() bool { return m.Role.Valid() && m.Left == 0 }
+
+// Receives reports whether message convSeq of the group goes to m's inbox:
+// it was sent while m was a member.
+func (m Member) Receives(convSeq int64) bool {
+	return m.Role.Valid() && convSeq > m.Joined && (m.Left == 0 || convSeq <= m.Left)
+}
+
+// Range returns the convSeqs (from, to] that m should hold once the group
+// log reaches head, given that m's inbox already holds the group up to last.
+// from ≥ to means nothing is due.
+func (m Member) Range(last, head int64) (from, to int64) {
+	from, to = max(last, m.Joined), head
+	if m.Left > 0 {
+		to = min(to, m.Left)
+	}
+	return from, to
+}
+
+// GroupOp is a change to a group's membership or roles.
+type GroupOp string
+
+// Group operations.
+const (
+	OpAdd    GroupOp = "add"
+	OpRemove GroupOp = "remove"
+	OpRole   GroupOp = "role"
+)
+
+// Authorize reports whether actor (a member with role actor.Role) may apply
+// op to target (who has role target.Role, or none when not a member) giving
+// them role to (for add and role changes):
+//
+//   - owners may do anything except remove or demote the last owner (checked
+//     by the caller, who knows how many owners there are);
+//   - admins add and remove members and admins, and grant member or admin;
+//   - members may only remove themselves (leave).
+func Authorize(actor Member, op GroupOp, target Member, to Role) error {
+	if !actor.Active() {
+		return fmt.Errorf("%s %s: %w", op, target.User, ErrNotMember)
+	}
+	self := actor.User == target.User
+	switch op {
+	case OpAdd:
+		if actor.Role.rank() < RoleAdmin.rank() || to.rank() > actor.Role.rank() || !to.Valid() {
+			return fmt.Errorf("%s may not add %s as %s: %w", actor.User, target.User, to, ErrForbidden)
+		}
+	case OpRemove:
+		if self {
+			return nil
+		}
+		if actor.Role.rank() < RoleAdmin.rank() || target.Role.rank() > actor.Role.rank() {
+			return fmt.Errorf("%s may not remove %s: %w", actor.User, target.User, ErrForbidden)
+		}
+	case OpRole:
+		if actor.Role != RoleOwner || !to.Valid() || !target.Active() {
+			return fmt.Errorf("%s may not make %s %s: %w", actor.User, target.User, to, ErrForbidden)
+		}
+	default:
+		return fmt.Errorf("group operation %q: %w", op, ErrForbidden)
+	}
+	return nil
+}
+
+// InboxPosition is where a user's inbox stands for a group's fan-out: the
+// inbox head and the last convSeq of the group already in the inbox.
+type InboxPosition struct {
+	Head, Last int64
+}

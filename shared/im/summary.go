@@ -1,0 +1,57 @@
+package im
+
+import (
+	"time"
+	"unicode/utf8"
+)
+
+// MaxPreviewBytes bounds a conversation's last-message preview.
+const MaxPreviewBytes = 160
+
+// Preview returns the start of a message body (compact JSON) for a
+// conversation list: at most MaxPreviewBytes, cut on a character boundary.
+func Preview(body []byte) string {
+	if len(body) <= MaxPreviewBytes {
+		return string(body)
+	}
+	cut := MaxPreviewBytes
+	for cut > 0 && !utf8.RuneStart(body[cut]) {
+		cut--
+	}
+	return string(body[:cut])
+}
+
+// ConversationState is one conversation in a user's conversation index:
+// what the summary shows after login.
+type ConversationState struct {
+	Conversation ConversationID
+	// Last is the convSeq of the last message of the conversation in the
+	// user's inbox.
+	Last int64
+	// Base is where the user's view of a group starts (the head when they
+	// joined); 0 for 1:1 and alert conversations.
+	Base int64
+	// Read is the user's read watermark, Delivered the highest convSeq one
+	// of the user's devices acked.
+	Read, Delivered int64
+	// Title is a group's name.
+	Title string
+	// Left is the convSeq after which a removed member receives nothing (0: member).
+	Left int64
+	// LastFrom, LastAt and Preview describe the last message.
+	LastFrom UserID
+	LastAt   time.Time
+	Preview  string
+	// UnreadAlerts counts unread alerts in an app conversation, whose
+	// convSeqs also number alerts to other users.
+	UnreadAlerts int64
+}
+
+// Unread is the number of messages after the read watermark: head minus
+// read, never counting messages before the user joined.
+func (s ConversationState) Unread() int64 {
+	if s.Conversation.AppConversation() {
+		return s.UnreadAlerts
+	}
+	return max(0, s.Last-max(s.Read, s.Base))
+}

@@ -1,0 +1,89 @@
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Fanout is the SQS queue of fan-out jobs: group messages to member inboxes
+// and presence changes to peers.
+type Fanout struct {
+	client *sqs.Client
+	url    string
+}
+
+// NewFanout returns a fan-out queue posting to url.
+func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: client, url: url} }
+
+// fanoutBody is the JSON form of an im.FanoutJob.
+type fanoutBody struct {
+	Kind    string   `json:"k"`
+	Conv    string   `json:"c,omitempty"`
+	UpTo    int64    `json:"s,omitempty"`
+	Members []string `json:"m,omitempty"`
+	User    string   `json:"u,omitempty"`
+}
+
+// EncodeJob renders a job as a queue message body.
+func EncodeJob(j im.FanoutJob) string {
+	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User)}
+	for _, m := range j.Members {
+		b.Members = append(b.Members, string(m))
+	}
+	out, _ := json.Marshal(b)
+	return string(out)
+}
+
+// DecodeJob parses a queue message body into a job.
+func DecodeJob(s string) (im.FanoutJob, error) {
+	var b fanoutBody
+	if err := json.Unmarshal([]byte(s), &b); err != nil {
+		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
+	}
+	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User)}
+	for _, m := range b.Members {
+		j.Members = append(j.Members, im.UserID(m))
+	}
+	switch j.Kind {
+	case im.FanoutMessages:
+		if !j.Conversation.ValidGroup() || j.UpTo < 1 {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing fields", s)
+		}
+	case im.FanoutPresence:
+		if !j.User.Valid() {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user", s)
+		}
+	default:
+		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)
+	}
+	return j, nil
+}
+
+// Enqueue posts jobs (in SendMessageBatch calls of 10), visible after delay.
+func (f *Fanout) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
+	for start := 0; start < len(jobs); start += 10 {
+		var entries []types.SendMessageBatchRequestEntry
+		for i, j := range jobs[start:min(start+10, len(jobs))] {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(EncodeJob(j)), DelaySeconds: secs})
+		}
+		out, err := f.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(f.url), Entries: entries})
+		if err != nil {
+			return fmt.Errorf("enqueue %d fan-out jobs: %w", len(entries), err)
+		}
+		if len(out.Failed) > 0 {
+			return fmt.Errorf("enqueue fan-out jobs: %d of %d failed (%s)", len(out.Failed), len(entries), aws.ToString(out.Failed[0].Code))
+		}
+	}
+	return nil
+}

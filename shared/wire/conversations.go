@@ -1,0 +1,354 @@
+package wire
+
+import (
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Actions of groups, receipts, presence and summary.
+const (
+	ActionGroup         = "group"
+	ActionReceipts      = "receipts"
+	ActionPresence      = "presence"
+	ActionPresenceQuery = "presence.query"
+	ActionSummary       = "summary"
+)
+
+// Server frame types of these actions.
+const (
+	TypeGroup    = "group"
+	TypeReceipts = "receipts"
+	TypePresence = "presence"
+	TypeSummary  = "summary"
+)
+
+// Group operations (the "op" of a group frame).
+const (
+	GroupCreate  = "create"
+	GroupAdd     = "add"
+	GroupRemove  = "remove"
+	GroupLeave   = "leave"
+	GroupRole    = "role"
+	GroupMembers = "members"
+)
+
+// MaxUsersPerFrame bounds the users one group or presence.query frame names.
+const MaxUsersPerFrame = 500
+
+// Query is embedded in every request that is answered with a frame: Ref
+// is echoed in the answer and in an error frame, so a client can match
+// answers to requests. Optional, at most 64 printable ASCII characters.
+type Query struct {
+	Ref string `json:"ref,omitempty"`
+}
+
+// RefOf returns the ref of a frame body, "" when it has none or a bad one.
+func RefOf(body string) string {
+	var q Query
+	if decode(body, &q) != nil || !im.ValidClientMsgID(q.Ref) {
+		return ""
+	}
+	return q.Ref
+}
+
+func checkRef(ref string) error {
+	if ref != "" && !im.ValidClientMsgID(ref) {
+		return Problemf(CodeBadRequest, "ref must be 1-64 printable ASCII characters")
+	}
+	return nil
+}
+
+// Group is the client frame {"action":"group","op":…}: create a group, add
+// or remove members, leave, change a role, or list members.
+type Group struct {
+	Action string `json:"action"`
+	Query
+	// Op is create, add, remove, leave, role or members.
+	Op string `json:"op"`
+	// ConversationID names the group ("g:<id>"); for create, optional: a
+	// new id is generated when absent.
+	ConversationID string `json:"conversationId,omitempty"`
+	// Name is the group's name (create; 1–100 characters).
+	Name string `json:"name,omitempty"`
+	// Users are the users to add or remove, or whose role changes; create
+	// adds them as members besides the caller (owner).
+	Users []string `json:"users,omitempty"`
+	// Role is the role to give (add: default member; role: required).
+	Role string `json:"role,omitempty"`
+}
+
+// DecodeGroup validates a group frame.
+func DecodeGroup(body string) (Group, error) {
+	var f Group
+	if err := decode(body, &f); err != nil {
+		return Group{}, err
+	}
+	if err := checkRef(f.Ref); err != nil {
+		return Group{}, err
+	}
+	needUsers := false
+	switch f.Op {
+	case GroupCreate:
+		if !im.ValidGroupName(f.Name) {
+			return Group{}, Problemf(CodeBadRequest, "name is required: 1-%d characters, no control characters", im.MaxGroupNameLength)
+		}
+		if f.ConversationID != "" && !im.ConversationID(f.ConversationID).ValidGroup() {
+			return Group{}, Problemf(CodeBadRequest, "conversationId must be g:<id> with an id of 1-64 characters of [A-Za-z0-9._@-]")
+		}
+	case GroupAdd, GroupRemove, GroupRole:
+		needUsers = true
+	case GroupLeave, GroupMembers:
+	default:
+		return Group{}, Problemf(CodeBadRequest, "op must be one of create, add, remove, leave, role, members")
+	}
+	if f.Op != GroupCreate && !im.ConversationID(f.ConversationID).ValidGroup() {
+		return Group{}, Problemf(CodeBadRequest, "conversationId is required: g:<id>")
+	}
+	if needUsers && len(f.Users) == 0 {
+		return Group{}, Problemf(CodeBadRequest, "users is required for %s", f.Op)
+	}
+	if len(f.Users) > MaxUsersPerFrame {
+		return Group{}, Problemf(CodeTooLarge, "at most %d users per frame", MaxUsersPerFrame)
+	}
+	for _, u := range f.Users {
+		if !im.UserID(u).Valid() {
+			return Group{}, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
+		}
+	}
+	switch {
+	case f.Op == GroupRole && !im.Role(f.Role).Valid():
+		return Group{}, Problemf(CodeBadRequest, "role is required: owner, admin or member")
+	case f.Op == GroupAdd && f.Role == "":
+		f.Role = string(im.RoleMember)
+	case f.Op == GroupAdd && !im.Role(f.Role).Valid():
+		return Group{}, Problemf(CodeBadRequest, "role must be owner, admin or member")
+	}
+	return f, nil
+}
+
+// Member is one member in a group answer.
+type Member struct {
+	UserID string `json:"userId"`
+	// Role is owner, admin or member.
+	Role string `json:"role"`
+	// Joined is the conversation head when the user joined: they receive
+	// messages after it.
+	Joined int64 `json:"joined"`
+	// Left is set for removed members: they received messages up to it.
+	Left int64 `json:"left,omitempty"`
+}
+
+// GroupInfo answers a group frame:
+// {"type":"group","op":…,"conversationId":…,"name":…,"members":[…],"changed":[…]}.
+type GroupInfo struct {
+	Type string `json:"type"`
+	Ref  string `json:"ref,omitempty"`
+	// Op echoes the request's op.
+	Op             string `json:"op"`
+	ConversationID string `json:"conversationId"`
+	Name           string `json:"name,omitempty"`
+	// Head is the group's last convSeq.
+	Head int64 `json:"head"`
+	// Count is the number of current members.
+	Count int64 `json:"count"`
+	// Members lists the members (op members: all current ones, plus removed
+	// ones; other ops: none).
+	Members []Member `json:"members,omitempty"`
+	// Changed lists the users whose membership or role this request changed
+	// (users already in the wanted state are not listed).
+	Changed []string `json:"changed,omitempty"`
+}
+
+// FromMember converts a domain member into its wire form.
+func FromMember(m im.Member) Member {
+	return Member{UserID: string(m.User), Role: string(m.Role), Joined: m.Joined, Left: m.Left}
+}
+
+// Receipts is the client frame {"action":"receipts","conversationId":…,
+// "convSeq":N}: who has message N delivered and read.
+type Receipts struct {
+	Action string `json:"action"`
+	Query
+	ConversationID string `json:"conversationId"`
+	ConvSeq        *int64 `json:"convSeq"`
+}
+
+// DecodeReceipts validates a receipts frame.
+func DecodeReceipts(body string) (im.ConversationID, int64, string, error) {
+	var f Receipts
+	if err := decode(body, &f); err != nil {
+		return "", 0, "", err
+	}
+	if err := checkRef(f.Ref); err != nil {
+		return "", 0, "", err
+	}
+	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
+		return "", 0, f.Ref, Problemf(CodeBadRequest, "conversationId is required")
+	}
+	if f.ConvSeq == nil || *f.ConvSeq < 1 {
+		return "", 0, f.Ref, Problemf(CodeBadRequest, "convSeq is required: a convSeq of at least 1")
+	}
+	return im.ConversationID(f.ConversationID), *f.ConvSeq, f.Ref, nil
+}
+
+// ReceiptsAnswer answers a receipts frame. Members are the users message
+// ConvSeq was sent to (members when it was sent, the sender excluded);
+// Delivered and Read count those whose watermarks reached it.
+type ReceiptsAnswer struct {
+	Type           string   `json:"type"`
+	Ref            string   `json:"ref,omitempty"`
+	ConversationID string   `json:"conversationId"`
+	ConvSeq        int64    `json:"convSeq"`
+	From           string   `json:"from"`
+	Members        int      `json:"members"`
+	Delivered      int      `json:"delivered"`
+	Read           int      `json:"read"`
+	DeliveredBy    []string `json:"deliveredBy"`
+	ReadBy         []string `json:"readBy"`
+}
+
+// Presence is the client frame {"action":"presence","status":…}: choose the
+// display state online, away, dnd or invisible.
+type Presence struct {
+	Action string `json:"action"`
+	Query
+	Status string `json:"status"`
+}
+
+// DecodePresence validates a presence frame.
+func DecodePresence(body string) (im.Status, string, error) {
+	var f Presence
+	if err := decode(body, &f); err != nil {
+		return "", "", err
+	}
+	if err := checkRef(f.Ref); err != nil {
+		return "", "", err
+	}
+	if !im.Status(f.Status).Settable() {
+		return "", f.Ref, Problemf(CodeBadRequest, "status must be online, away, dnd or invisible")
+	}
+	return im.Status(f.Status), f.Ref, nil
+}
+
+// PresenceQuery is the client frame {"action":"presence.query","users":[…]}.
+type PresenceQuery struct {
+	Action string `json:"action"`
+	Query
+	Users []string `json:"users"`
+}
+
+// MaxPresenceQuery bounds the users of one presence.query.
+const MaxPresenceQuery = 100
+
+// DecodePresenceQuery validates a presence.query frame.
+func DecodePresenceQuery(body string) ([]im.UserID, string, error) {
+	var f PresenceQuery
+	if err := decode(body, &f); err != nil {
+		return nil, "", err
+	}
+	if err := checkRef(f.Ref); err != nil {
+		return nil, "", err
+	}
+	if len(f.Users) == 0 || len(f.Users) > MaxPresenceQuery {
+		return nil, f.Ref, Problemf(CodeBadRequest, "users is required: 1-%d user ids", MaxPresenceQuery)
+	}
+	out := make([]im.UserID, len(f.Users))
+	for i, u := range f.Users {
+		if out[i] = im.UserID(u); !out[i].Valid() {
+			return nil, f.Ref, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
+		}
+	}
+	return out, f.Ref, nil
+}
+
+// UserPresence is what one user shows to others.
+type UserPresence struct {
+	UserID string `json:"userId"`
+	// Status is online, away, dnd or offline (invisible users show offline).
+	Status string `json:"status"`
+}
+
+// PresenceAnswer answers presence and presence.query frames, and is pushed
+// (without ref) to 1:1 peers when a user's visible presence changes:
+// {"type":"presence","users":[{"userId":…,"status":…}]}.
+type PresenceAnswer struct {
+	Type  string         `json:"type"`
+	Ref   string         `json:"ref,omitempty"`
+	Users []UserPresence `json:"users"`
+}
+
+// Summary is the client frame {"action":"summary","after":…,"limit":…}:
+// one page of the caller's conversations.
+type Summary struct {
+	Action string `json:"action"`
+	Query
+	// After continues after this conversation id (the previous page's next).
+	After string `json:"after,omitempty"`
+	// Limit is the most conversations wanted, 1..200 (default 100).
+	Limit int `json:"limit,omitempty"`
+}
+
+// MaxSummaryPage bounds a summary page.
+const MaxSummaryPage = 200
+
+// DecodeSummary validates a summary frame.
+func DecodeSummary(body string) (Summary, error) {
+	var f Summary
+	if err := decode(body, &f); err != nil {
+		return Summary{}, err
+	}
+	if err := checkRef(f.Ref); err != nil {
+		return Summary{}, err
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	if f.Limit < 1 || f.Limit > MaxSummaryPage {
+		return Summary{}, Problemf(CodeBadRequest, "limit must be 1..%d", MaxSummaryPage)
+	}
+	if len(f.After) > 3*im.MaxIDLength {
+		return Summary{}, Problemf(CodeBadRequest, "after must be a conversation id")
+	}
+	return f, nil
+}
+
+// ConversationSummary is one conversation in a summary page.
+type ConversationSummary struct {
+	ConversationID string `json:"conversationId"`
+	// Title is a group's name.
+	Title string `json:"title,omitempty"`
+	// Unread counts messages after the read watermark.
+	Unread int64 `json:"unread"`
+	// Last is the convSeq of the last message in the caller's inbox.
+	Last int64 `json:"last"`
+	// Read and Delivered are the caller's watermarks (convSeqs).
+	Read      int64 `json:"read"`
+	Delivered int64 `json:"delivered"`
+	// Left is set when the caller was removed from the group at that convSeq.
+	Left int64 `json:"left,omitempty"`
+	// LastFrom, LastAt and Preview describe the last message (Preview: the
+	// start of its JSON body, at most 160 bytes).
+	LastFrom string `json:"lastFrom,omitempty"`
+	LastAt   string `json:"lastAt,omitempty"`
+	Preview  string `json:"preview,omitempty"`
+}
+
+// SummaryPage answers a summary frame.
+type SummaryPage struct {
+	Type          string                `json:"type"`
+	Ref           string                `json:"ref,omitempty"`
+	Conversations []ConversationSummary `json:"conversations"`
+	// Next continues the listing (as after); "" on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// FromState converts a conversation state into its summary form.
+func FromState(s im.ConversationState) ConversationSummary {
+	out := ConversationSummary{
+		ConversationID: string(s.Conversation), Title: s.Title, Unread: s.Unread(), Last: s.Last,
+		Read: s.Read, Delivered: s.Delivered, Left: s.Left, LastFrom: string(s.LastFrom), Preview: s.Preview,
+	}
+	if s.LastFrom != "" {
+		out.LastAt = Timestamp(s.LastAt)
+	}
+	return out
+}
