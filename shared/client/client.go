@@ -53,6 +53,9 @@ type Options struct {
 	// OnRead when another device of this user read a conversation.
 	OnReceipt func(Receipt)
 	OnRead    func(conversationID string, upTo int64)
+	// OnPresence is called when a peer of one of this user's 1:1
+	// conversations changes what they show (online, away, dnd, offline).
+	OnPresence func(userID, status string)
 	// Log receives the client's structured logs (discarded when nil).
 	Log *slog.Logger
 	// hooks inject faults in tests.
@@ -127,6 +130,9 @@ type Client struct {
 
 	mu      sync.Mutex
 	waiters map[string][]chan sendResult
+	answers map[string]chan json.RawMessage // query refs → waiting request
+	refs    atomic.Int64
+	out     chan outgoing // frames of queries for the session to write
 	first   chan error // the first connection's outcome, for Dial
 }
 
@@ -180,6 +186,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		opts: opts, store: st, log: log, cancel: cancel,
 		msgs: make(chan Message, 1024), kick: make(chan struct{}, 1), done: make(chan struct{}),
 		waiters: map[string][]chan sendResult{}, first: make(chan error, 1),
+		answers: map[string]chan json.RawMessage{}, out: make(chan outgoing),
 	}
 	c.wg.Go(func() { c.run(runCtx) })
 	select {

@@ -195,6 +195,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			err = s.flushOutbox(sctx)
 		case <-pingTick.C:
 			err = s.write(sctx, wire.Envelope{Action: wire.ActionPing})
+		case o := <-c.out:
+			err = s.conn.Write(sctx, o.frame)
+			o.done <- err
 		}
 		if errors.Is(err, errCrash) {
 			c.crash()
@@ -223,12 +226,23 @@ func (s *session) requestSync(ctx context.Context, cursor int64) error {
 func (s *session) handle(ctx context.Context, data []byte) error {
 	var typ struct {
 		Type string `json:"type"`
+		Ref  string `json:"ref"`
 	}
 	if err := json.Unmarshal(data, &typ); err != nil {
 		s.c.log.Warn("unreadable frame", "err", err.Error())
 		return nil
 	}
+	if typ.Ref != "" && s.c.answer(typ.Ref, data) {
+		return nil
+	}
 	switch typ.Type {
+	case wire.TypePresence:
+		var p wire.PresenceAnswer
+		if err := json.Unmarshal(data, &p); err == nil && s.c.opts.OnPresence != nil {
+			for _, u := range p.Users {
+				s.c.opts.OnPresence(u.UserID, u.Status)
+			}
+		}
 	case wire.TypeMessage:
 		var p wire.Push
 		if err := json.Unmarshal(data, &p); err != nil {

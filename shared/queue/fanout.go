@@ -69,9 +69,20 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	return j, nil
 }
 
-// Enqueue posts jobs (in SendMessageBatch calls of 10), visible after delay.
+// Enqueue posts jobs, visible after delay: delayed or single jobs one
+// SendMessage each (goaws ignores DelaySeconds in batches), others in
+// SendMessageBatch calls of 10.
 func (f *Fanout) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
 	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
+	if secs > 0 || len(jobs) == 1 {
+		for _, j := range jobs {
+			_, err := f.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(f.url), MessageBody: aws.String(EncodeJob(j)), DelaySeconds: secs})
+			if err != nil {
+				return fmt.Errorf("enqueue fan-out job: %w", err)
+			}
+		}
+		return nil
+	}
 	for start := 0; start < len(jobs); start += 10 {
 		var entries []types.SendMessageBatchRequestEntry
 		for i, j := range jobs[start:min(start+10, len(jobs))] {

@@ -1,0 +1,107 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/wire"
+)
+
+func TestGroupsReadMarksPresenceAndSummaryThroughTheSDK(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		mu        sync.Mutex
+		reads     []int64
+		presences []string
+	)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	bobPhone := newDevice(t, st, "bob", "phone").dial(t)
+	bobTablet := newDevice(t, st, "bob", "tablet").dial(t, func(o *Options) {
+		o.OnRead = func(_ string, upTo int64) { mu.Lock(); reads = append(reads, upTo); mu.Unlock() }
+		o.OnPresence = func(u, s string) { mu.Lock(); presences = append(presences, u+"="+s); mu.Unlock() }
+	})
+
+	g, err := alice.CreateGroup(ctx, "Incident 42", "bob")
+	if err != nil || g.Count != 2 || g.Name != "Incident 42" {
+		t.Fatalf("create = %+v, %v", g, err)
+	}
+	sent, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: []byte(`"db failover in 5"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, bobPhone, 1, 10*time.Second)
+	if got[0].ConversationID != g.ConversationID || got[0].MessageID != sent.MessageID {
+		t.Fatalf("bob's phone got %+v", got[0])
+	}
+	if err := bobPhone.MarkRead(ctx, g.ConversationID, got[0].ConvSeq); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "read mark on bob's tablet", func() bool { mu.Lock(); defer mu.Unlock(); return len(reads) == 1 && reads[0] == 1 })
+	var rc ReceiptsInfo
+	waitFor(t, "read receipt", func() bool {
+		rc, err = alice.Receipts(ctx, g.ConversationID, sent.ConvSeq)
+		return err == nil && rc.Read == 1
+	})
+	if rc.Members != 1 || rc.ReadBy[0] != "bob" {
+		t.Fatalf("receipts = %+v", rc)
+	}
+	sum, err := bobTablet.Summary(ctx)
+	if err != nil || len(sum) != 1 || sum[0].ConversationID != g.ConversationID || sum[0].Unread != 0 || sum[0].Title != "Incident 42" {
+		t.Fatalf("summary = %+v, %v", sum, err)
+	}
+	h, err := bobTablet.ConversationHistory(ctx, g.ConversationID, 0, 10)
+	if err != nil || len(h.Messages) != 1 || h.Messages[0].MessageID != sent.MessageID {
+		t.Fatalf("history = %+v, %v", h, err)
+	}
+	members, err := bobTablet.Members(ctx, g.ConversationID)
+	if err != nil || len(members.Members) != 2 {
+		t.Fatalf("members = %+v, %v", members, err)
+	}
+	// Refusals come back as ServerErrors matched to the request.
+	_, err = bobTablet.AddMembers(ctx, g.ConversationID, "", "carol")
+	var se *ServerError
+	if !errors.As(err, &se) || se.Code != wire.CodeForbidden {
+		t.Fatalf("member adding: %v", err)
+	}
+
+	// Presence: 1:1 peers hear of changes; invisible reads as offline.
+	if _, err := alice.Send(ctx, "bob", "ping"); err != nil {
+		t.Fatal(err)
+	}
+	if shown, err := alice.SetPresence(ctx, "invisible"); err != nil || shown != "offline" {
+		t.Fatalf("set invisible: %q, %v", shown, err)
+	}
+	if p, err := bobPhone.QueryPresence(ctx, "alice"); err != nil || p["alice"] != "offline" {
+		t.Fatalf("query = %v, %v", p, err)
+	}
+	waitFor(t, "presence push", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(presences) > 0 && presences[len(presences)-1] == "alice=offline"
+	})
+	if _, err := alice.SetPresence(ctx, "sleeping"); !errors.As(err, &se) || se.Code != wire.CodeBadRequest {
+		t.Fatalf("bad status: %v", err)
+	}
+}
+
+func TestQueryWaitsForAConnectionAndHonoursItsContext(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	c := newDevice(t, st, "alice", "laptop").dial(t)
+	c.Close()
+	if _, err := c.Summary(context.Background()); !errors.Is(err, errClosed) {
+		t.Fatalf("summary on a closed client: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	d := newDevice(t, st, "bob", "laptop").dial(t, func(o *Options) { o.Dialer = dropFrames(WebSocket, wire.TypeSummary) })
+	if _, err := d.Summary(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("summary without an answer: %v", err)
+	}
+}

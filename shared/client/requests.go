@@ -1,0 +1,216 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// The query API: requests answered with one frame, matched by a ref the
+// server echoes. Queries go out on the current connection and wait for it
+// when there is none; ctx bounds the wait. They are not persisted: unlike
+// sends, a query lost with its connection is simply asked again.
+
+// GroupInfo answers group operations (see wire.GroupInfo).
+type GroupInfo = wire.GroupInfo
+
+// ReceiptsInfo says who has a message delivered and read (see wire.ReceiptsAnswer).
+type ReceiptsInfo = wire.ReceiptsAnswer
+
+// ConversationSummary is one conversation of Summary (see wire.ConversationSummary).
+type ConversationSummary = wire.ConversationSummary
+
+// HistoryPage is one page of a conversation log (see wire.HistoryPage).
+type HistoryPage = wire.HistoryPage
+
+// outgoing is a frame a caller hands to the session to write.
+type outgoing struct {
+	frame []byte
+	done  chan error
+}
+
+// request sends frame with a fresh ref and decodes the answering frame into out.
+func (c *Client) request(ctx context.Context, frame map[string]any, out any) error {
+	ref := "q" + strconv.FormatInt(c.refs.Add(1), 10)
+	frame["ref"] = ref
+	ch := make(chan json.RawMessage, 1)
+	c.mu.Lock()
+	c.answers[ref] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.answers, ref)
+		c.mu.Unlock()
+	}()
+	if err := c.write(ctx, frame); err != nil {
+		return err
+	}
+	select {
+	case raw := <-ch:
+		var e wire.Error
+		if json.Unmarshal(raw, &e) == nil && e.Type == wire.TypeError {
+			return &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
+		}
+		if err := json.Unmarshal(raw, out); err != nil {
+			return fmt.Errorf("answer to %v: %w", frame["action"], err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errClosed
+	}
+}
+
+var errClosed = errors.New("client closed")
+
+// write hands a frame to the session, waiting for a connection.
+func (c *Client) write(ctx context.Context, frame map[string]any) error {
+	b, err := json.Marshal(frame)
+	if err != nil {
+		return err
+	}
+	o := outgoing{frame: b, done: make(chan error, 1)}
+	select {
+	case c.out <- o:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errClosed
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errClosed
+	}
+}
+
+// answer routes a frame carrying a ref to the request waiting for it.
+func (c *Client) answer(ref string, raw []byte) bool {
+	c.mu.Lock()
+	ch, ok := c.answers[ref]
+	c.mu.Unlock()
+	if ok {
+		ch <- json.RawMessage(append([]byte(nil), raw...))
+	}
+	return ok
+}
+
+func (c *Client) group(ctx context.Context, frame map[string]any) (GroupInfo, error) {
+	frame["action"] = wire.ActionGroup
+	var g GroupInfo
+	err := c.request(ctx, frame, &g)
+	return g, err
+}
+
+// CreateGroup creates a group named name with this user as owner and
+// members as members. It returns the group (its conversationId is new).
+func (c *Client) CreateGroup(ctx context.Context, name string, members ...string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupCreate, "name": name, "users": members})
+}
+
+// AddMembers adds users to a group with role (owner, admin or member; "" is member).
+func (c *Client) AddMembers(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupAdd, "conversationId": conversationID, "users": users, "role": role})
+}
+
+// RemoveMembers removes users from a group; they receive nothing sent after.
+func (c *Client) RemoveMembers(ctx context.Context, conversationID string, users ...string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupRemove, "conversationId": conversationID, "users": users})
+}
+
+// LeaveGroup removes this user from a group.
+func (c *Client) LeaveGroup(ctx context.Context, conversationID string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupLeave, "conversationId": conversationID})
+}
+
+// SetRole gives users role in a group (owners only).
+func (c *Client) SetRole(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupRole, "conversationId": conversationID, "users": users, "role": role})
+}
+
+// Members lists a group's members (removed ones with Left set).
+func (c *Client) Members(ctx context.Context, conversationID string) (GroupInfo, error) {
+	return c.group(ctx, map[string]any{"op": wire.GroupMembers, "conversationId": conversationID})
+}
+
+// MarkRead moves this user's read watermark of a conversation to upTo (a
+// convSeq). Lower or equal values are ignored by the server. The server
+// answers only errors; MarkRead returns once the frame is written.
+func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64) error {
+	return c.write(ctx, map[string]any{"action": wire.ActionRead, "conversationId": conversationID, "upTo": upTo})
+}
+
+// Receipts asks who has message convSeq of a conversation delivered and read.
+func (c *Client) Receipts(ctx context.Context, conversationID string, convSeq int64) (ReceiptsInfo, error) {
+	var r ReceiptsInfo
+	err := c.request(ctx, map[string]any{"action": wire.ActionReceipts, "conversationId": conversationID, "convSeq": convSeq}, &r)
+	return r, err
+}
+
+// SetPresence chooses this user's display state: online, away, dnd or
+// invisible (others then see offline). It returns what others now see.
+func (c *Client) SetPresence(ctx context.Context, status string) (string, error) {
+	var p wire.PresenceAnswer
+	if err := c.request(ctx, map[string]any{"action": wire.ActionPresence, "status": status}, &p); err != nil {
+		return "", err
+	}
+	if len(p.Users) != 1 {
+		return "", fmt.Errorf("presence answer with %d users", len(p.Users))
+	}
+	return p.Users[0].Status, nil
+}
+
+// QueryPresence returns what users show to others (online, away, dnd or offline).
+func (c *Client) QueryPresence(ctx context.Context, users ...string) (map[string]string, error) {
+	var p wire.PresenceAnswer
+	if err := c.request(ctx, map[string]any{"action": wire.ActionPresenceQuery, "users": users}, &p); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(p.Users))
+	for _, u := range p.Users {
+		out[u.UserID] = u.Status
+	}
+	return out, nil
+}
+
+// Summary returns every conversation of this user with unread counts,
+// previews and watermarks, reading page after page.
+func (c *Client) Summary(ctx context.Context) ([]ConversationSummary, error) {
+	var out []ConversationSummary
+	after := ""
+	for {
+		var p wire.SummaryPage
+		frame := map[string]any{"action": wire.ActionSummary, "limit": wire.MaxSummaryPage}
+		if after != "" {
+			frame["after"] = after
+		}
+		if err := c.request(ctx, frame, &p); err != nil {
+			return out, err
+		}
+		out = append(out, p.Conversations...)
+		if p.Next == "" {
+			return out, nil
+		}
+		after = p.Next
+	}
+}
+
+// ConversationHistory pages back through a conversation's log on the
+// server (before 0: the newest), which is kept longer than inboxes.
+func (c *Client) ConversationHistory(ctx context.Context, conversationID string, before int64, limit int) (HistoryPage, error) {
+	var h HistoryPage
+	frame := map[string]any{"action": wire.ActionHistory, "conversationId": conversationID, "limit": limit}
+	if before > 0 {
+		frame["before"] = before
+	}
+	err := c.request(ctx, frame, &h)
+	return h, err
+}

@@ -1,0 +1,49 @@
+package queue
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
+	t.Parallel()
+	for _, j := range []im.FanoutJob{
+		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7},
+		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, Members: []im.UserID{"a", "b"}},
+		{Kind: im.FanoutPresence, User: "alice"},
+	} {
+		got, err := DecodeJob(EncodeJob(j))
+		if err != nil {
+			t.Fatalf("%+v: %v", j, err)
+		}
+		if diff := cmp.Diff(j, got); diff != "" {
+			t.Errorf("round trip (-want +got):\n%s", diff)
+		}
+	}
+	for name, body := range map[string]string{
+		"not json":        `{`,
+		"unknown kind":    `{"k":"x","c":"g:ops","s":1}`,
+		"1:1 conv":        `{"k":"m","c":"d:a:b","s":1}`,
+		"no seq":          `{"k":"m","c":"g:ops"}`,
+		"presence nobody": `{"k":"p"}`,
+	} {
+		if _, err := DecodeJob(body); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestBatchesSplitMembers(t *testing.T) {
+	t.Parallel()
+	members := make([]im.UserID, 120)
+	for i := range members {
+		members[i] = im.UserID(string(rune('a'+i%26)) + "x")
+	}
+	b := im.FanoutJob{Kind: im.FanoutMessages, Conversation: "g:x", UpTo: 3}.Batches(members, 50)
+	if len(b) != 3 || len(b[0].Members) != 50 || len(b[2].Members) != 20 || b[2].UpTo != 3 {
+		t.Fatalf("batches = %d", len(b))
+	}
+}
