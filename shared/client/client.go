@@ -133,7 +133,7 @@ type Client struct {
 	answers map[string]chan json.RawMessage // query refs → waiting request
 	refs    atomic.Int64
 	out     chan outgoing // frames of queries for the session to write
-	first   chan error // the first connection's outcome, for Dial
+	first   chan error    // the first connection's outcome, for Dial
 }
 
 type sendResult struct {
