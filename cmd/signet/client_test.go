@@ -66,7 +66,7 @@ func TestTwoChatSessionsTalk(t *testing.T) {
 	// bob's own copy of "approved" reaches his inbox asynchronously: list
 	// until both messages are there.
 	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(bobOut.String(), "alice               2 messages") {
+	for !strings.Contains(bobOut.String(), fmt.Sprintf("  %-20s #%-5d", "alice", 2)) {
 		if time.Now().After(deadline) {
 			t.Fatalf("bob's list never showed 2 messages:\n%s", bobOut.String())
 		}
@@ -87,6 +87,66 @@ func TestTwoChatSessionsTalk(t *testing.T) {
 	}
 	if strings.Count(aliceOut.String(), "approve PO-7?") != 2 { // typed line and its ✓
 		t.Fatalf("alice's own message shown more than once:\n%s", aliceOut.String())
+	}
+}
+
+// A group in `signet chat`: created, talked in, read marks asked for.
+func TestChatGroupsAndReadMarks(t *testing.T) {
+	st := startLocal(t)
+	data := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := func(user string) (*syncBuffer, *io.PipeWriter, chan int) {
+		var out syncBuffer
+		in, w := io.Pipe()
+		stdin = in
+		done := make(chan int, 1)
+		go func() { done <- run(ctx, []string{"chat", "--user", user, "--url", st.URL, "--data", data}, &out, &out) }()
+		waitText(t, &out, "Commands:")
+		return &out, w, done
+	}
+	bobOut, bobIn, bobDone := start("bob")
+	aliceOut, aliceIn, aliceDone := start("alice")
+	fmt.Fprintln(aliceIn, "/group release bob carol")
+	waitText(t, aliceOut, "Created #release (g:")
+	out := aliceOut.String()
+	gid := out[strings.Index(out, "(g:")+1:]
+	gid = gid[:strings.Index(gid, ")")]
+	fmt.Fprintln(aliceIn, "ship it at 5?")
+	waitText(t, aliceOut, `✓ "ship it at 5?" stored for #release (#1 in the conversation)`)
+	waitText(t, bobOut, "["+gid+"] alice: ship it at 5?")
+	fmt.Fprintln(bobIn, "/to "+gid)
+	waitText(t, bobOut, "(1 unread; marked read)")
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(aliceOut.String(), "#1: delivered 1/2, read 1/2 (read by bob)") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no read mark for bob:\n%s", aliceOut.String())
+		}
+		fmt.Fprintln(aliceIn, "/receipts")
+		time.Sleep(300 * time.Millisecond)
+	}
+	fmt.Fprintln(bobIn, "/members")
+	waitText(t, bobOut, "#release: 3 members")
+	fmt.Fprintln(bobIn, "/add dave")
+	waitText(t, bobOut, "✗ forbidden: your role in this group does not allow that")
+	fmt.Fprintln(bobIn, "/list")
+	waitText(t, bobOut, fmt.Sprintf("  %-20s #%-5d %-10s last: alice: ship it at 5?", "#release", 1, ""))
+	fmt.Fprintln(aliceIn, "/status away")
+	waitText(t, aliceOut, "Others now see you as away.")
+	fmt.Fprintln(bobIn, "/who alice carol")
+	waitText(t, bobOut, fmt.Sprintf("  %-16s %s", "alice", "away"))
+	waitText(t, bobOut, fmt.Sprintf("  %-16s %s", "carol", "offline"))
+	fmt.Fprintln(aliceIn, "/quit")
+	fmt.Fprintln(bobIn, "/quit")
+	for _, done := range []chan int{aliceDone, bobDone} {
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("chat exit %d", code)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatal("chat did not quit")
+		}
 	}
 }
 
