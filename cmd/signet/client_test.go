@@ -101,7 +101,9 @@ func TestChatGroupsAndReadMarks(t *testing.T) {
 		in, w := io.Pipe()
 		stdin = in
 		done := make(chan int, 1)
-		go func() { done <- run(ctx, []string{"chat", "--user", user, "--url", st.URL, "--data", data}, &out, &out) }()
+		go func() {
+			done <- run(ctx, []string{"chat", "--user", user, "--url", st.URL, "--data", data}, &out, &out)
+		}()
 		waitText(t, &out, "Commands:")
 		return &out, w, done
 	}
