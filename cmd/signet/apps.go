@@ -86,7 +86,7 @@ lets the app message every user. Run 'signet apps create --help' for flags.
 		name := fs.String("name", "", "app id, e.g. monitoring (required)")
 		var users, groups stringList
 		fs.Var(&users, "allow-user", "a user the app may message (repeatable; '*' for all)")
-		fs.Var(&groups, "allow-group", "a group the app may message (repeatable)")
+		fs.Var(&groups, "allow-group", "a group id (without g:) whose members the app may message with {\"group\":…} (repeatable; '*' for all)")
 		rate := fs.Int("rate", 600, "posts per minute")
 		url, key := apiFlags(fs)
 		if err := parse(fs, args[1:], stderr); err != nil {

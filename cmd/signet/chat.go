@@ -332,7 +332,7 @@ func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
 		case "/members":
 			ch.printf("#%s: %d members\n", g.Name, g.Count)
 			for _, m := range g.Members {
-				if m.Left == 0 {
+				if !m.Removed {
 					ch.printf("  %-16s %s\n", m.UserID, m.Role)
 				}
 			}
@@ -440,7 +440,7 @@ func (ch *chat) list(ctx context.Context) {
 				last = fmt.Sprintf("last: %s: %s", s.LastFrom, truncateText(text(json.RawMessage(s.Preview)), 40))
 			}
 			left := ""
-			if s.Left > 0 {
+			if s.Removed {
 				left = " (you left)"
 			}
 			ch.printf("  %-20s #%-5d %-10s %s%s\n", ch.label(s.ConversationID), s.Last, unread, last, left)

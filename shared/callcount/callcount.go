@@ -91,8 +91,9 @@ func (s Snapshot) Service(service string) int {
 	return n
 }
 
-// Table renders the counts divided by per, one operation a line.
-func (s Snapshot) Table(per int) string {
+// Table renders the counts divided by per (labelled "per <unit>"), one
+// operation a line.
+func (s Snapshot) Table(per int, unit string) string {
 	keys := make([]string, 0, len(s.Calls))
 	for k := range s.Calls {
 		keys = append(keys, k)
@@ -100,9 +101,9 @@ func (s Snapshot) Table(per int) string {
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		fmt.Fprintf(&b, "  %-40s %8d  %6.2f per message\n", k, s.Calls[k], float64(s.Calls[k])/float64(per))
+		fmt.Fprintf(&b, "  %-40s %8d  %6.2f per %s\n", k, s.Calls[k], float64(s.Calls[k])/float64(per), unit)
 	}
-	fmt.Fprintf(&b, "  %-40s %8d  %6.2f per message\n", "DynamoDB write units (estimated)", s.WCU, float64(s.WCU)/float64(per))
+	fmt.Fprintf(&b, "  %-40s %8d  %6.2f per %s\n", "DynamoDB write units (estimated)", s.WCU, float64(s.WCU)/float64(per), unit)
 	return b.String()
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,7 +200,8 @@ func TestAlertRejectionsStoreNothing(t *testing.T) {
 		{"missing title", "POST", "/v1/messages", key, idem("d"), `{"to":["ann"],"body":"b"}`, 400, "bad_request"},
 		{"bad priority", "POST", "/v1/messages", key, idem("e"), `{"to":["ann"],"title":"t","body":"b","priority":"asap"}`, 400, "bad_request"},
 		{"bad user id", "POST", "/v1/messages", key, idem("f"), `{"to":["a:b"],"title":"t","body":"b"}`, 400, "bad_request"},
-		{"group", "POST", "/v1/messages", key, idem("g"), `{"group":"ops","title":"t","body":"b"}`, 400, "bad_request"},
+		{"group out of scope", "POST", "/v1/messages", key, idem("g"), `{"group":"ops","title":"t","body":"b"}`, 403, "forbidden"},
+		{"no recipients", "POST", "/v1/messages", key, idem("g2"), `{"title":"t","body":"b"}`, 400, "bad_request"},
 		{"out of scope", "POST", "/v1/messages", key, idem("h"), `{"to":["ann","zoe"],"title":"t","body":"b"}`, 403, "forbidden"},
 		{"oversize", "POST", "/v1/messages", key, idem("i"), `{"to":["ann"],"title":"t","body":"` + strings.Repeat("x", 70<<10) + `"}`, 413, "too_large"},
 		{"admin cannot post", "POST", "/v1/messages", devstack.DefaultAdminKey, idem("j"), ok, 403, "forbidden"},
@@ -266,5 +268,43 @@ func TestChatMessageTrace(t *testing.T) {
 		if !strings.Contains(r.raw, want) {
 			t.Errorf("trace lacks %s: %s", want, r.raw)
 		}
+	}
+}
+
+// An alert to a group reaches every current member, scoped by allowGroups.
+func TestAlertToAGroupReachesItsMembers(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	owner := dial(t, st, "lead", "laptop")
+	owner.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:oncall", "name": "On-call", "users": []string{"ann", "ben"}}, nil)
+	owner.request(map[string]any{"action": "group", "op": "remove", "conversationId": "g:oncall", "users": []string{"ben"}}, nil)
+	b, _ := json.Marshal(map[string]any{"name": "pager", "allowUsers": []string{"zoe"}, "allowGroups": []string{"oncall"}})
+	r := call(t, st, "POST", "/v1/apps", devstack.DefaultAdminKey, nil, string(b))
+	if r.status != http.StatusCreated {
+		t.Fatalf("create app: %d %s", r.status, r.raw)
+	}
+	key := r.body["key"].(string)
+	r = call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "p1"}, `{"group":"oncall","to":["zoe"],"title":"disk full","body":"db-3"}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("post: %d %s", r.status, r.raw)
+	}
+	var got []string
+	for _, rc := range r.body["recipients"].([]any) {
+		got = append(got, rc.(map[string]any)["userId"].(string))
+	}
+	slices.Sort(got)
+	if strings.Join(got, ",") != "ann,lead,zoe" { // ben was removed
+		t.Fatalf("recipients = %v", got)
+	}
+	for _, u := range []im.UserID{"ann", "lead", "zoe"} {
+		if head, _, _ := st.Store.Head(context.Background(), u); head != 1 {
+			t.Errorf("%s inbox head = %d", u, head)
+		}
+	}
+	if head, _, _ := st.Store.Head(context.Background(), "ben"); head != 0 {
+		t.Errorf("removed member got the alert")
+	}
+	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "p2"}, `{"group":"nope","title":"t","body":"b"}`); r.status != http.StatusForbidden {
+		t.Fatalf("foreign group: %d %s", r.status, r.raw)
 	}
 }

@@ -166,7 +166,7 @@ func TestGroupMembershipRolesAndDelivery(t *testing.T) {
 	dave.request(map[string]any{"action": "group", "op": "members", "conversationId": conv}, &members)
 	roles := map[string]string{}
 	for _, m := range members.Members {
-		if m.Left == 0 {
+		if !m.Removed {
 			roles[m.UserID] = m.Role
 		}
 	}
@@ -330,7 +330,7 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // the last read syncs finish
 	cost := counter.Snapshot().Sub(before)
-	t.Logf("200 read actions over 100 messages (\"per message\" below = per read action):\n%s", cost.Table(200))
+	t.Logf("200 read actions over 100 messages:\n%s", cost.Table(200, "read action"))
 	if got := cost.Calls["DynamoDB.UpdateItem"]; got != 200 {
 		t.Fatalf("UpdateItem calls = %d, want one watermark write per member (200)", got)
 	}

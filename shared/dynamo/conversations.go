@@ -18,7 +18,7 @@ import (
 // the user's watermarks of the conversation:
 //
 //	last, lastFrom, lastAt, preview   the last message in the user's inbox (convSeq)
-//	base, left                        group view: joined after base, removed at left
+//	base, left, removed               group view: joined after base; removed (1) at left
 //	read, readAt                      read watermark (forward-only)
 //	delivered, deliveredAt            highest convSeq one of the user's devices acked
 //	unread                            alert conversations only: alerts not yet read
@@ -85,6 +85,7 @@ func stateFrom(item map[string]types.AttributeValue) im.ConversationState {
 		Read:         getN(item, attrRead),
 		Delivered:    getN(item, attrDelivered),
 		Left:         getN(item, attrLeft),
+		Removed:      getN(item, attrRemoved) == 1,
 		LastFrom:     im.UserID(getS(item, "lastFrom")),
 		LastAt:       time.UnixMilli(getN(item, "lastAt")).UTC(),
 		Preview:      getS(item, "preview"),

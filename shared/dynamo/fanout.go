@@ -44,8 +44,8 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 		items := append(st.sendItems(d, msg, heads{conv: head}, nil, now),
 			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 				TableName: aws.String(st.tables.Messages), Key: convKey(d.Conversation, memberSK(d.From)),
-				ConditionExpression:       aws.String("attribute_exists(#role) AND (attribute_not_exists(#left) OR #left = :zero)"),
-				ExpressionAttributeNames:  map[string]string{"#role": "role", "#left": attrLeft},
+				ConditionExpression:       aws.String("attribute_exists(#role) AND (attribute_not_exists(#removed) OR #removed = :zero)"),
+				ExpressionAttributeNames:  map[string]string{"#role": "role", "#removed": attrRemoved},
 				ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0)},
 			}},
 			// What you write you have read (see senderIndexUpdate).

@@ -24,12 +24,17 @@ import (
 
 func memberSK(u im.UserID) string { return "u#" + string(u) }
 
+// attrRemoved is 1 on the member and index items of a removed member (a
+// number, not REMOVE-d attributes: minidyn's REMOVE leaves them behind).
+const attrRemoved = "removed"
+
 // maxMembersPerChange bounds the members one transaction changes (each
 // costs two items; a transaction holds 100).
 const maxMembersPerChange = 45
 
 func memberFrom(it map[string]types.AttributeValue) im.Member {
-	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"), Left: getN(it, attrLeft)}
+	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"),
+		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft)}
 }
 
 // groupHead is the head item of a group.
@@ -81,8 +86,8 @@ func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string
 	return &types.Update{
 		TableName:                 aws.String(table),
 		Key:                       inboxKey(u, convIndexSK(c)),
-		UpdateExpression:          aws.String("SET #base = :h, #last = if_not_exists(#last, :h), title = :name, #left = :zero"),
-		ExpressionAttributeNames:  map[string]string{"#base": attrBase, "#last": attrLast, "#left": attrLeft},
+		UpdateExpression:          aws.String("SET #base = :h, #last = if_not_exists(#last, :h), title = :name, #left = :zero, #removed = :zero"),
+		ExpressionAttributeNames:  map[string]string{"#base": attrBase, "#last": attrLast, "#left": attrLeft, "#removed": attrRemoved},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(head), ":name": s(name), ":zero": n(0)},
 	}
 }
@@ -234,20 +239,16 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				if t.Role == im.RoleOwner {
 					ownersDelta--
 				}
-				t.Left = h.seq
-				items = append(items,
-					types.TransactWriteItem{Update: &types.Update{
-						TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(u)),
-						UpdateExpression:          aws.String("SET #left = :h, removedBy = :by"),
-						ExpressionAttributeNames:  map[string]string{"#left": attrLeft},
-						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq), ":by": s(string(actor))},
-					}},
-					types.TransactWriteItem{Update: &types.Update{
-						TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
-						UpdateExpression:          aws.String("SET #left = :h"),
-						ExpressionAttributeNames:  map[string]string{"#left": attrLeft},
-						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq)},
-					}})
+				t.Removed, t.Left = true, h.seq
+				removed := func(table string, key map[string]types.AttributeValue) types.TransactWriteItem {
+					return types.TransactWriteItem{Update: &types.Update{
+						TableName: aws.String(table), Key: key,
+						UpdateExpression:          aws.String("SET #left = :h, #removed = :one, removedBy = :by"),
+						ExpressionAttributeNames:  map[string]string{"#left": attrLeft, "#removed": attrRemoved},
+						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq), ":one": n(1), ":by": s(string(actor))},
+					}}
+				}
+				items = append(items, removed(st.tables.Messages, convKey(c, memberSK(u))), removed(st.tables.Inbox, inboxKey(u, convIndexSK(c))))
 			case im.OpRole:
 				if t.Role == role {
 					continue

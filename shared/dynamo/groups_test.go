@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -70,5 +71,46 @@ func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("bob's group entries = %v", got)
+	}
+}
+
+// Regression: a member removed before the group's first message (left at
+// head 0) still counted as a member and could send.
+func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("early")
+	if err := st.CreateGroup(ctx, g, "Early", "alice", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now); err != nil {
+		t.Fatal(err)
+	}
+	m, err := st.Member(ctx, g, "bob")
+	if err != nil || m.Active() || !m.Removed || m.Receives(1) {
+		t.Fatalf("bob = %+v, %v", m, err)
+	}
+	if _, err := st.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "x", Conversation: g, Body: []byte(`"hi"`)}, now); !errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("removed member's send: %v", err)
+	}
+	// Added again, he is in from the current head on.
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := st.Member(ctx, g, "bob"); !m.Active() {
+		t.Fatalf("re-added bob = %+v", m)
+	}
+	if _, err := st.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "y", Conversation: g, Body: []byte(`"back"`)}, now); err != nil {
+		t.Fatal(err)
+	}
+	// The member limit counts current members only.
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"c1", "c2"}, im.RoleMember, 3, now); !errors.Is(err, im.ErrGroupFull) {
+		t.Fatalf("over the limit: %v", err)
+	}
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"alice"}, "", 500, now); !errors.Is(err, im.ErrLastOwner) {
+		t.Fatalf("last owner leaving: %v", err)
 	}
 }

@@ -247,3 +247,44 @@ func (st *Store) ExpireDue(ctx context.Context, u im.UserID, now time.Time) (int
 	}
 	return removed, nil
 }
+
+// SeedInbox writes entries (seq 1..n, ascending, into an empty inbox),
+// the inbox head and one conversation-index item per conversation, with
+// plain BatchWriteItem calls of 25 items: no transaction, no condition.
+// It exists for load tests and benchmarks that need large inboxes on
+// emulators whose transactions copy whole tables (moto, minidyn); it is
+// never safe on a live inbox.
+func (st *Store) SeedInbox(ctx context.Context, u im.UserID, entries []im.Entry, now time.Time) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	ttl := st.ttlAt(now)
+	var puts []map[string]types.AttributeValue
+	last := map[im.ConversationID]im.Message{}
+	for _, e := range entries {
+		puts = append(puts, entryItem(u, e, ttl))
+		last[e.Message.Conversation] = e.Message
+	}
+	puts = append(puts, map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(skHead), attrSeq: n(entries[len(entries)-1].Seq), attrEpoch: s(newEpoch(now))})
+	for c, m := range last {
+		puts = append(puts, map[string]types.AttributeValue{
+			attrUser: s(string(u)), attrSK: s(convIndexSK(c)), attrLast: n(m.ConvSeq), "lastFrom": s(string(m.From)),
+			"lastAt": n(m.SentAt.UnixMilli()), "preview": s(im.Preview(m.Body)),
+		})
+	}
+	for start := 0; start < len(puts); start += 25 {
+		var reqs []types.WriteRequest
+		for _, item := range puts[start:min(start+25, len(puts))] {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
+		}
+		pending := map[string][]types.WriteRequest{st.tables.Inbox: reqs}
+		for len(pending) > 0 {
+			out, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return fmt.Errorf("seed inbox %s: %w", u, err)
+			}
+			pending = out.UnprocessedItems
+		}
+	}
+	return nil
+}

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"slices"
 	"strings"
 	"time"
 
@@ -185,11 +186,8 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	if err := json.Unmarshal(raw, &ar); err != nil {
 		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
 	}
-	if ar.Group != "" {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "group recipients are not available yet; list users in to")
-	}
-	if len(ar.To) == 0 {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user")
+	if len(ar.To) == 0 && ar.Group == "" {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user, or group name a group")
 	}
 	if ar.Priority == "" {
 		ar.Priority = "normal"
@@ -202,6 +200,17 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		}
 		if !p.app.Allows(recipients[i]) {
 			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, u)
+		}
+	}
+	if ar.Group != "" {
+		members, err := h.groupRecipients(ctx, p.app, ar.Group)
+		if err != nil {
+			return 0, nil, err
+		}
+		for _, u := range members {
+			if !slices.Contains(recipients, u) {
+				recipients = append(recipients, u)
+			}
 		}
 	}
 	rate := p.app.RatePerMinute
@@ -274,6 +283,31 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	}
 	h.log().InfoContext(ctx, "alert accepted", "messageId", m.ID, "app", p.app.ID, "recipients", len(accepted.Recipients), "requestId", req.RequestContext.RequestID)
 	return http.StatusAccepted, json.RawMessage(resp), nil
+}
+
+// groupRecipients returns the current members of group id (without the
+// "g:" prefix) if the app may message that group.
+func (h *Handler) groupRecipients(ctx context.Context, app im.App, id string) ([]im.UserID, error) {
+	if !app.AllowsGroup(id) {
+		return nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message group %s", app.ID, id)
+	}
+	if h.Groups == nil {
+		return nil, httpErr(http.StatusBadRequest, "bad_request", "groups are not configured")
+	}
+	all, err := h.Groups.Members(ctx, im.Group(id))
+	if err != nil {
+		return nil, err
+	}
+	var out []im.UserID
+	for _, m := range all {
+		if m.Active() {
+			out = append(out, m.User)
+		}
+	}
+	if len(out) == 0 {
+		return nil, httpErr(http.StatusNotFound, "not_found", "no group %s (or it has no members)", id)
+	}
+	return out, nil
 }
 
 func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {

@@ -42,7 +42,7 @@ func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketPro
 			return h.fail(ctx, c, wire.ActionHistory, err, "")
 		}
 		after = m.Joined
-		if m.Left > 0 && (before == 0 || before > m.Left+1) {
+		if m.Removed && (before == 0 || before > m.Left+1) {
 			before = m.Left + 1
 		}
 	} else if _, err := conv.Peer(c.User); err != nil {

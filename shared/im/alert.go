@@ -40,6 +40,17 @@ func (a App) Allows(u UserID) bool {
 	return false
 }
 
+// AllowsGroup reports whether the app may message every member of group
+// id (the id without "g:").
+func (a App) AllowsGroup(id string) bool {
+	for _, allowed := range a.AllowGroups {
+		if allowed == "*" || allowed == id {
+			return true
+		}
+	}
+	return false
+}
+
 // HashSecret returns the stored form of a key secret.
 func HashSecret(secret string) string {
 	sum := sha256.Sum256([]byte(secret))

@@ -71,17 +71,19 @@ type Member struct {
 	Role Role
 	// Joined is the conversation head when the user was (last) added.
 	Joined int64
-	// Left is the conversation head when the user was removed; 0 while a member.
-	Left int64
+	// Removed is set once the user was removed; Left is the conversation
+	// head at that moment (0 if the group had no message yet).
+	Removed bool
+	Left    int64
 }
 
 // Active reports whether m is a current member.
-func (m Member) Active() bool { return m.Role.Valid() && m.Left == 0 }
+func (m Member) Active() bool { return m.Role.Valid() && !m.Removed }
 
 // Receives reports whether message convSeq of the group goes to m's inbox:
 // it was sent while m was a member.
 func (m Member) Receives(convSeq int64) bool {
-	return m.Role.Valid() && convSeq > m.Joined && (m.Left == 0 || convSeq <= m.Left)
+	return m.Role.Valid() && convSeq > m.Joined && (!m.Removed || convSeq <= m.Left)
 }
 
 // Range returns the convSeqs (from, to] that m should hold once the group
@@ -89,7 +91,7 @@ func (m Member) Receives(convSeq int64) bool {
 // from ≥ to means nothing is due.
 func (m Member) Range(last, head int64) (from, to int64) {
 	from, to = max(last, m.Joined), head
-	if m.Left > 0 {
+	if m.Removed {
 		to = min(to, m.Left)
 	}
 	return from, to

@@ -18,7 +18,9 @@ func TestMemberRangeAndReceives(t *testing.T) {
 		{"founding member catches up", Member{Role: RoleMember}, 0, 5, 0, 5, true, false},
 		{"joined at 3", Member{Role: RoleMember, Joined: 3}, 0, 5, 3, 5, true, false},
 		{"already up to date", Member{Role: RoleMember}, 5, 5, 5, 5, true, false},
-		{"removed at 4", Member{Role: RoleMember, Left: 4}, 2, 9, 2, 4, false, true},
+		{"removed at 4", Member{Role: RoleMember, Removed: true, Left: 4}, 2, 9, 2, 4, false, true},
+		// Regression: removed before the first message (Left 0) counted as a member.
+		{"removed before any message", Member{Role: RoleMember, Removed: true}, 0, 9, 0, 0, false, true},
 	}
 	for _, c := range cases {
 		from, to := c.m.Range(c.last, c.head)
@@ -59,7 +61,7 @@ func TestAuthorizeGroupOperations(t *testing.T) {
 		{"only owners change roles", admin, OpRole, member, RoleAdmin, ErrForbidden},
 		{"owner promotes", owner, OpRole, member, RoleAdmin, nil},
 		{"outsiders do nothing", outsider, OpAdd, outsider, RoleMember, ErrNotMember},
-		{"removed member does nothing", Member{User: "r", Role: RoleAdmin, Left: 3}, OpAdd, outsider, RoleMember, ErrNotMember},
+		{"removed member does nothing", Member{User: "r", Role: RoleAdmin, Removed: true, Left: 3}, OpAdd, outsider, RoleMember, ErrNotMember},
 	}
 	for _, c := range cases {
 		err := Authorize(c.actor, c.op, c.target, c.to)

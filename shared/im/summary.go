@@ -36,8 +36,10 @@ type ConversationState struct {
 	Read, Delivered int64
 	// Title is a group's name.
 	Title string
-	// Left is the convSeq after which a removed member receives nothing (0: member).
-	Left int64
+	// Removed is set once the user was removed from the group; Left is the
+	// convSeq after which they receive nothing.
+	Removed bool
+	Left    int64
 	// LastFrom, LastAt and Preview describe the last message.
 	LastFrom UserID
 	LastAt   time.Time

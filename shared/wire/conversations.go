@@ -133,8 +133,10 @@ type Member struct {
 	// Joined is the conversation head when the user joined: they receive
 	// messages after it.
 	Joined int64 `json:"joined"`
-	// Left is set for removed members: they received messages up to it.
-	Left int64 `json:"left,omitempty"`
+	// Removed is set for removed members, who received the messages up to
+	// Left (absent: 0, removed before any message).
+	Removed bool  `json:"removed,omitempty"`
+	Left    int64 `json:"left,omitempty"`
 }
 
 // GroupInfo answers a group frame:
@@ -160,7 +162,7 @@ type GroupInfo struct {
 
 // FromMember converts a domain member into its wire form.
 func FromMember(m im.Member) Member {
-	return Member{UserID: string(m.User), Role: string(m.Role), Joined: m.Joined, Left: m.Left}
+	return Member{UserID: string(m.User), Role: string(m.Role), Joined: m.Joined, Removed: m.Removed, Left: m.Left}
 }
 
 // Receipts is the client frame {"action":"receipts","conversationId":…,
@@ -323,8 +325,10 @@ type ConversationSummary struct {
 	// Read and Delivered are the caller's watermarks (convSeqs).
 	Read      int64 `json:"read"`
 	Delivered int64 `json:"delivered"`
-	// Left is set when the caller was removed from the group at that convSeq.
-	Left int64 `json:"left,omitempty"`
+	// Removed is set when the caller was removed from the group, at convSeq
+	// Left (absent: 0).
+	Removed bool  `json:"removed,omitempty"`
+	Left    int64 `json:"left,omitempty"`
 	// LastFrom, LastAt and Preview describe the last message (Preview: the
 	// start of its JSON body, at most 160 bytes).
 	LastFrom string `json:"lastFrom,omitempty"`
@@ -345,7 +349,7 @@ type SummaryPage struct {
 func FromState(s im.ConversationState) ConversationSummary {
 	out := ConversationSummary{
 		ConversationID: string(s.Conversation), Title: s.Title, Unread: s.Unread(), Last: s.Last,
-		Read: s.Read, Delivered: s.Delivered, Left: s.Left, LastFrom: string(s.LastFrom), Preview: s.Preview,
+		Read: s.Read, Delivered: s.Delivered, Removed: s.Removed, Left: s.Left, LastFrom: string(s.LastFrom), Preview: s.Preview,
 	}
 	if s.LastFrom != "" {
 		out.LastAt = Timestamp(s.LastAt)

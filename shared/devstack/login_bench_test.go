@@ -1,0 +1,243 @@
+package devstack_test
+
+import (
+	"context"
+
+	"fmt"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/callcount"
+	"github.com/signet-im/signet/shared/client"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/dynamo"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+)
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// BenchmarkLogin measures the 9:00 login: U users, each with W messages
+// waiting in 10 groups every user is in (W/10 messages each), all log in at
+// once with the Go SDK: connect, summary, sync everything, persist, ack.
+// It checks that every device ends with exactly W messages, each once, in
+// seq order, acked on the server; and reports the login's wall time,
+// per-user login latency and the DynamoDB calls and write units of the
+// login phase.
+//
+// Seeding is not measured and not the product path for the inboxes: the
+// groups and their W/10 messages each go through the real group and send
+// routes, but the U×W inbox entries are then written with plain batch
+// writes (Store.SeedInbox), because both emulators implement a
+// transaction by copying whole tables (moto deep-copies the table per
+// transaction item), which makes the real fan-out of 100,000 entries take
+// hours there. The fan-out itself is tested in groups_test.go.
+//
+// Defaults: 500 users × 200 messages against the DynamoDB endpoint in
+// SIGNET_TEST_DYNAMODB_ENDPOINT (make bench-login starts moto for it);
+// with no endpoint (in-process minidyn) 50 × 20. SIGNET_BENCH_USERS /
+// SIGNET_BENCH_WAITING override. Run once: -benchtime 1x.
+func BenchmarkLogin(b *testing.B) {
+	dynamoEndpoint, sqsEndpoint := testEndpoints()
+	users, waiting, backend := 500, 200, dynamoEndpoint
+	if dynamoEndpoint == "" {
+		users, waiting, backend = 50, 20, "minidyn (in-process)"
+	}
+	users, waiting = envInt("SIGNET_BENCH_USERS", users), envInt("SIGNET_BENCH_WAITING", waiting)
+	const groups = 10
+	if waiting%groups != 0 {
+		b.Fatalf("SIGNET_BENCH_WAITING must be a multiple of %d", groups)
+	}
+	counter := callcount.New()
+	st, err := devstack.Start(context.Background(), devstack.Options{
+		Prefix: fmt.Sprintf("login%d", time.Now().UnixNano()), DynamoDBEndpoint: dynamoEndpoint, SQSEndpoint: sqsEndpoint,
+		APIOptions: counter.APIOptions(), PollWait: 200 * time.Millisecond, MemberLimit: max(users+1, 500),
+		Configure: func(h *handler.Handler) { h.Fanouts = heldFanout{h.Fanouts} },
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.Close()
+	b.Logf("backend: DynamoDB %s; %d users × %d waiting messages in %d groups", backend, users, waiting, groups)
+
+	t := &testing.T{}
+	poster := dialB(b, t, st, "poster")
+	ids := make([]string, users)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("u%04d", i)
+	}
+	seedStart := time.Now()
+	convs := make([]string, groups)
+	for g := range convs {
+		convs[g] = fmt.Sprintf("g:shift%d", g)
+		poster.write(map[string]any{"action": "group", "op": "create", "conversationId": convs[g], "name": fmt.Sprintf("Shift %d", g), "users": ids, "ref": "c" + strconv.Itoa(g)})
+		if _, m := poster.answer("c"+strconv.Itoa(g), 5*time.Minute); m["type"] != "group" {
+			b.Fatalf("create group: %v", m)
+		}
+	}
+	for i := range waiting / groups {
+		for _, conv := range convs {
+			cmid := fmt.Sprintf("%s-%d", conv, i)
+			poster.write(map[string]any{"action": "send", "clientMsgId": cmid, "conversationId": conv, "body": map[string]any{"text": "overnight update", "n": i}})
+			for {
+				if f := poster.next("sent", time.Minute); f.ClientMsgID == cmid {
+					break
+				}
+			}
+		}
+	}
+	poster.conn.CloseNow()
+	// Every user's inbox: the groups' messages interleaved as they were sent.
+	ctx := context.Background()
+	logs := make([][]im.Message, groups)
+	for g, conv := range convs {
+		if logs[g], err = st.Store.Log(ctx, im.ConversationID(conv), 0, int64(waiting/groups)); err != nil || len(logs[g]) != waiting/groups {
+			b.Fatalf("log of %s: %d, %v", conv, len(logs[g]), err)
+		}
+	}
+	var entries []im.Entry
+	for i := range waiting / groups {
+		for g := range convs {
+			entries = append(entries, im.Entry{Seq: int64(len(entries) + 1), Message: logs[g][i]})
+		}
+	}
+	var swg sync.WaitGroup
+	seedErrs := make(chan error, users)
+	slots := make(chan struct{}, 8)
+	for _, u := range ids {
+		slots <- struct{}{}
+		swg.Go(func() {
+			defer func() { <-slots }()
+			if err := st.Store.SeedInbox(ctx, im.UserID(u), entries, time.Now()); err != nil {
+				seedErrs <- err
+			}
+		})
+	}
+	swg.Wait()
+	close(seedErrs)
+	for err := range seedErrs {
+		b.Fatal(err)
+	}
+	b.Logf("seeded %d inbox entries in %s", users*waiting, time.Since(seedStart).Round(time.Millisecond))
+
+	userIDs := make([]im.UserID, users)
+	for i, u := range ids {
+		userIDs[i] = im.UserID(u)
+	}
+	watch := dynamo.New(dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("local", "local", "")},
+		func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(st.DynamoDBEndpoint) }),
+		dynamo.Tables{Inbox: st.Resources.Tables["InboxTable"]})
+	dir := b.TempDir()
+	for b.Loop() {
+		before := counter.Snapshot()
+		start := time.Now()
+		lat := make([]time.Duration, users)
+		errs := make(chan error, users)
+		var wg sync.WaitGroup
+		for i, u := range ids {
+			wg.Go(func() {
+				t0 := time.Now()
+				err := login(u, filepath.Join(dir, u+".db"), st.URL, waiting, len(convs))
+				lat[i] = time.Since(t0)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", u, err)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		// Done when the server has every device's ack (the SDK acks in the
+		// background): watched through an uncounted client.
+		for _, u := range userIDs {
+			for {
+				devs, err := watch.Devices(context.Background(), u)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if devs["laptop"].Acked == int64(waiting) {
+					break
+				}
+				if time.Since(start) > 30*time.Minute {
+					b.Fatalf("%s: server ack cursor %+v", u, devs)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		elapsed := time.Since(start)
+		cost := counter.Snapshot().Sub(before)
+		slices.Sort(lat)
+		b.ReportMetric(elapsed.Seconds(), "login-wall-s")
+		b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "user-p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Milliseconds()), "user-p99-ms")
+		b.ReportMetric(float64(cost.Service("DynamoDB"))/float64(users), "ddb-calls/user")
+		b.ReportMetric(float64(cost.WCU)/float64(users), "wcu/user")
+		b.Logf("login of %d users with %d waiting messages each: %s wall, per user p50 %s p99 %s; backend %s\nAWS calls of the login phase (per user):\n%s",
+			users, waiting, elapsed.Round(time.Millisecond), lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond), backend, cost.Table(users, "user"))
+	}
+}
+
+// login is one user's 9:00: connect, summary, then every waiting message
+// through the SDK (which syncs on connect, persists and acks).
+func login(user, path, url string, waiting, convs int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{
+		URL: url, Device: "laptop", Path: path,
+		Token: func(context.Context) (string, error) {
+			return auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), "", time.Now(), time.Hour)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sum, err := c.Summary(ctx)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	unread := int64(0)
+	for _, s := range sum {
+		unread += s.Unread
+	}
+	if len(sum) != convs || unread != int64(waiting) {
+		return fmt.Errorf("summary: %d conversations, %d unread; want %d, %d", len(sum), unread, convs, waiting)
+	}
+	seen := map[string]bool{}
+	for n := int64(1); n <= int64(waiting); n++ {
+		select {
+		case m := <-c.Messages():
+			if m.Seq != n || seen[m.MessageID] {
+				return fmt.Errorf("message %d: seq %d (duplicate %v)", n, m.Seq, seen[m.MessageID])
+			}
+			seen[m.MessageID] = true
+		case <-ctx.Done():
+			return fmt.Errorf("got %d of %d messages", n-1, waiting)
+		}
+	}
+	// Close acks what is persisted (graceful close); wait for the server to
+	// have it so the measured phase includes the acks.
+	for ctx.Err() == nil {
+		if cur, err := c.Cursor(); err == nil && cur == int64(waiting) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
