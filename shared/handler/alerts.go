@@ -11,8 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
