@@ -3,7 +3,8 @@
 #   make run        local stack on ws://127.0.0.1:3001 (no AWS account, no Docker)
 #   make test       every test (unit, store contract, end-to-end), with -race
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
-#   make bench      1:1 delivery benchmark through the local stack
+#   make bench      1:1 delivery and summary benchmarks through the local stack
+#   make bench-login  500 users log in with 200 waiting messages each (moto)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
@@ -20,7 +21,7 @@ VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 
-.PHONY: all build test test-fauxqs fuzz run lint bench validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-fauxqs fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -82,7 +83,24 @@ lint:
 	$(GO) mod tidy -diff
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./shared/devstack/
+	$(GO) test -run '^$$' -bench 'DirectMessages' -benchtime $(BENCHTIME) ./shared/devstack/
+	$(GO) test -run '^$$' -bench 'Summary' -benchtime 50x ./shared/devstack/
+
+# The 9:00 login of 500 users with 200 waiting messages each, against moto
+# (minidyn's cost grows with table size). BENCH_USERS / BENCH_WAITING scale it.
+MOTO := $(TOOLS)/moto
+MOTO_PORT ?= 5055
+bench-login: $(MOTO)/bin/moto_server
+	@$(MOTO)/bin/moto_server -p $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
+	trap 'kill $$pid' EXIT; \
+	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
+	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) SIGNET_BENCH_USERS=$(BENCH_USERS) SIGNET_BENCH_WAITING=$(BENCH_WAITING) \
+		$(GO) test -run '^$$' -bench 'Login' -benchtime 1x -timeout 60m ./shared/devstack/
+
+$(MOTO)/bin/moto_server: infra/requirements-bench.txt
+	python3 -m venv $(MOTO)
+	$(MOTO)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-bench.txt
+	@touch $@
 
 tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs
 

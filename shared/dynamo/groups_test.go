@@ -114,3 +114,28 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 		t.Fatalf("last owner leaving: %v", err)
 	}
 }
+
+func TestGroupSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("idem")
+	if err := st.CreateGroup(ctx, g, "Idem", "alice", now); err != nil {
+		t.Fatal(err)
+	}
+	d := im.Draft{From: "alice", ClientMsgID: "c1", Conversation: g, Body: []byte(`"once"`)}
+	first, err := st.SendGroup(ctx, d, now)
+	if err != nil || first.Replayed || first.Message.ConvSeq != 1 {
+		t.Fatalf("first = %+v, %v", first, err)
+	}
+	again, err := st.SendGroup(ctx, d, now.Add(time.Second))
+	if err != nil || !again.Replayed || again.Message.ID != first.Message.ID || again.Message.ConvSeq != 1 {
+		t.Fatalf("retry = %+v, %v", again, err)
+	}
+	d.Body = []byte(`"other"`)
+	if _, err := st.SendGroup(ctx, d, now); !errors.Is(err, im.ErrClientMsgIDReused) {
+		t.Fatalf("reuse with other content: %v", err)
+	}
+	if _, head, _, err := st.GroupInfo(ctx, g); err != nil || head != 1 {
+		t.Fatalf("head = %d, %v", head, err)
+	}
+}
