@@ -127,12 +127,18 @@ func TestChatGroupsAndReadMarks(t *testing.T) {
 		fmt.Fprintln(aliceIn, "/receipts")
 		time.Sleep(300 * time.Millisecond)
 	}
+	// signet send into the group.
+	var sendOut syncBuffer
+	if code := run(ctx, []string{"send", "--user", "carol", "--url", st.URL, "--data", data, "--to", gid, "on it"}, &sendOut, &sendOut); code != 0 {
+		t.Fatalf("signet send to a group: %d\n%s", code, sendOut.String())
+	}
+	waitText(t, aliceOut, "[#release] carol: on it")
 	fmt.Fprintln(bobIn, "/members")
 	waitText(t, bobOut, "#release: 3 members")
 	fmt.Fprintln(bobIn, "/add dave")
 	waitText(t, bobOut, "✗ forbidden: your role in this group does not allow that")
 	fmt.Fprintln(bobIn, "/list")
-	waitText(t, bobOut, fmt.Sprintf("  %-20s #%-5d %-10s last: alice: ship it at 5?", "#release", 1, ""))
+	waitText(t, bobOut, fmt.Sprintf("  %-20s #%-5d %-10s last: carol: on it", "#release", 2, ""))
 	fmt.Fprintln(aliceIn, "/status away")
 	waitText(t, aliceOut, "Others now see you as away.")
 	fmt.Fprintln(bobIn, "/who alice carol")

@@ -17,12 +17,12 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("signet send", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs, "cli")
-	to := fs.String("to", "", "recipient user id (required)")
+	to := fs.String("to", "", "recipient user id, or a group's conversation id g:<id> (required)")
 	raw := fs.Bool("json", false, "the text is a JSON body, sent as is (default: {\"text\": <text>})")
 	id := fs.String("id", "", "clientMsgId (default: random); repeat a send safely with the same id")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for the server's ACK")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user> [flags] <text>
+		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user|g:id> [flags] <text>
 
 Sends one message and prints the server's ACK as one JSON line. The message
 is written to the device's outbox first: if no ACK arrives in time it stays
@@ -57,7 +57,11 @@ runs a client command.
 	defer c.Close()
 	sctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	sent, err := c.SendDraft(sctx, client.Draft{ClientMsgID: *id, To: *to, Body: body})
+	d := client.Draft{ClientMsgID: *id, To: *to, Body: body}
+	if strings.HasPrefix(*to, "g:") {
+		d.To, d.ConversationID = "", *to
+	}
+	sent, err := c.SendDraft(sctx, d)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no ACK within %s; the message stays in the outbox of %s and is retried on the next run", *timeout, cf.dir())
 	}
