@@ -21,6 +21,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -151,6 +153,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		Region:      o.Region,
 		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
 		APIOptions:  o.APIOptions,
+		// Emulators under load answer 500 now and then (moto is not
+		// thread-safe): retry more, and without the client-side retry
+		// quota that would turn a burst of retries into failures.
+		Retryer: func() aws.Retryer {
+			return retry.NewStandard(func(so *retry.StandardOptions) {
+				so.MaxAttempts = 8
+				so.RateLimiter = ratelimit.None
+			})
+		},
 	}
 	st.DynamoDB = dynamodb.NewFromConfig(awsCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) })
 	st.SQS = sqs.NewFromConfig(awsCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) })

@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"context"
+	"errors"
 
 	"fmt"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,6 +22,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 func envInt(name string, def int) int {
@@ -185,7 +187,16 @@ func login(user, path, url string, waiting, convs int) error {
 		return err
 	}
 	defer c.Close()
-	sum, err := c.Summary(ctx)
+	// As a client should, retry a summary the server could not answer.
+	var sum []client.ConversationSummary
+	for attempt := 0; ; attempt++ {
+		sum, err = c.Summary(ctx)
+		var se *client.ServerError
+		if err == nil || !errors.As(err, &se) || se.Code != wire.CodeInternal || attempt == 5 {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("summary: %w", err)
 	}
