@@ -25,7 +25,8 @@ type Fanout struct {
 // NewFanout returns a fan-out queue posting to url.
 func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: client, url: url} }
 
-// fanoutBody is the JSON form of an im.FanoutJob.
+// fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
+// c conversation, s convSeq up to, m members of a batch, u presence user.
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`

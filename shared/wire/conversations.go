@@ -38,6 +38,7 @@ const MaxUsersPerFrame = 500
 // is echoed in the answer and in an error frame, so a client can match
 // answers to requests. Optional, at most 64 printable ASCII characters.
 type Query struct {
+	// Ref is echoed in the answer (optional).
 	Ref string `json:"ref,omitempty"`
 }
 
@@ -60,6 +61,7 @@ func checkRef(ref string) error {
 // Group is the client frame {"action":"group","op":…}: create a group, add
 // or remove members, leave, change a role, or list members.
 type Group struct {
+	// Action is "group".
 	Action string `json:"action"`
 	Query
 	// Op is create, add, remove, leave, role or members.
@@ -127,6 +129,7 @@ func DecodeGroup(body string) (Group, error) {
 
 // Member is one member in a group answer.
 type Member struct {
+	// UserID names the member.
 	UserID string `json:"userId"`
 	// Role is owner, admin or member.
 	Role string `json:"role"`
@@ -135,19 +138,24 @@ type Member struct {
 	Joined int64 `json:"joined"`
 	// Removed is set for removed members, who received the messages up to
 	// Left (absent: 0, removed before any message).
-	Removed bool  `json:"removed,omitempty"`
-	Left    int64 `json:"left,omitempty"`
+	Removed bool `json:"removed,omitempty"`
+	// Left is the last convSeq a removed member received.
+	Left int64 `json:"left,omitempty"`
 }
 
 // GroupInfo answers a group frame:
 // {"type":"group","op":…,"conversationId":…,"name":…,"members":[…],"changed":[…]}.
 type GroupInfo struct {
+	// Type is "group".
 	Type string `json:"type"`
-	Ref  string `json:"ref,omitempty"`
+	// Ref echoes the request's ref.
+	Ref string `json:"ref,omitempty"`
 	// Op echoes the request's op.
-	Op             string `json:"op"`
+	Op string `json:"op"`
+	// ConversationID names the group.
 	ConversationID string `json:"conversationId"`
-	Name           string `json:"name,omitempty"`
+	// Name is the group's name.
+	Name string `json:"name,omitempty"`
 	// Head is the group's last convSeq.
 	Head int64 `json:"head"`
 	// Count is the number of current members.
@@ -168,10 +176,13 @@ func FromMember(m im.Member) Member {
 // Receipts is the client frame {"action":"receipts","conversationId":…,
 // "convSeq":N}: who has message N delivered and read.
 type Receipts struct {
+	// Action is "receipts".
 	Action string `json:"action"`
 	Query
+	// ConversationID names a group or 1:1 conversation of the caller.
 	ConversationID string `json:"conversationId"`
-	ConvSeq        *int64 `json:"convSeq"`
+	// ConvSeq is the message asked about.
+	ConvSeq *int64 `json:"convSeq"`
 }
 
 // DecodeReceipts validates a receipts frame.
@@ -196,23 +207,32 @@ func DecodeReceipts(body string) (im.ConversationID, int64, string, error) {
 // ConvSeq was sent to (members when it was sent, the sender excluded);
 // Delivered and Read count those whose watermarks reached it.
 type ReceiptsAnswer struct {
-	Type           string   `json:"type"`
-	Ref            string   `json:"ref,omitempty"`
-	ConversationID string   `json:"conversationId"`
-	ConvSeq        int64    `json:"convSeq"`
-	From           string   `json:"from"`
-	Members        int      `json:"members"`
-	Delivered      int      `json:"delivered"`
-	Read           int      `json:"read"`
-	DeliveredBy    []string `json:"deliveredBy"`
-	ReadBy         []string `json:"readBy"`
+	// Type is "receipts".
+	Type string `json:"type"`
+	// Ref echoes the request's ref.
+	Ref string `json:"ref,omitempty"`
+	// ConversationID and ConvSeq name the message.
+	ConversationID string `json:"conversationId"`
+	ConvSeq        int64  `json:"convSeq"`
+	// From is the message's sender.
+	From string `json:"from"`
+	// Members counts the users the message went to.
+	Members int `json:"members"`
+	// Delivered and Read count those who have it delivered / read.
+	Delivered int `json:"delivered"`
+	Read      int `json:"read"`
+	// DeliveredBy and ReadBy name them, sorted.
+	DeliveredBy []string `json:"deliveredBy"`
+	ReadBy      []string `json:"readBy"`
 }
 
 // Presence is the client frame {"action":"presence","status":…}: choose the
 // display state online, away, dnd or invisible.
 type Presence struct {
+	// Action is "presence".
 	Action string `json:"action"`
 	Query
+	// Status is online, away, dnd or invisible.
 	Status string `json:"status"`
 }
 
@@ -233,8 +253,10 @@ func DecodePresence(body string) (im.Status, string, error) {
 
 // PresenceQuery is the client frame {"action":"presence.query","users":[…]}.
 type PresenceQuery struct {
+	// Action is "presence.query".
 	Action string `json:"action"`
 	Query
+	// Users are the users asked about (1–100).
 	Users []string `json:"users"`
 }
 
@@ -264,6 +286,7 @@ func DecodePresenceQuery(body string) ([]im.UserID, string, error) {
 
 // UserPresence is what one user shows to others.
 type UserPresence struct {
+	// UserID names the user.
 	UserID string `json:"userId"`
 	// Status is online, away, dnd or offline (invisible users show offline).
 	Status string `json:"status"`
@@ -273,14 +296,18 @@ type UserPresence struct {
 // (without ref) to 1:1 peers when a user's visible presence changes:
 // {"type":"presence","users":[{"userId":…,"status":…}]}.
 type PresenceAnswer struct {
-	Type  string         `json:"type"`
-	Ref   string         `json:"ref,omitempty"`
+	// Type is "presence".
+	Type string `json:"type"`
+	// Ref echoes the request's ref (absent on pushes).
+	Ref string `json:"ref,omitempty"`
+	// Users are the users and what they show.
 	Users []UserPresence `json:"users"`
 }
 
 // Summary is the client frame {"action":"summary","after":…,"limit":…}:
 // one page of the caller's conversations.
 type Summary struct {
+	// Action is "summary".
 	Action string `json:"action"`
 	Query
 	// After continues after this conversation id (the previous page's next).
@@ -315,6 +342,7 @@ func DecodeSummary(body string) (Summary, error) {
 
 // ConversationSummary is one conversation in a summary page.
 type ConversationSummary struct {
+	// ConversationID names the conversation.
 	ConversationID string `json:"conversationId"`
 	// Title is a group's name.
 	Title string `json:"title,omitempty"`
@@ -327,19 +355,24 @@ type ConversationSummary struct {
 	Delivered int64 `json:"delivered"`
 	// Removed is set when the caller was removed from the group, at convSeq
 	// Left (absent: 0).
-	Removed bool  `json:"removed,omitempty"`
-	Left    int64 `json:"left,omitempty"`
+	Removed bool `json:"removed,omitempty"`
+	// Left is the last convSeq the caller received when removed.
+	Left int64 `json:"left,omitempty"`
 	// LastFrom, LastAt and Preview describe the last message (Preview: the
 	// start of its JSON body, at most 160 bytes).
 	LastFrom string `json:"lastFrom,omitempty"`
-	LastAt   string `json:"lastAt,omitempty"`
-	Preview  string `json:"preview,omitempty"`
+	// LastAt is RFC 3339 UTC with milliseconds.
+	LastAt  string `json:"lastAt,omitempty"`
+	Preview string `json:"preview,omitempty"`
 }
 
 // SummaryPage answers a summary frame.
 type SummaryPage struct {
-	Type          string                `json:"type"`
-	Ref           string                `json:"ref,omitempty"`
+	// Type is "summary".
+	Type string `json:"type"`
+	// Ref echoes the request's ref.
+	Ref string `json:"ref,omitempty"`
+	// Conversations are ordered by conversation id.
 	Conversations []ConversationSummary `json:"conversations"`
 	// Next continues the listing (as after); "" on the last page.
 	Next string `json:"next,omitempty"`
