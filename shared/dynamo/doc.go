@@ -10,8 +10,12 @@
 //	             userId / "i#<clientMsgId>"        sender idempotency item, TTL
 //	             userId / "c#<deviceId>"           device cursor: acked seq, sync continuation
 //	             userId / "rl#sync"                sync rate limit
-//	Messages     conversationId / "head"          last conversation seq
-//	             conversationId / "s#<seq:016d>"   canonical message
+//	             userId / "v#<conversationId>"     conversation index: last message, read and
+//	                                               delivered watermarks, group view (no TTL)
+//	             userId / "presence"               chosen display state, debounce state
+//	Messages     conversationId / "head"          last conversation seq (groups: name, counts, fan-out mark)
+//	             conversationId / "s#<seq:016d>"   canonical message (TTL: history retention)
+//	             conversationId / "u#<userId>"     group member: role, joined, removed/left
 //
 // Invariants kept here:
 //   - A 1:1 send is one TransactWriteItems: the conversation head and every
@@ -22,5 +26,15 @@
 //     reader that sees head N finds every entry ≤ N (no skipped sequence), a
 //     retry with the same clientMsgId finds the stored result, and an inbox
 //     holds a message at most once.
-//   - Device cursors only move forward (conditional update on the old value).
+//   - A group send is one TransactWriteItems: the conversation head (on the
+//     value read), the message, the sender's idempotency item and a check
+//     that the sender is a current member. Membership changes update the
+//     same head conditionally, so sends and changes are totally ordered.
+//   - Fan-out appends a run of group messages to one inbox in a transaction
+//     that advances the inbox head on the value read and the member's
+//     position ("last" of the index item) only if it is below the first
+//     appended convSeq: exactly once and in order per inbox, however often
+//     and however concurrently fan-out runs.
+//   - Device cursors and read/delivered watermarks only move forward
+//     (conditional update on the old value).
 package dynamo

@@ -1,12 +1,14 @@
 // Package handler holds Signet's Lambda handlers: the $connect authorizer,
-// the WebSocket routes ($connect, $disconnect, send, ack, sync, ping,
-// $default) and the SQS redelivery consumer. functions/<name>/main.go only
+// the WebSocket routes ($connect, $disconnect, send, ack, sync, ping, read,
+// history, group, receipts, presence, presence.query, summary, $default),
+// the HTTP alerts API and the SQS consumers (redelivery, fan-out). functions/<name>/main.go only
 // wires a Handler and calls lambda.Start with one of its methods; the local
 // stack invokes the very same methods in-process.
 //
 // Invariants kept here:
 //   - The server ACK ("sent") is built only after the store reports the
-//     message durable in every recipient inbox (ack after durability).
+//     message durable in every recipient inbox (1:1), or in the group log
+//     with its fan-out job queued (groups): ack after durability.
 //   - A rejected frame gets an error frame and causes no write.
 //   - Pushes are hints: a failed or unacked push leaves the message in the
 //     inbox; a bounded schedule of redelivery checks re-pushes it, then it
