@@ -155,7 +155,7 @@ func BenchmarkDirectMessages(b *testing.B) {
 	b.ReportMetric(float64(cost.Service("ApiGatewayManagementApi"))/float64(b.N), "push-calls/msg")
 	b.ReportMetric(float64(cost.WCU)/float64(b.N), "wcu/msg")
 	if b.N > 1 {
-		b.Logf("N=%d in %s; calls:\n%s", b.N, elapsed.Round(time.Millisecond), cost.Table(b.N, "message"))
+		fmt.Printf("N=%d in %s; calls:\n%s", b.N, elapsed.Round(time.Millisecond), cost.Table(b.N, "message"))
 	}
 	for _, c := range append(senders, receivers...) {
 		c.conn.CloseNow()
