@@ -420,6 +420,12 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		s.syncAt = time.Now().Add(time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond)
 		return nil
 	}
+	if e.Code == wire.CodeInternal || e.Code == wire.CodeRateLimited {
+		// Acks are answered only when they fail, without an id: whatever
+		// failed, acking again is harmless (cumulative, forward-only) and
+		// keeps the server's cursor from lagging behind what is persisted.
+		s.forceAck = true
+	}
 	s.c.log.Warn("server error", "code", e.Code, "message", e.Message, "requestId", e.RequestID)
 	return nil
 }

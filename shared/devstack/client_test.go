@@ -212,9 +212,7 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 		o.PollWait = 200 * time.Millisecond
 	}
 	o.DynamoDBEndpoint, o.SQSEndpoint = testEndpoints()
-	if os.Getenv("SIGNET_TEST_LOG") != "" {
-		o.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
+	o.Log = testLog()
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
@@ -224,3 +222,11 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 }
 
 var _ = http.StatusOK
+
+// testLog is the stack's log: stderr with SIGNET_TEST_LOG set, else nothing.
+func testLog() *slog.Logger {
+	if os.Getenv("SIGNET_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
+}

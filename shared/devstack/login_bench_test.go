@@ -67,7 +67,7 @@ func BenchmarkLogin(b *testing.B) {
 	counter := callcount.New()
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Prefix: fmt.Sprintf("login%d", time.Now().UnixNano()), DynamoDBEndpoint: dynamoEndpoint, SQSEndpoint: sqsEndpoint,
-		APIOptions: counter.APIOptions(), PollWait: 200 * time.Millisecond,
+		APIOptions: counter.APIOptions(), PollWait: 200 * time.Millisecond, Log: testLog(),
 	})
 	if err != nil {
 		b.Fatal(err)
@@ -130,7 +130,11 @@ func BenchmarkLogin(b *testing.B) {
 		for i, u := range ids {
 			wg.Go(func() {
 				t0 := time.Now()
-				err := login(u, filepath.Join(dir, u+".db"), st.URL, waiting, groups)
+				acked := func() bool {
+					devs, err := watch.Devices(context.Background(), im.UserID(u))
+					return err == nil && devs["laptop"].Acked == int64(waiting)
+				}
+				err := login(u, filepath.Join(dir, u+".db"), st.URL, waiting, groups, acked)
 				lat[i] = time.Since(t0)
 				if err != nil {
 					errs <- fmt.Errorf("%s: %w", u, err)
@@ -174,8 +178,9 @@ func BenchmarkLogin(b *testing.B) {
 }
 
 // login is one user's 9:00: connect, summary, then every waiting message
-// through the SDK (which syncs on connect, persists and acks).
-func login(user, path, url string, waiting, convs int) error {
+// through the SDK (which syncs on connect, persists and acks), until the
+// server has the device's ack of all of them (acked, read without counting).
+func login(user, path, url string, waiting, convs int, acked func() bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Options{
@@ -220,13 +225,13 @@ func login(user, path, url string, waiting, convs int) error {
 			return fmt.Errorf("got %d of %d messages", n-1, waiting)
 		}
 	}
-	// Close acks what is persisted (graceful close); wait for the server to
-	// have it so the measured phase includes the acks.
-	for ctx.Err() == nil {
-		if cur, err := c.Cursor(); err == nil && cur == int64(waiting) {
-			break
+	// Delivered means acked: stay connected until the server has the ack.
+	for !acked() {
+		if ctx.Err() != nil {
+			cur, _ := c.Cursor()
+			return fmt.Errorf("server never got the ack of %d messages (device cursor %d)", waiting, cur)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
 }

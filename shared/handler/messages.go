@@ -159,9 +159,10 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 // maxAckTrace bounds how many messages one ack records in their traces.
 const maxAckTrace = 200
 
-// afterAck records "acked" in the trace of every message the ack covered
-// and moves this user's delivered watermark of each conversation the ack
-// reached (one write per conversation, never per message). In 1:1 the
+// afterAck records "acked" in the trace of every 1:1 and alert message the
+// ack covered and moves this user's delivered watermark of each
+// conversation the ack reached (one write per conversation, never per
+// message). In 1:1 the
 // sender gets a delivered receipt; group senders ask with "receipts".
 func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
@@ -173,7 +174,13 @@ func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	tr := h.trail("ack", c.RequestID)
 	delivered := map[im.ConversationID]int64{}
 	for _, r := range refs {
-		tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+		// Group messages get no per-member "acked" event: at a login that
+		// is one trace write per message per member (200 waiting messages:
+		// 200 writes), while the delivered watermark below is one write
+		// per conversation and "receipts" answers from it.
+		if !r.Conversation.IsGroup() {
+			tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+		}
 		if r.From != c.User && !r.Conversation.AppConversation() {
 			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
 		}
