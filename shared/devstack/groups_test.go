@@ -142,8 +142,10 @@ func TestGroupMembershipRolesAndDelivery(t *testing.T) {
 		t.Fatalf("removed member send: %+v", e)
 	}
 	second := bob.sendTo("b1", conv, "page 2: fixed")
-	if f := dave.next("message", 10*time.Second); f.Seq != 1 {
+	if f := dave.next("message", 10*time.Second); f.Seq != 1 || f.Message == nil {
 		t.Fatalf("dave's first entry = %+v", f)
+	} else if id, _, _ := f.pushed(t); id != second.MessageID {
+		t.Fatalf("dave got %s, want %s", id, second.MessageID)
 	}
 	waitFor(t, "fan-out of message 2", func() bool { return len(groupEntries(t, st, "alice", conv)) == 2 })
 	carol.quiet("message", 500*time.Millisecond)
@@ -173,7 +175,6 @@ func TestGroupMembershipRolesAndDelivery(t *testing.T) {
 	if members.Count != 3 || roles["alice"] != "owner" || roles["bob"] != "admin" || roles["dave"] != "member" || roles["carol"] != "" {
 		t.Fatalf("members = %+v", members)
 	}
-	_ = second
 }
 
 func TestGroupReceiptsAreWatermarksQueriedNotPushed(t *testing.T) {
