@@ -87,7 +87,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'Summary' -benchtime 50x ./shared/devstack/
 
 # The 9:00 login of 500 users with 200 waiting messages each, against moto
-# (minidyn's cost grows with table size). BENCH_USERS / BENCH_WAITING scale it.
+# (minidyn's cost grows with table size). BENCH_USERS / BENCH_WAITING scale it;
+# the users are spread over BENCH_SHARDS stacks (own tables each) because moto
+# sorts a whole table on every Query.
+BENCH_SHARDS ?= 10
 MOTO := $(TOOLS)/moto
 MOTO_PORT ?= 5055
 bench-login: $(MOTO)/bin/moto_server
@@ -95,6 +98,7 @@ bench-login: $(MOTO)/bin/moto_server
 	trap 'kill $$pid' EXIT; \
 	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
 	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) SIGNET_BENCH_USERS=$(BENCH_USERS) SIGNET_BENCH_WAITING=$(BENCH_WAITING) \
+		SIGNET_BENCH_SHARDS=$(BENCH_SHARDS) \
 		$(GO) test -run '^$$' -bench 'Login' -benchtime 1x -timeout 60m ./shared/devstack/
 
 $(MOTO)/bin/moto_server: infra/requirements-bench.txt
