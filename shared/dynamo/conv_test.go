@@ -47,3 +47,31 @@ func TestConversationsPagesThroughTheIndex(t *testing.T) {
 		}
 	}
 }
+
+func TestAckCursorsReadManyDevicesAtOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	var users []im.UserID
+	for i := range 120 {
+		u := im.UserID(fmt.Sprintf("u%03d", i))
+		users = append(users, u)
+		if i%2 == 0 {
+			continue
+		}
+		if _, err := st.Send(ctx, im.Draft{From: "boss", ClientMsgID: string(u), Conversation: im.Direct("boss", u), Body: []byte(`"hi"`)}, now); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := st.Ack(ctx, u, "phone", 1, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.AckCursors(ctx, "phone", users)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, u := range users {
+		if want := int64(i % 2); got[u] != want {
+			t.Fatalf("%s acked %d, want %d", u, got[u], want)
+		}
+	}
+}
