@@ -15,7 +15,7 @@ go build -o "$bin" ./cmd/signet
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "http://$api/v1/apps" && break; sleep 0.1; done
-key=$("$bin" apps create --name fuzz --allow-user '*' --rate 100000 --api "http://$api" 2>/dev/null)
+key=$("$bin" apps create --name fuzz --allow-user '*' --allow-group '*' --rate 100000 --api "http://$api" 2>/dev/null)
 export SCHEMATHESIS_TELEMETRY=false
 for who in app admin; do
   if [ "$who" = app ]; then auth=$key; else auth=local-admin-key; fi
