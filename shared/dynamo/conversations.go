@@ -133,22 +133,13 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 // BatchGetItem calls of 100 keys. Users without an item are absent.
 func (st *Store) ConversationStates(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.ConversationState, error) {
 	out := make(map[im.UserID]im.ConversationState, len(users))
-	for start := 0; start < len(users); start += 100 {
-		keys := make([]map[string]types.AttributeValue, 0, 100)
-		for _, u := range users[start:min(start+100, len(users))] {
-			keys = append(keys, inboxKey(u, convIndexSK(c)))
-		}
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("conversation states of %s: %w", c, err)
-			}
-			for _, it := range res.Responses[st.tables.Inbox] {
-				out[im.UserID(getS(it, attrUser))] = stateFrom(it)
-			}
-			req = res.UnprocessedKeys
-		}
+	keys := make([]map[string]types.AttributeValue, len(users))
+	for i, u := range users {
+		keys[i] = inboxKey(u, convIndexSK(c))
+	}
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) { out[im.UserID(getS(it, attrUser))] = stateFrom(it) })
+	if err != nil {
+		return nil, fmt.Errorf("conversation states of %s: %w", c, err)
 	}
 	return out, nil
 }

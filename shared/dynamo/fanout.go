@@ -87,33 +87,26 @@ func (st *Store) SetFanoutMark(ctx context.Context, c im.ConversationID, upTo in
 }
 
 // Positions reads, for each user, the inbox head and how far the user's
-// inbox holds group c, in BatchGetItem calls of 50 users (100 keys).
+// inbox holds group c (two keys per user, 100 keys per BatchGetItem).
 func (st *Store) Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error) {
 	out := make(map[im.UserID]im.InboxPosition, len(users))
-	for start := 0; start < len(users); start += 50 {
-		var keys []map[string]types.AttributeValue
-		for _, u := range users[start:min(start+50, len(users))] {
-			keys = append(keys, inboxKey(u, skHead), inboxKey(u, convIndexSK(c)))
-			out[u] = im.InboxPosition{}
+	keys := make([]map[string]types.AttributeValue, 0, 2*len(users))
+	for _, u := range users {
+		keys = append(keys, inboxKey(u, skHead), inboxKey(u, convIndexSK(c)))
+		out[u] = im.InboxPosition{}
+	}
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+		u := im.UserID(getS(it, attrUser))
+		p := out[u]
+		if getS(it, attrSK) == skHead {
+			p.Head = getN(it, attrSeq)
+		} else {
+			p.Last = getN(it, attrLast)
 		}
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("fan-out positions in %s: %w", c, err)
-			}
-			for _, it := range res.Responses[st.tables.Inbox] {
-				u := im.UserID(getS(it, attrUser))
-				p := out[u]
-				if getS(it, attrSK) == skHead {
-					p.Head = getN(it, attrSeq)
-				} else {
-					p.Last = getN(it, attrLast)
-				}
-				out[u] = p
-			}
-			req = res.UnprocessedKeys
-		}
+		out[u] = p
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fan-out positions in %s: %w", c, err)
 	}
 	return out, nil
 }

@@ -294,22 +294,13 @@ func (st *Store) SeedInbox(ctx context.Context, u im.UserID, entries []im.Entry,
 // how far their devices have confirmed delivery.
 func (st *Store) AckCursors(ctx context.Context, d im.DeviceID, users []im.UserID) (map[im.UserID]int64, error) {
 	out := make(map[im.UserID]int64, len(users))
-	for start := 0; start < len(users); start += 100 {
-		var keys []map[string]types.AttributeValue
-		for _, u := range users[start:min(start+100, len(users))] {
-			keys = append(keys, inboxKey(u, deviceSK(d)))
-		}
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("ack cursors of %s: %w", d, err)
-			}
-			for _, it := range res.Responses[st.tables.Inbox] {
-				out[im.UserID(getS(it, attrUser))] = getN(it, "acked")
-			}
-			req = res.UnprocessedKeys
-		}
+	keys := make([]map[string]types.AttributeValue, len(users))
+	for i, u := range users {
+		keys[i] = inboxKey(u, deviceSK(d))
+	}
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) { out[im.UserID(getS(it, attrUser))] = getN(it, "acked") })
+	if err != nil {
+		return nil, fmt.Errorf("ack cursors of %s: %w", d, err)
 	}
 	return out, nil
 }

@@ -41,26 +41,15 @@ func (st *Store) SetStatus(ctx context.Context, u im.UserID, status im.Status, n
 // Query per user).
 func (st *Store) Presences(ctx context.Context, users []im.UserID, now time.Time, stale time.Duration) ([]im.Presence, error) {
 	chosen := map[im.UserID]im.Status{}
-	for start := 0; start < len(users); start += 100 {
-		var keys []map[string]types.AttributeValue
-		seen := map[im.UserID]bool{}
-		for _, u := range users[start:min(start+100, len(users))] {
-			if !seen[u] {
-				seen[u] = true
-				keys = append(keys, inboxKey(u, skPresence))
-			}
-		}
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("presence: %w", err)
-			}
-			for _, it := range res.Responses[st.tables.Inbox] {
-				chosen[im.UserID(getS(it, attrUser))] = im.Status(getS(it, "status"))
-			}
-			req = res.UnprocessedKeys
-		}
+	keys := make([]map[string]types.AttributeValue, len(users))
+	for i, u := range users {
+		keys[i] = inboxKey(u, skPresence)
+	}
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+		chosen[im.UserID(getS(it, attrUser))] = im.Status(getS(it, "status"))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("presence: %w", err)
 	}
 	out := make([]im.Presence, 0, len(users))
 	for _, u := range users {

@@ -1,6 +1,8 @@
 package wire
 
 import (
+	"strings"
+
 	"github.com/signet-im/signet/shared/im"
 )
 
@@ -44,6 +46,9 @@ type Query struct {
 
 // RefOf returns the ref of a frame body, "" when it has none or a bad one.
 func RefOf(body string) string {
+	if !strings.Contains(body, `"ref"`) {
+		return "" // most frames (sends, acks) have none: skip a second decode
+	}
 	var q Query
 	if decode(body, &q) != nil || !im.ValidClientMsgID(q.Ref) {
 		return ""
