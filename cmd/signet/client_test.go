@@ -319,7 +319,10 @@ func sendBatch(t *testing.T, st *devstack.Stack, data string, from, n int, out *
 	for s := range 10 {
 		go func() {
 			for i := s; i < n; i += 10 {
-				done <- run(context.Background(), []string{"send", "--user", fmt.Sprintf("s%d", s), "--to", "bob", "--url", st.URL, "--data", data, fmt.Sprintf("m%d", from+i)}, out, out)
+				// A generous ACK timeout: this test is about the tail being
+				// killed; under -race on 2 cores one send in a 1,000-message
+				// burst once took longer than the default 15 s (CI, 2026-11-30).
+				done <- run(context.Background(), []string{"send", "--user", fmt.Sprintf("s%d", s), "--to", "bob", "--url", st.URL, "--data", data, "--timeout", "90s", fmt.Sprintf("m%d", from+i)}, out, out)
 			}
 		}()
 	}
