@@ -23,6 +23,45 @@ type Template struct {
 	Routes    map[string]Route    // by route key
 	// HTTPRoutes maps "METHOD /path" of HttpApi events to function logical ids.
 	HTTPRoutes map[string]string
+	// Parameters by name.
+	Parameters map[string]Parameter
+	// Deployments are the AWS::ApiGatewayV2::Deployment resources of the
+	// WebSocket API.
+	Deployments map[string]Deployment
+	// Stages are the AWS::ApiGatewayV2::Stage resources.
+	Stages map[string]Stage
+
+	rules          map[string]*yaml.Node
+	routeIDs       []string // logical ids of the WebSocket routes
+	routeResponses []string // logical ids of their route responses
+}
+
+// RouteResources returns the logical ids of every WebSocket route and
+// route response: what a deployment must include.
+func (t *Template) RouteResources() []string {
+	out := append(append([]string{}, t.routeIDs...), t.routeResponses...)
+	sort.Strings(out)
+	return out
+}
+
+// Deployment is an AWS::ApiGatewayV2::Deployment.
+type Deployment struct {
+	LogicalID string
+	DependsOn []string
+}
+
+// Stage is an AWS::ApiGatewayV2::Stage.
+type Stage struct {
+	LogicalID string
+	// AutoDeploy is the stage's AutoDeploy property ("" when unset).
+	AutoDeploy string
+	// Deployment is the logical id its DeploymentId references.
+	Deployment string
+	// AccessLogs is true when the stage sets AccessLogSettings without a
+	// condition that can switch them off.
+	AccessLogs bool
+	// DependsOn lists the resources the stage waits for.
+	DependsOn []string
 }
 
 // Table is an AWS::DynamoDB::Table.
@@ -54,6 +93,17 @@ type Function struct {
 	// ReportsBatchItemFailures is true when every SQS event mapping sets
 	// FunctionResponseTypes: [ReportBatchItemFailures].
 	ReportsBatchItemFailures bool
+	// Timeout is the function's timeout in seconds (Globals or its own;
+	// Lambda's default of 3 when neither sets it).
+	Timeout int
+	// MaximumConcurrency is the ScalingConfig.MaximumConcurrency of each
+	// SQS event mapping, by queue logical id (0: unset).
+	MaximumConcurrency map[string]int
+	// BatchSize of each SQS event mapping by queue logical id (0: unset).
+	BatchSize map[string]int
+
+	envNodes map[string]*yaml.Node
+	policies *yaml.Node
 }
 
 // Route is an AWS::ApiGatewayV2::Route with its Lambda integration.
@@ -90,8 +140,21 @@ func Parse(b []byte) (*Template, error) {
 		return nil, fmt.Errorf("parse template: empty document")
 	}
 	root := doc.Content[0]
-	t := &Template{Tables: map[string]Table{}, Queues: map[string]Queue{}, Functions: map[string]Function{}, Routes: map[string]Route{}, HTTPRoutes: map[string]string{}}
-	globalEnv := envOf(get(get(get(get(root, "Globals"), "Function"), "Environment"), "Variables"))
+	t := &Template{Tables: map[string]Table{}, Queues: map[string]Queue{}, Functions: map[string]Function{}, Routes: map[string]Route{},
+		HTTPRoutes: map[string]string{}, Deployments: map[string]Deployment{}, Stages: map[string]Stage{}, rules: map[string]*yaml.Node{}}
+	t.Parameters = parseParameters(get(root, "Parameters"))
+	if rules := get(root, "Rules"); rules != nil {
+		for i := 0; i+1 < len(rules.Content); i += 2 {
+			t.rules[rules.Content[i].Value] = rules.Content[i+1]
+		}
+	}
+	globals := get(get(root, "Globals"), "Function")
+	globalVars := get(get(globals, "Environment"), "Variables")
+	globalEnv := envOf(globalVars)
+	globalTimeout, err := strconv.Atoi(scalar(get(globals, "Timeout")))
+	if err != nil {
+		globalTimeout = 3 // Lambda's default
+	}
 	resources := get(root, "Resources")
 	if resources == nil {
 		return nil, fmt.Errorf("parse template: no Resources")
@@ -132,11 +195,21 @@ func Parse(b []byte) (*Template, error) {
 			}
 			t.Queues[id] = q
 		case "AWS::Serverless::Function":
-			f := Function{LogicalID: id, Env: map[string]string{}, ReportsBatchItemFailures: true}
+			f := Function{LogicalID: id, Env: map[string]string{}, ReportsBatchItemFailures: true, Timeout: globalTimeout,
+				MaximumConcurrency: map[string]int{}, BatchSize: map[string]int{}, envNodes: map[string]*yaml.Node{}, policies: get(props, "Policies")}
+			if v, err := strconv.Atoi(scalar(get(props, "Timeout"))); err == nil {
+				f.Timeout = v
+			}
+			ownVars := get(get(props, "Environment"), "Variables")
+			for _, vars := range []*yaml.Node{globalVars, ownVars} {
+				for j := 0; vars != nil && j+1 < len(vars.Content); j += 2 {
+					f.envNodes[vars.Content[j].Value] = vars.Content[j+1]
+				}
+			}
 			for k, v := range globalEnv {
 				f.Env[k] = v
 			}
-			for k, v := range envOf(get(get(props, "Environment"), "Variables")) {
+			for k, v := range envOf(ownVars) {
 				f.Env[k] = v
 			}
 			events := get(props, "Events")
@@ -151,7 +224,10 @@ func Parse(b []byte) (*Template, error) {
 					continue
 				}
 				ep := get(ev, "Properties")
-				f.SQSEvents = append(f.SQSEvents, refOf(get(ep, "Queue")))
+				q := refOf(get(ep, "Queue"))
+				f.SQSEvents = append(f.SQSEvents, q)
+				f.MaximumConcurrency[q], _ = strconv.Atoi(scalar(get(get(ep, "ScalingConfig"), "MaximumConcurrency")))
+				f.BatchSize[q], _ = strconv.Atoi(scalar(get(ep, "BatchSize")))
 				reports := false
 				for _, rt := range seq(get(ep, "FunctionResponseTypes")) {
 					reports = reports || rt.Value == "ReportBatchItemFailures"
@@ -170,8 +246,16 @@ func Parse(b []byte) (*Template, error) {
 			}
 			routes = append(routes, r)
 			routeIDs[id] = r.key
+			t.routeIDs = append(t.routeIDs, id)
 		case "AWS::ApiGatewayV2::RouteResponse":
 			responses[refOf(get(props, "RouteId"))] = true
+			t.routeResponses = append(t.routeResponses, id)
+		case "AWS::ApiGatewayV2::Deployment":
+			t.Deployments[id] = Deployment{LogicalID: id, DependsOn: dependsOn(res)}
+		case "AWS::ApiGatewayV2::Stage":
+			als := get(props, "AccessLogSettings")
+			t.Stages[id] = Stage{LogicalID: id, AutoDeploy: scalar(get(props, "AutoDeploy")), Deployment: refOf(get(props, "DeploymentId")),
+				AccessLogs: als != nil && als.Tag != "!If", DependsOn: dependsOn(res)}
 		}
 	}
 	for _, r := range routes {
@@ -210,6 +294,21 @@ func (t *Template) QueueOrder() []string {
 		return ids[i] < ids[j]
 	})
 	return ids
+}
+
+func dependsOn(res *yaml.Node) []string {
+	dep := get(res, "DependsOn")
+	if dep == nil {
+		return nil
+	}
+	if dep.Kind == yaml.ScalarNode {
+		return []string{dep.Value}
+	}
+	var out []string
+	for _, x := range seq(dep) {
+		out = append(out, x.Value)
+	}
+	return out
 }
 
 // get returns the value of key in mapping node m, or nil.
