@@ -20,16 +20,25 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
-func startLocal(t *testing.T) *devstack.Stack {
+func startLocal(t *testing.T, concurrency ...int) *devstack.Stack {
 	t.Helper()
 	quick := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, time.Second, time.Second}}
-	st, err := devstack.Start(context.Background(), devstack.Options{
+	o := devstack.Options{
 		Prefix: fmt.Sprintf("cli%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
-	})
+	}
+	if len(concurrency) > 0 {
+		o.Concurrency = concurrency[0]
+	}
+	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(st.Close)
+	t.Cleanup(func() {
+		st.Close()
+		if f := st.Faults(); len(f) > 0 {
+			t.Errorf("the stack saw %d faults AWS would show:\n%s", len(f), strings.Join(f, "\n"))
+		}
+	})
 	return st
 }
 
@@ -174,7 +183,10 @@ func waitText(t *testing.T, b *syncBuffer, s string) {
 // the device, each once, in order; its output across runs is every seq in
 // order, where a kill may repeat at most the one line it interrupted.
 func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
-	st := startLocal(t)
+	// 10 `signet send` processes at once, each a fresh connection: this
+	// test is about the tail being killed, so it runs at AWS's standard
+	// account concurrency (1,000), not a new account's 10.
+	st := startLocal(t, 1000)
 	bin := filepath.Join(t.TempDir(), "signet")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
@@ -20,14 +21,21 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := fs.String("prefix", "signet-local", "name prefix of tables and queues")
 	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
+	concurrency := fs.Int("concurrency", devstack.DefaultConcurrency, "account Lambda concurrency: invocations beyond it are throttled (a new AWS account has 10)")
+	var params paramFlags
+	fs.Var(&params, "parameter", "template parameter override Name=Value, as sam deploy --parameter-overrides (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet local [flags]
 
 Runs Signet's whole backend on this machine with no AWS account and no
 Docker: DynamoDB (minidyn, in-process), SQS (goaws, in-process), the tables
 and queues of template.yaml, an API Gateway WebSocket emulation on --addr
-and the SQS event source of the redelivery function. Handlers are the same
-code the Lambdas run. Stop with Ctrl-C.
+and the SQS event sources. It is as strict as AWS: each function runs with
+the environment, IAM policy and timeout template.yaml gives it, within a
+shared account concurrency (--concurrency); a call its policy does not
+allow fails with AccessDeniedException and is logged as "IAM DENIED".
+Frames of one connection are dispatched concurrently, as API Gateway does.
+Handlers are the same code the Lambdas run. Stop with Ctrl-C.
 
 Environment:
   AWS_ENDPOINT_URL_DYNAMODB  use this DynamoDB endpoint instead of minidyn
@@ -58,6 +66,7 @@ Flags:
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
+		Concurrency: *concurrency, Parameters: params.values,
 	})
 	if err != nil {
 		return err
@@ -96,4 +105,21 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// paramFlags collects repeated --parameter Name=Value flags.
+type paramFlags struct{ values map[string]string }
+
+func (p *paramFlags) String() string { return "" }
+
+func (p *paramFlags) Set(v string) error {
+	name, value, ok := strings.Cut(v, "=")
+	if !ok || name == "" {
+		return fmt.Errorf("want Name=Value, got %q", v)
+	}
+	if p.values == nil {
+		p.values = map[string]string{}
+	}
+	p.values[name] = value
+	return nil
 }

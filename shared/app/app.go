@@ -83,6 +83,25 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	return h
 }
 
+// LoadConfig reads the configuration of the template function logicalID
+// through getenv and checks that every variable it needs is set: the init
+// step of every Signet Lambda, which the local stack runs for each function
+// with the environment the template gives it.
+func LoadConfig(getenv func(string) string, logicalID string) (signetcfg.Config, error) {
+	needs, ok := Needs[logicalID]
+	if !ok {
+		return signetcfg.Config{}, fmt.Errorf("no function %s", logicalID)
+	}
+	cfg, err := signetcfg.Load(getenv)
+	if err != nil {
+		return signetcfg.Config{}, err
+	}
+	if err := cfg.Require(needs...); err != nil {
+		return signetcfg.Config{}, err
+	}
+	return cfg, nil
+}
+
 // ManagementClient returns an @connections client for endpoint.
 func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementapi.Client {
 	return apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
@@ -94,12 +113,9 @@ func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementa
 // variables the function needs are set, and builds the handler with SDK
 // clients from the default AWS configuration (which honours
 // AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS).
-func FromEnv(ctx context.Context, getenv func(string) string, needs ...string) (*handler.Handler, error) {
-	cfg, err := signetcfg.Load(getenv)
+func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) (*handler.Handler, error) {
+	cfg, err := LoadConfig(getenv, logicalID)
 	if err != nil {
-		return nil, err
-	}
-	if err := cfg.Require(needs...); err != nil {
 		return nil, err
 	}
 	awsCfg, err := config.LoadDefaultConfig(ctx)

@@ -28,6 +28,10 @@ var Routes = map[string]string{
 	"summary":        "SummaryFunction",
 }
 
+// OneWay are the routes whose success answers nothing: they have no route
+// response (so a success costs no frame) and push their error frames.
+var OneWay = map[string]bool{"ack": true, "read": true}
+
 // HTTPRoutes maps every HTTP API route the code serves to its function.
 var HTTPRoutes = map[string]string{
 	"POST /v1/messages":           "AlertsFunction",
@@ -102,9 +106,40 @@ func Drift(t *template.Template) []string {
 			add("route %s: served by the code, missing from the template", key)
 		case r.Function != fn:
 			add("route %s: template integrates %s, the code serves it with %s", key, r.Function, fn)
-		case key != "$connect" && key != "$disconnect" && !r.Responds:
+		case OneWay[key] && r.Responds:
+			add("route %s: is one-way (its success answers nothing) but has a route response: API Gateway would send an empty frame", key)
+		case key != "$connect" && key != "$disconnect" && !OneWay[key] && !r.Responds:
 			add("route %s: needs a route response so its answers reach the caller", key)
 		}
+	}
+	// Every change to the API must go live: a stage with AutoDeploy that
+	// waits for every route and route response (a Deployment resource is
+	// created once, and one created before a route response misses it).
+	if len(t.Stages) != 1 {
+		add("websocket api: want exactly one stage, the template has %d", len(t.Stages))
+	}
+	for id, st := range t.Stages {
+		if st.AutoDeploy != "true" {
+			add("stage %s: needs AutoDeploy: true, or later changes to routes never reach it", id)
+		}
+		if st.Deployment != "" {
+			add("stage %s: names deployment %s; with AutoDeploy it must not", id, st.Deployment)
+		}
+		deps := map[string]bool{}
+		for _, d := range st.DependsOn {
+			deps[d] = true
+		}
+		for _, r := range t.RouteResources() {
+			if !deps[r] {
+				add("stage %s: does not depend on %s, so its first deployment may miss it", id, r)
+			}
+		}
+		if st.AccessLogs {
+			add("stage %s: access logs need the account's API Gateway CloudWatch role; they must be behind a condition, off by default", id)
+		}
+	}
+	for id := range t.Deployments {
+		add("deployment %s: is deployed once and never again; use the stage's AutoDeploy", id)
 	}
 	for key := range t.Routes {
 		if _, ok := Routes[key]; !ok {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +17,11 @@ func load(t *testing.T) *template.Template {
 		t.Fatal(err)
 	}
 	return tmpl
+}
+
+func templateBytes(t *testing.T) []byte {
+	t.Helper()
+	return signet.Template
 }
 
 func TestTemplateAndCodeAgree(t *testing.T) {
@@ -42,6 +48,25 @@ func TestDriftIsDetected(t *testing.T) {
 		{"extra route in template", func(t *template.Template) {
 			t.Routes["teleport"] = template.Route{Key: "teleport", Function: "DefaultFunction"}
 		}, "route teleport: in the template, not served"},
+		{"one-way route given a route response", func(t *template.Template) { r := t.Routes["ack"]; r.Responds = true; t.Routes["ack"] = r }, "route ack: is one-way"},
+		{"stage without AutoDeploy", func(t *template.Template) {
+			s := t.Stages["WebSocketStage"]
+			s.AutoDeploy = ""
+			t.Stages["WebSocketStage"] = s
+		}, "stage WebSocketStage: needs AutoDeploy"},
+		{"stage deployed before a route response exists", func(t *template.Template) {
+			s := t.Stages["WebSocketStage"]
+			s.DependsOn = slices.DeleteFunc(slices.Clone(s.DependsOn), func(d string) bool { return d == "SyncRouteResponse" })
+			t.Stages["WebSocketStage"] = s
+		}, "does not depend on SyncRouteResponse"},
+		{"a deployment resource", func(t *template.Template) {
+			t.Deployments["WebSocketDeployment"] = template.Deployment{LogicalID: "WebSocketDeployment"}
+		}, "deployment WebSocketDeployment: is deployed once"},
+		{"access logs always on", func(t *template.Template) {
+			s := t.Stages["WebSocketStage"]
+			s.AccessLogs = true
+			t.Stages["WebSocketStage"] = s
+		}, "access logs need the account's API Gateway CloudWatch role"},
 		{"batch failures off", func(t *template.Template) {
 			f := t.Functions["RedeliverFunction"]
 			f.ReportsBatchItemFailures = false

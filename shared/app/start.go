@@ -15,7 +15,7 @@ import (
 // runtime with that function's method (see Functions). A configuration error exits the
 // process before the runtime starts, so the init failure shows in the logs.
 func Start(logicalID string) {
-	h, err := FromEnv(context.Background(), os.Getenv, Needs[logicalID]...)
+	h, err := FromEnv(context.Background(), os.Getenv, logicalID)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", logicalID, err)
 		os.Exit(1)

@@ -265,6 +265,8 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			return err
 		}
 		s.c.resolve(a.ClientMsgID, sendResult{sent: a})
+		// The next send of that conversation may go now.
+		return s.flushOutbox(ctx)
 	case wire.TypeReceipt:
 		var r wire.Receipt
 		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnReceipt != nil {
@@ -281,8 +283,38 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			return nil
 		}
 		return s.serverError(ctx, e)
+	case "":
+		var g gatewayError
+		if json.Unmarshal(data, &g) == nil && g.Message != "" {
+			s.gatewayError(g)
+		}
 	}
 	return nil
+}
+
+// gatewayError is API Gateway's own answer to a frame whose invocation
+// failed (Lambda throttled, timed out or crashed): {"message": "Internal
+// server error", "connectionId": …, "requestId": …}. It names no request.
+type gatewayError struct {
+	Message   string `json:"message"`
+	RequestID string `json:"requestId"`
+}
+
+// gatewayError retries whatever may have been lost: every send in flight
+// (after a second, with the same clientMsgId: idempotent), the ack
+// (cumulative) and an unanswered sync.
+func (s *session) gatewayError(g gatewayError) {
+	s.c.log.Warn("gateway error; retrying what is in flight", "message", g.Message, "requestId", g.RequestID)
+	retry := time.Now().Add(time.Second - s.c.opts.ResendAfter)
+	for id, at := range s.sentAt {
+		if at.After(retry) {
+			s.sentAt[id] = retry
+		}
+	}
+	s.forceAck = true
+	if s.syncing && s.syncAt.IsZero() {
+		s.syncAt = time.Now().Add(time.Second)
+	}
 }
 
 // receive applies one entry, pushed or synced.
@@ -381,14 +413,24 @@ func (s *session) ack(ctx context.Context) error {
 	return nil
 }
 
-// flushOutbox sends every pending send not sent recently on this connection.
+// flushOutbox sends, per conversation, the oldest pending send unless it
+// was sent recently on this connection. One send per conversation is in
+// flight at a time: API Gateway invokes each frame on its own, so two
+// frames sent back to back can be stored in either order; waiting for the
+// server's ACK (or refusal) before the next keeps the sender's order.
 func (s *session) flushOutbox(ctx context.Context) error {
 	items, err := s.c.store.outbox()
 	if err != nil {
 		return err
 	}
 	now := time.Now()
+	busy := map[string]bool{}
 	for _, it := range items {
+		conv := it.conversation()
+		if busy[conv] {
+			continue
+		}
+		busy[conv] = true
 		if at, ok := s.sentAt[it.ID]; ok && now.Sub(at) < s.c.opts.ResendAfter {
 			continue
 		}
@@ -414,7 +456,7 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 			return err
 		}
 		s.c.resolve(e.ClientMsgID, sendResult{err: &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}})
-		return nil
+		return s.flushOutbox(ctx)
 	}
 	if e.Code == wire.CodeRateLimited && s.syncing {
 		s.syncAt = time.Now().Add(time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond)

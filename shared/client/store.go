@@ -34,6 +34,20 @@ type outboxItem struct {
 	At    time.Time `json:"at"`
 }
 
+// conversation names the conversation the send goes to, as the frame names
+// it (a recipient or a conversation id): the unit of send order.
+func (it outboxItem) conversation() string {
+	var f struct {
+		To             string `json:"to"`
+		ConversationID string `json:"conversationId"`
+	}
+	_ = json.Unmarshal([]byte(it.Frame), &f)
+	if f.ConversationID != "" {
+		return "c:" + f.ConversationID
+	}
+	return "to:" + f.To
+}
+
 func openStore(path string) (*store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("client store dir: %w", err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,6 +195,42 @@ func (c *wsClient) quiet(typ string, d time.Duration) {
 	}
 }
 
+// awaitSent waits until every id in bodies has its "sent", resending (with
+// the same clientMsgId, so idempotently) those refused with rate_limited or
+// internal, as a client must when frames are dispatched concurrently.
+func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Duration) {
+	c.t.Helper()
+	left := map[string]bool{}
+	for id := range bodies {
+		left[id] = true
+	}
+	deadline := time.After(timeout)
+	for len(left) > 0 {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Errorf("connection closed with %d sends unacknowledged", len(left))
+				return
+			}
+			switch {
+			case f.Type == "sent":
+				delete(left, f.ClientMsgID)
+			case f.Type == "error" && left[f.ClientMsgID] && (f.Code == "rate_limited" || f.Code == "internal"):
+				time.Sleep(50 * time.Millisecond)
+				c.send(f.ClientMsgID, to, bodies[f.ClientMsgID])
+			case f.Type == "error" && left[f.ClientMsgID]:
+				c.t.Errorf("send %s refused: %s %s", f.ClientMsgID, f.Code, f.Message)
+				return
+			default:
+				c.backlog = append(c.backlog, f)
+			}
+		case <-deadline:
+			c.t.Errorf("%d sends unacknowledged after %s", len(left), timeout)
+			return
+		}
+	}
+}
+
 func (c *wsClient) send(clientMsgID, to string, body any) {
 	c.t.Helper()
 	c.write(map[string]any{"action": "send", "clientMsgId": clientMsgID, "to": to, "body": body})
@@ -217,7 +254,15 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
-	t.Cleanup(st.Close)
+	t.Cleanup(func() {
+		st.Close()
+		// The stack is as strict as AWS: a call a function's template role
+		// does not allow, or a frame API Gateway would not deliver, fails
+		// the test that caused it.
+		if f := st.Faults(); len(f) > 0 {
+			t.Errorf("the stack saw %d faults AWS would show:\n%s", len(f), strings.Join(f, "\n"))
+		}
+	})
 	return st
 }
 

@@ -13,8 +13,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +39,7 @@ import (
 	"github.com/signet-im/signet/shared/eventsource"
 	"github.com/signet-im/signet/shared/gateway"
 	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/iam"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/provision"
 	"github.com/signet-im/signet/shared/template"
@@ -80,9 +84,25 @@ type Options struct {
 	// of the same settings (see package config).
 	FanoutBatch, MemberLimit int
 	PresenceDebounce         time.Duration
-	// Configure, when set, adjusts the handler before anything runs
-	// (tests wrap a storage interface to inject faults).
-	Configure func(*handler.Handler)
+	// Configure, when set, adjusts each function's handler (named by its
+	// template logical id) before anything runs (tests wrap a storage
+	// interface to inject faults into one function).
+	Configure func(function string, h *handler.Handler)
+	// Parameters override template parameters, as `sam deploy
+	// --parameter-overrides` does; they are checked against the
+	// parameters' constraints and the template's Rules.
+	Parameters map[string]string
+	// Env overrides environment variables the template sets on a function
+	// (like `sam local --env-vars`: a variable the template does not set
+	// on a function is not added to it). The typed settings above are
+	// applied this way.
+	Env map[string]string
+	// Concurrency is the account's Lambda concurrency: invocations beyond
+	// it are throttled (default DefaultConcurrency, a new account's).
+	Concurrency int
+	// SerialFrames makes the gateway run one connection's frames one after
+	// another. API Gateway does not: a test switch, never the default.
+	SerialFrames bool
 	// APIOptions are added to every SDK client (e.g. call counters).
 	APIOptions []func(*middleware.Stack) error
 	// Log receives structured logs (discarded when nil).
@@ -104,33 +124,51 @@ type Stack struct {
 	// DynamoDB and SQS are SDK clients for the stack's emulators.
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
-	// Store is the DynamoDB store the handlers use.
+	// Store is a DynamoDB store over the stack's tables with full rights
+	// (for inspection; the functions each have their own, under their role).
 	Store *dynamo.Store
-	// Handler is the handler set every route and the poller invoke.
-	Handler *handler.Handler
 	// Gateway is the WebSocket API emulation.
 	Gateway *gateway.Gateway
 	// Resources are the provisioned table names and queue URLs.
 	Resources provision.Resources
-	// Config is the configuration the handlers run with.
+	// Config is the configuration SendFunction runs with.
 	Config config.Config
 
-	cancel context.CancelFunc
-	stops  []func()
-	wg     sync.WaitGroup
+	log       *slog.Logger
+	runtime   *runtime
+	functions map[string]*function
+	mu        sync.Mutex
+	denials   []string
+	cancel    context.CancelFunc
+
+	transportOnce sync.Once
+	httpTransport *http.Transport
+	stops         []func()
+	wg            sync.WaitGroup
 }
 
 // Start provisions and starts a local stack.
 func Start(ctx context.Context, o Options) (*Stack, error) {
 	o = withDefaults(o)
-	st := &Stack{}
+	st := &Stack{log: o.Log}
 	ok := false
 	defer func() {
 		if !ok {
 			st.Close()
 		}
 	}()
-	var err error
+	tmpl, err := template.Parse(signet.Template)
+	if err != nil {
+		return nil, err
+	}
+	// CloudFormation checks parameters and Rules before it creates anything.
+	params, err := tmpl.ParameterValues(o.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	if err := tmpl.CheckRules(params); err != nil {
+		return nil, err
+	}
 	if st.DynamoDBEndpoint = o.DynamoDBEndpoint; st.DynamoDBEndpoint == "" {
 		var stop func()
 		if st.DynamoDBEndpoint, stop, err = StartMinidyn(); err != nil {
@@ -149,27 +187,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	} else {
 		o.Progress("sqs: %s", st.SQSEndpoint)
 	}
-	awsCfg := aws.Config{
-		Region:      o.Region,
-		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
-		APIOptions:  o.APIOptions,
-		// Emulators under load answer 500 now and then (moto is not
-		// thread-safe): retry more, and without the client-side retry
-		// quota that would turn a burst of retries into failures.
-		Retryer: func() aws.Retryer {
-			return retry.NewStandard(func(so *retry.StandardOptions) {
-				so.MaxAttempts = 8
-				so.RateLimiter = ratelimit.None
-			})
-		},
-	}
-	st.DynamoDB = dynamodb.NewFromConfig(awsCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) })
-	st.SQS = sqs.NewFromConfig(awsCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) })
+	adminCfg := st.awsConfig(o, nil)
+	st.DynamoDB = dynamodb.NewFromConfig(adminCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) })
+	st.SQS = sqs.NewFromConfig(adminCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) })
 
-	tmpl, err := template.Parse(signet.Template)
-	if err != nil {
-		return nil, err
-	}
 	if st.Resources, err = provision.Apply(ctx, tmpl, st.DynamoDB, st.SQS, o.Prefix, o.Progress); err != nil {
 		return nil, err
 	}
@@ -180,53 +201,40 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	host := ln.Addr().String()
 	st.URL = "ws://" + host + "/"
-	st.ManagementURL = "http://" + host + "/local"
+	gw := &gateway.Gateway{Routes: map[string]gateway.Route{}, Log: o.Log, Serial: o.SerialFrames, Stage: params["Stage"]}
+	st.Gateway = gw
+	st.ManagementURL = "http://" + host + "/" + gw.StageName()
 
-	cfg, err := config.Load(func(string) string { return "" })
-	if err != nil {
+	res := &resolver{params: params, tables: st.Resources.Tables, queues: st.Resources.Queues, prefix: o.Prefix, region: o.Region, apiID: gw.API()}
+	st.runtime = newRuntime(o.Concurrency, func(msg string, args ...any) { o.Log.Warn(msg, args...) })
+	fns := map[string]any{}
+	for _, id := range slices.Sorted(maps.Keys(tmpl.Functions)) {
+		fn, err := st.function(ctx, tmpl, id, res, params, o)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		methods := app.Functions(fn.handler)
+		if fns[id], err = wrap(st.runtime, fn, methods[id]); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
+	// Tests and operators inspect storage with full rights, as an admin would.
+	st.Store = dynamo.New(st.DynamoDB, dynamo.Tables{Connections: st.Config.ConnectionsTable, Inbox: st.Config.InboxTable,
+		Messages: st.Config.MessagesTable, Trace: st.Config.TraceTable, Alerts: st.Config.AlertsTable})
+	st.Store.Retention, st.Store.HistoryRetention = st.Config.InboxRetention, st.Config.HistoryRetention
+
+	if err := routeGateway(gw, tmpl, fns); err != nil {
 		ln.Close()
 		return nil, err
 	}
-	cfg.ConnectionsTable = st.Resources.Tables["ConnectionsTable"]
-	cfg.InboxTable = st.Resources.Tables["InboxTable"]
-	cfg.MessagesTable = st.Resources.Tables["MessagesTable"]
-	cfg.TraceTable = st.Resources.Tables["TraceTable"]
-	cfg.AlertsTable = st.Resources.Tables["AlertsTable"]
-	cfg.AdminKey = o.AdminKey
-	cfg.RedeliveryQueueURL = st.Resources.Queues["RedeliveryQueue"]
-	cfg.WebSocketEndpoint = st.ManagementURL
-	cfg.JWTSecret = o.Secret
-	cfg.Redelivery = *o.Redelivery
-	cfg.SyncInterval = o.SyncInterval
-	cfg.FanoutQueueURL = st.Resources.Queues["FanoutQueue"]
-	if o.FanoutBatch > 0 {
-		cfg.FanoutBatch = o.FanoutBatch
-	}
-	if o.MemberLimit > 0 {
-		cfg.MemberLimit = o.MemberLimit
-	}
-	if o.PresenceDebounce > 0 {
-		cfg.PresenceDebounce = o.PresenceDebounce
-	}
-	st.Config = cfg
-	st.Handler = app.New(cfg, app.Clients{DynamoDB: st.DynamoDB, SQS: st.SQS, Management: app.ManagementClient(awsCfg, st.ManagementURL)}, o.Log)
-	st.Store = st.Handler.Inbox.(*dynamo.Store)
-	if o.Configure != nil {
-		o.Configure(st.Handler)
-	}
-
-	fns := app.Functions(st.Handler)
-	st.Gateway, err = newGateway(tmpl, fns, o.Log)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	srv := &http.Server{Handler: st.Gateway, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
 	st.wg.Go(func() { _ = srv.Serve(ln) })
 	st.stops = append(st.stops, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		st.Gateway.Close()
+		gw.Close()
 		_ = srv.Shutdown(ctx)
 	})
 
@@ -249,7 +257,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 
 	runCtx, cancel := context.WithCancel(context.Background())
 	st.cancel = cancel
-	for id, fn := range tmpl.Functions {
+	for _, id := range slices.Sorted(maps.Keys(tmpl.Functions)) {
+		fn := tmpl.Functions[id]
 		for _, q := range fn.SQSEvents {
 			h, ok := fns[id].(func(context.Context, events.SQSEvent) (events.SQSEventResponse, error))
 			if !ok {
@@ -260,34 +269,196 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			if err != nil {
 				return nil, err
 			}
-			p := &eventsource.Poller{Client: st.SQS, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, RetryAfter: o.RetryAfter, Log: o.Log}
+			// The event source mapping polls with the function's role, at
+			// most MaximumConcurrency batches at once (AWS's minimum is 2).
+			p := &eventsource.Poller{Client: st.functions[id].sqs, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait,
+				RetryAfter: o.RetryAfter, Log: o.Log, BatchSize: int32(fn.BatchSize[q]), Concurrency: max(fn.MaximumConcurrency[q], 2)}
 			st.wg.Go(func() { p.Run(runCtx) })
-			o.Progress("event source: %s -> %s", q, id)
+			o.Progress("event source: %s -> %s (batch %d, concurrency %d)", q, id, p.BatchSize, p.Concurrency)
 		}
 	}
+	o.Progress("lambda: %d functions, each with its own environment, role and timeout; account concurrency %d", len(fns), o.Concurrency)
 	ok = true
 	return st, nil
 }
 
-// newGateway builds the WebSocket API from the template's routes, each
-// invoking the function the template integrates it with.
-func newGateway(t *template.Template, fns map[string]any, log *slog.Logger) (*gateway.Gateway, error) {
-	g := &gateway.Gateway{Routes: map[string]gateway.Route{}, Log: log}
+// awsConfig is the SDK configuration of the stack's clients; a non-nil
+// transport sits between them and the emulators (a function's IAM policy).
+func (st *Stack) awsConfig(o Options, transport http.RoundTripper) aws.Config {
+	cfg := aws.Config{
+		Region:      o.Region,
+		Credentials: credentials.NewStaticCredentialsProvider("local", "local", ""),
+		APIOptions:  o.APIOptions,
+		// Emulators under load answer 500 now and then (moto is not
+		// thread-safe): retry more, and without the client-side retry
+		// quota that would turn a burst of retries into failures.
+		Retryer: func() aws.Retryer {
+			return retry.NewStandard(func(so *retry.StandardOptions) {
+				so.MaxAttempts = 8
+				so.RateLimiter = ratelimit.None
+			})
+		},
+	}
+	if transport != nil {
+		cfg.HTTPClient = &http.Client{Transport: transport}
+	}
+	return cfg
+}
+
+// function builds one template function as Lambda would run it: its
+// environment from the template (with the stack's overrides of variables
+// the template sets), its init (configuration load and checks, exactly as
+// the Lambda binary does), and SDK clients that carry its IAM policy.
+func (st *Stack) function(ctx context.Context, tmpl *template.Template, id string, res *resolver, params map[string]string, o Options) (*function, error) {
+	env, err := tmpl.Env(id, res)
+	if err != nil {
+		return nil, err
+	}
+	for name, v := range env {
+		env[name] = resolveSSM(v, map[string]string{params["JwtSecretParameter"]: o.Secret, params["AdminKeyParameter"]: o.AdminKey})
+	}
+	if _, set := env[config.EnvWebSocketAPI]; set {
+		// The deployed endpoint is the API's execute-api URL; locally it
+		// is the gateway's @connections endpoint.
+		env[config.EnvWebSocketAPI] = st.ManagementURL
+	}
+	// Like `sam local --env-vars`: an override replaces a variable the
+	// template sets on the function and adds none it does not.
+	for name, v := range o.Env {
+		if _, set := env[name]; set {
+			env[name] = v
+		}
+	}
+	policy, err := tmpl.Policy(id, res)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := app.LoadConfig(func(k string) string { return env[k] }, id)
+	if err != nil {
+		return nil, fmt.Errorf("function %s failed its init (as it would in Lambda): %w", id, err)
+	}
+	fn := &function{id: id, timeout: time.Duration(tmpl.Functions[id].Timeout) * time.Second, env: env, policy: policy,
+		arn: fmt.Sprintf("arn:aws:lambda:%s:%s:function:%s-%s", o.Region, accountID, o.Prefix, id)}
+	transport := &enforcer{function: id, policy: policy, next: st.transport(),
+		arn:       arns{partition: "aws", region: o.Region, account: accountID, apiID: res.apiID},
+		principal: fmt.Sprintf("arn:aws:sts::%s:assumed-role/%s-%sRole/%s-%s", accountID, o.Prefix, id, o.Prefix, id),
+		denied:    st.recordDenial}
+	awsCfg := st.awsConfig(o, transport)
+	clients := app.Clients{
+		DynamoDB: dynamodb.NewFromConfig(awsCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) }),
+		SQS:      sqs.NewFromConfig(awsCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) }),
+	}
+	if cfg.WebSocketEndpoint != "" {
+		clients.Management = app.ManagementClient(awsCfg, cfg.WebSocketEndpoint)
+	}
+	fn.sqs = clients.SQS
+	fn.handler = app.New(cfg, clients, o.Log.With("function", id))
+	if o.Configure != nil {
+		o.Configure(id, fn.handler)
+	}
+	if st.functions == nil {
+		st.functions = map[string]*function{}
+	}
+	st.functions[id] = fn
+	if id == "SendFunction" {
+		st.Config = cfg
+	}
+	return fn, nil
+}
+
+// transport is the one HTTP transport under every function's IAM check:
+// keep-alive pools large enough for the whole account's concurrency
+// (http.DefaultTransport keeps 2 idle connections per host, so a busy
+// stack would open and close a TCP connection per call).
+func (st *Stack) transport() http.RoundTripper {
+	st.transportOnce.Do(func() {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 256, 128
+		st.httpTransport = t
+	})
+	return st.httpTransport
+}
+
+// function is one Lambda function of the template as the stack runs it.
+type function struct {
+	id      string
+	arn     string
+	timeout time.Duration
+	env     map[string]string
+	policy  iam.Policy
+	handler *handler.Handler
+	sqs     *sqs.Client
+}
+
+func (st *Stack) recordDenial(function string, r iam.Request) {
+	st.mu.Lock()
+	st.denials = append(st.denials, function+": "+r.String())
+	st.mu.Unlock()
+	st.log.Error("IAM DENIED: the template does not grant this call; it fails the same way on AWS",
+		"function", function, "action", r.Action, "resource", r.Resource)
+}
+
+// Denials lists every SDK call a function made that its template policy
+// does not allow ("Function: action on resource"), in order.
+func (st *Stack) Denials() []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return append([]string(nil), st.denials...)
+}
+
+// Faults lists what AWS would have refused or a client would have choked
+// on: every IAM denial, and the empty and oversize frames the backend asked
+// the gateway to send. A test that runs a stack fails on any of them.
+func (st *Stack) Faults() []string {
+	out := st.Denials()
+	for i, d := range out {
+		out[i] = "IAM denied " + d
+	}
+	if st.Gateway != nil {
+		if empty, oversize := st.Gateway.Faults(); empty+oversize > 0 {
+			out = append(out, fmt.Sprintf("gateway asked to send %d empty and %d oversize (> 128 KB) frames", empty, oversize))
+		}
+	}
+	return out
+}
+
+// Running is how many invocations are running now.
+func (st *Stack) Running() int { return int(st.runtime.running.Load()) }
+
+// Limits reports the invocations the Lambda runtime throttled or timed out.
+func (st *Stack) Limits() Limits { return st.runtime.limits() }
+
+// FunctionEnv returns the environment function id runs with.
+func (st *Stack) FunctionEnv(id string) map[string]string {
+	fn := st.functions[id]
+	if fn == nil {
+		return nil
+	}
+	out := map[string]string{}
+	for k, v := range fn.env {
+		out[k] = v
+	}
+	return out
+}
+
+// routeGateway gives each route of the template the function the template
+// integrates it with.
+func routeGateway(g *gateway.Gateway, t *template.Template, fns map[string]any) error {
 	for key, r := range t.Routes {
 		h, ok := fns[r.Function].(func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error))
 		if !ok {
-			return nil, fmt.Errorf("route %s: function %s has no WebSocket handler", key, r.Function)
+			return fmt.Errorf("route %s: function %s has no WebSocket handler", key, r.Function)
 		}
 		g.Routes[key] = gateway.Route{Handler: h, Responds: r.Responds}
 		if r.Authorizer != "" {
 			a, ok := fns[r.Authorizer].(func(context.Context, events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error))
 			if !ok {
-				return nil, fmt.Errorf("route %s: authorizer %s has no authorizer handler", key, r.Authorizer)
+				return fmt.Errorf("route %s: authorizer %s has no authorizer handler", key, r.Authorizer)
 			}
 			g.Authorizer = a
 		}
 	}
-	return g, nil
+	return nil
 }
 
 func queueARN(ctx context.Context, c *sqs.Client, url string) (string, error) {
@@ -327,10 +498,39 @@ func withDefaults(o Options) Options {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	env := map[string]string{
+		config.EnvPushTimeout:  o.Redelivery.PushTimeout.String(),
+		config.EnvBackoff:      joinDurations(o.Redelivery.Backoff),
+		config.EnvSyncInterval: o.SyncInterval.String(),
+	}
+	if o.FanoutBatch > 0 {
+		env[config.EnvFanoutBatch] = strconv.Itoa(o.FanoutBatch)
+	}
+	if o.MemberLimit > 0 {
+		env[config.EnvMemberLimit] = strconv.Itoa(o.MemberLimit)
+	}
+	if o.PresenceDebounce > 0 {
+		env[config.EnvPresenceDebounce] = o.PresenceDebounce.String()
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	o.Env = env
 	if o.Progress == nil {
 		o.Progress = func(string, ...any) {}
 	}
 	return o
+}
+
+func joinDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 // Close stops the poller, closes every connection (running $disconnect) and
@@ -344,6 +544,9 @@ func (st *Stack) Close() {
 	}
 	st.stops = nil
 	st.wg.Wait()
+	if st.httpTransport != nil {
+		st.httpTransport.CloseIdleConnections()
+	}
 }
 
 // EndpointsFromEnv returns the DynamoDB and SQS endpoints named by

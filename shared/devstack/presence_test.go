@@ -146,7 +146,7 @@ func (c *clock) Advance(d time.Duration) {
 func TestSummaryAfter31DaysAwayReportsUnreadCounts(t *testing.T) {
 	t.Parallel()
 	clk := &clock{}
-	st := startStack(t, devstack.Options{Configure: func(h *handler.Handler) { h.Now = clk.Now }})
+	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) { h.Now = clk.Now }})
 	ctx := context.Background()
 	alice, carol := dial(t, st, "alice", "laptop"), dial(t, st, "carol", "laptop")
 	bob := dial(t, st, "bob", "phone")

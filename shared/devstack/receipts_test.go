@@ -88,6 +88,70 @@ func TestOneToOneReceiptsAreWatermarks(t *testing.T) {
 	}
 }
 
+// historyPages pages back through conv from the newest message with the
+// given limit and returns the convSeqs in order and the raw pages.
+func historyPages(t *testing.T, c *wsClient, conv string, limit int) (seqs []int64, pages []string) {
+	t.Helper()
+	before := int64(0)
+	for {
+		c.write(map[string]any{"action": "history", "conversationId": conv, "before": before, "limit": limit})
+		var raw string
+		for raw == "" {
+			select {
+			case r := <-c.raw:
+				if strings.Contains(r, `"type":"history"`) {
+					raw = r
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no history page %d within 30s (an oversize page is not delivered)", len(pages))
+			}
+		}
+		pages = append(pages, raw)
+		var p struct {
+			Messages []struct {
+				ConvSeq int64 `json:"convSeq"`
+			} `json:"messages"`
+			HasMore bool  `json:"hasMore"`
+			Before  int64 `json:"before"`
+		}
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			t.Fatal(err)
+		}
+		var page []int64
+		for _, m := range p.Messages {
+			page = append(page, m.ConvSeq)
+		}
+		seqs = append(page, seqs...)
+		if !p.HasMore {
+			return seqs, pages
+		}
+		before = p.Before
+	}
+}
+
+// A history page once carried 12 messages of 15 KB: 181,882 bytes, over
+// API Gateway's 128 KB message limit. Pages of large messages must fit.
+func TestHistoryPagesOfLargeMessagesFitTheGatewayLimit(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	const n = 12
+	big := strings.Repeat("x", im.MaxBodyBytes-100)
+	for i := 1; i <= n; i++ {
+		alice.send(fmt.Sprintf("big-%d", i), "bob", fmt.Sprintf("%02d %s", i, big))
+		alice.next("sent", 30*time.Second)
+	}
+	got, pages := historyPages(t, alice, string(im.Direct("alice", "bob")), 100)
+	for i, p := range pages {
+		if len(p) > 128<<10 {
+			t.Errorf("history page %d is %d bytes, over the 128 KB limit", i, len(p))
+		}
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6 7 8 9 10 11 12]" || len(pages) < 2 {
+		t.Fatalf("history = %v in %d pages", got, len(pages))
+	}
+}
+
 func TestHistoryPagesBackThroughTheConversation(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{})
@@ -97,41 +161,7 @@ func TestHistoryPagesBackThroughTheConversation(t *testing.T) {
 		alice.next("sent", 5*time.Second)
 	}
 	conv := string(im.Direct("alice", "bob"))
-	type page struct {
-		Messages []struct {
-			ConvSeq int64           `json:"convSeq"`
-			Body    json.RawMessage `json:"body"`
-		} `json:"messages"`
-		HasMore bool  `json:"hasMore"`
-		Before  int64 `json:"before"`
-	}
-	get := func(before int64) page {
-		alice.write(map[string]any{"action": "history", "conversationId": conv, "before": before, "limit": 3})
-		for {
-			r := <-alice.raw
-			if strings.Contains(r, `"type":"history"`) {
-				var p page
-				if err := json.Unmarshal([]byte(r), &p); err != nil {
-					t.Fatal(err)
-				}
-				return p
-			}
-		}
-	}
-	var got []int64
-	before := int64(0)
-	for {
-		p := get(before)
-		var seqs []int64
-		for _, m := range p.Messages {
-			seqs = append(seqs, m.ConvSeq)
-		}
-		got = append(seqs, got...)
-		if !p.HasMore {
-			break
-		}
-		before = p.Before
-	}
+	got, _ := historyPages(t, alice, conv, 3)
 	if fmt.Sprint(got) != "[1 2 3 4 5 6 7]" {
 		t.Fatalf("history = %v", got)
 	}

@@ -158,7 +158,10 @@ func TestRetryAfterCrashBetweenStoreAndAck(t *testing.T) {
 
 func TestConcurrentSendersGiveAContiguousInboxNoCursorSkips(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{})
+	// 8 senders pipelining 12 raw frames each at once: more than a new
+	// account's 10 concurrent executions, so this test of sequence
+	// allocation runs with AWS's standard account quota.
+	st := startStack(t, devstack.Options{Concurrency: 1000})
 	const senders, each = 8, 12
 	ctx := context.Background()
 
@@ -201,16 +204,18 @@ func TestConcurrentSendersGiveAContiguousInboxNoCursorSkips(t *testing.T) {
 	var wg sync.WaitGroup
 	for s := range senders {
 		c := dial(t, st, fmt.Sprintf("sender%d", s), "d")
+		bodies := map[string]any{}
+		for i := range each {
+			bodies[fmt.Sprintf("m-%d", i)] = i
+		}
 		wg.Go(func() {
 			for i := range each {
 				c.send(fmt.Sprintf("m-%d", i), "bob", i)
 			}
+			// Concurrent dispatch makes the senders contend for bob's
+			// inbox head: some sends are refused (rate_limited) and resent.
+			c.awaitSent("bob", bodies, 2*time.Minute)
 		})
-		defer func() {
-			for range each {
-				c.next("sent", 30*time.Second)
-			}
-		}()
 	}
 	wg.Wait()
 	// Deferred waits run at return; wait for all ACKs now instead.

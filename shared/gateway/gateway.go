@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -35,6 +36,7 @@ type Route struct {
 // Limits of API Gateway WebSocket APIs.
 const (
 	MaxMessageBytes = 128 << 10
+	MaxFrameBytes   = 32 << 10
 	IdleTimeout     = 10 * time.Minute
 	MaxLifetime     = 2 * time.Hour
 )
@@ -54,7 +56,12 @@ type Gateway struct {
 	IdleTimeout, MaxLifetime time.Duration
 	// Log receives structured logs (slog.Default when nil).
 	Log *slog.Logger
+	// Serial runs one connection's frames one after another. API Gateway
+	// invokes each frame's integration independently and concurrently;
+	// this is a test switch, never the default.
+	Serial bool
 
+	stats Stats
 	mu    sync.Mutex
 	conns map[string]*conn
 	wg    sync.WaitGroup
@@ -69,10 +76,12 @@ type conn struct {
 	authorizer  map[string]any
 	cancel      context.CancelFunc
 	mu          sync.Mutex // guards lastActive
-	// ready is closed once ws is set (or the upgrade failed, ws nil): the
-	// connection is registered before the client gets its 101, so a push
-	// right after the client connected never meets a 410.
-	ready chan struct{}
+	// connected is closed when $connect has succeeded: before that,
+	// PostToConnection answers 410 as AWS does. ready is closed once ws is
+	// set (or the upgrade failed, ws nil): a push between the two waits for
+	// the socket, so a push right after the client got its 101 never meets
+	// a 410.
+	connected, ready chan struct{}
 }
 
 func (g *Gateway) log() *slog.Logger {
@@ -81,6 +90,29 @@ func (g *Gateway) log() *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// Stats counts what the gateway refused to send or sent though a real
+// client would not want it: every one is a fault of the backend.
+type Stats struct {
+	// EmptyFrames are route responses without a body on two-way routes:
+	// API Gateway sends them as empty frames.
+	EmptyFrames atomic.Int64
+	// OversizeFrames are route responses and pushes over 128 KB, which
+	// API Gateway refuses.
+	OversizeFrames atomic.Int64
+}
+
+// Faults returns the counts of empty and oversize frames the backend asked
+// the gateway to send.
+func (g *Gateway) Faults() (empty, oversize int64) {
+	return g.stats.EmptyFrames.Load(), g.stats.OversizeFrames.Load()
+}
+
+// StageName is the stage the API is deployed to ("local" by default).
+func (g *Gateway) StageName() string { return g.stage() }
+
+// API is the API id in request contexts and ARNs ("local" by default).
+func (g *Gateway) API() string { return g.apiID() }
 
 func (g *Gateway) stage() string {
 	if g.Stage == "" {
@@ -203,6 +235,21 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		}
 		rc.Authorizer = c.authorizer
 	}
+	// The connection exists from the start of $connect, but until $connect
+	// succeeds PostToConnection answers 410 (ready is not yet closed).
+	c.ready, c.connected = make(chan struct{}), make(chan struct{})
+	g.mu.Lock()
+	if g.conns == nil {
+		g.conns = map[string]*conn{}
+	}
+	g.conns[c.id] = c
+	g.mu.Unlock()
+	forget := func() {
+		close(c.ready)
+		g.mu.Lock()
+		delete(g.conns, c.id)
+		g.mu.Unlock()
+	}
 	if route, ok := g.Routes["$connect"]; ok {
 		resp, err := route.Handler(ctx, events.APIGatewayWebsocketProxyRequest{
 			Headers: headers, MultiValueHeaders: multi, QueryStringParameters: query, RequestContext: rc, IsBase64Encoded: false,
@@ -212,26 +259,18 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 			if err != nil || status == 0 {
 				status = http.StatusInternalServerError
 			}
+			forget()
 			http.Error(w, http.StatusText(status), status)
 			return
 		}
 	}
-	c.ready = make(chan struct{})
+	close(c.connected)
 	life, cancel := context.WithTimeout(context.Background(), g.lifetime())
 	c.cancel = cancel
-	g.mu.Lock()
-	if g.conns == nil {
-		g.conns = map[string]*conn{}
-	}
-	g.conns[c.id] = c
-	g.mu.Unlock()
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
-		close(c.ready)
+		forget()
 		cancel()
-		g.mu.Lock()
-		delete(g.conns, c.id)
-		g.mu.Unlock()
 		g.log().Warn("websocket upgrade failed", "err", err.Error())
 		g.disconnect(c, "upgrade failed")
 		return
@@ -298,10 +337,21 @@ func (g *Gateway) readLoop(ctx context.Context, c *conn) {
 		c.lastActive = time.Now()
 		c.mu.Unlock()
 		if typ != websocket.MessageText {
-			// API Gateway routes binary frames to $default as base64.
-			data = []byte(base64.StdEncoding.EncodeToString(data))
+			// Signet's API takes JSON text frames only.
+			c.ws.Close(websocket.StatusUnsupportedData, "binary frames are not supported")
+			return
 		}
-		g.dispatch(ctx, c, string(data))
+		if g.Serial {
+			g.dispatch(ctx, c, string(data))
+			continue
+		}
+		// API Gateway invokes each frame's integration on its own: frames
+		// of one connection run concurrently and finish in any order.
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			g.dispatch(ctx, c, string(data))
+		}()
 	}
 }
 
@@ -336,12 +386,23 @@ func (g *Gateway) dispatch(ctx context.Context, c *conn, body string) {
 		g.send(ctx, c, []byte(`{"message": "Internal server error", "connectionId":"`+c.id+`", "requestId":"`+rc.RequestID+`"}`))
 		return
 	}
-	if route.Responds && resp.Body != "" {
-		g.send(ctx, c, []byte(resp.Body))
+	if !route.Responds {
+		return
 	}
+	if resp.Body == "" {
+		// AWS sends a two-way route's empty response as an empty frame.
+		g.stats.EmptyFrames.Add(1)
+		g.log().Warn("empty route response sent as an empty frame", "route", key, "connectionId", c.id)
+	}
+	g.send(ctx, c, []byte(resp.Body))
 }
 
 func (g *Gateway) send(ctx context.Context, c *conn, data []byte) {
+	if len(data) > MaxMessageBytes {
+		g.stats.OversizeFrames.Add(1)
+		g.log().Error("route response over 128 KB not sent", "connectionId", c.id, "bytes", len(data))
+		return
+	}
 	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
 		g.log().Info("write to connection failed", "connectionId", c.id, "err", err.Error())
 	}

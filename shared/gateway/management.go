@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -14,14 +15,25 @@ import (
 // An unknown connection id answers 410 with X-Amzn-ErrorType GoneException,
 // which the SDK maps to *types.GoneException.
 func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id string) {
+	if !signed(r) {
+		// execute-api requires SigV4 on @connections (IAM authorization).
+		apiError(w, http.StatusForbidden, "MissingAuthenticationTokenException", "Missing Authentication Token")
+		return
+	}
 	g.mu.Lock()
 	c := g.conns[id]
 	g.mu.Unlock()
 	if c != nil {
-		// Registered but still upgrading: wait for the socket (briefly).
 		select {
-		case <-c.ready:
-		case <-time.After(5 * time.Second):
+		case <-c.connected:
+			// $connect succeeded: wait (briefly) for the upgrade to finish.
+			select {
+			case <-c.ready:
+			case <-time.After(5 * time.Second):
+				c = nil
+			}
+		default:
+			// Still in $connect: AWS answers 410 until $connect succeeds.
 			c = nil
 		}
 	}
@@ -37,6 +49,7 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 			return
 		}
 		if len(data) > MaxMessageBytes {
+			g.stats.OversizeFrames.Add(1)
 			apiError(w, http.StatusRequestEntityTooLarge, "PayloadTooLargeException", "payload exceeds 128 KiB")
 			return
 		}
@@ -61,6 +74,14 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 	default:
 		apiError(w, http.StatusMethodNotAllowed, "BadRequestException", "method not allowed")
 	}
+}
+
+// signed reports whether r carries a SigV4 signature (any credentials are
+// accepted locally; an unsigned call is refused as AWS refuses it).
+func signed(r *http.Request) bool {
+	auth := r.Header.Get("Authorization")
+	return strings.HasPrefix(auth, "AWS4-HMAC-SHA256 ") && strings.Contains(auth, "Credential=") && strings.Contains(auth, "Signature=") &&
+		(r.Header.Get("X-Amz-Date") != "" || r.Header.Get("Date") != "")
 }
 
 func apiError(w http.ResponseWriter, status int, typ, msg string) {

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -153,6 +154,19 @@ func (h *Handler) fail(ctx context.Context, c caller, route string, err error, c
 	h.log().Log(ctx, level, "request rejected", "route", route, "code", frame.Code, "err", err.Error(),
 		"userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "requestId", c.RequestID)
 	return reply(frame)
+}
+
+// failOneWay answers a one-way route (ack, read: no route response, so
+// a success costs no frame) with its error frame pushed through
+// @connections. An unauthorized caller has no connection to push to.
+func (h *Handler) failOneWay(ctx context.Context, c caller, route string, err error) (events.APIGatewayProxyResponse, error) {
+	resp, _ := h.fail(ctx, c, route, err, "")
+	if h.Pusher != nil && c.Connection != "" {
+		if perr := h.Pusher.Push(ctx, c.Connection, []byte(resp.Body)); perr != nil && !errors.Is(perr, im.ErrGone) {
+			h.log().WarnContext(ctx, "error frame not pushed", "route", route, "err", perr.Error(), "connectionId", c.Connection)
+		}
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
 var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorized")

@@ -52,6 +52,10 @@ func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketPro
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
+	// Like sync pages, a history page fits API Gateway's 128 KB message
+	// limit: the oldest messages that do not fit are the next page's.
+	msgs, cut := im.FitNewest(msgs, im.MaxPageBytes, func(m im.Message) int { return wire.EntrySize(im.Entry{Message: m}) })
+	more = more || cut
 	page := wire.HistoryPage{Type: wire.TypeHistory, Ref: c.Ref, ConversationID: string(conv), Messages: make([]wire.Message, len(msgs)), HasMore: more}
 	for i, m := range msgs {
 		page.Messages[i] = wire.FromMessage(m)

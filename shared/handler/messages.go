@@ -135,19 +135,20 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 }
 
 // Ack moves the device's cumulative ack cursor ({"action":"ack","upTo":N}).
-// It answers nothing on success.
+// It is a one-way route: nothing answers a success; an error frame is
+// pushed.
 func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
-		return h.fail(ctx, c, wire.ActionAck, errNoCaller, "")
+		return h.failOneWay(ctx, c, wire.ActionAck, errNoCaller)
 	}
 	upTo, err := wire.DecodeAck(req.Body)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionAck, err, "")
+		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, h.now())
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionAck, err, "")
+		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	if moved {
 		h.log().InfoContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)

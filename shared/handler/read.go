@@ -25,22 +25,23 @@ type Reads interface {
 // other devices ({"type":"read",…}), sends a 1:1 peer a read receipt and
 // records "read" in the trace of each newly read 1:1 or alert message.
 // Whatever the number of messages covered, the watermark is one write.
-// It answers nothing on success.
+// It is a one-way route: nothing answers a success; an error frame is
+// pushed.
 func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
-		return h.fail(ctx, c, wire.ActionRead, errNoCaller, "")
+		return h.failOneWay(ctx, c, wire.ActionRead, errNoCaller)
 	}
 	conv, upTo, err := wire.DecodeRead(req.Body)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionRead, err, "")
+		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if err := conv.CanRead(c.User); err != nil {
-		return h.fail(ctx, c, wire.ActionRead, err, "")
+		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	old, moved, err := h.Reads.MarkRead(ctx, c.User, conv, upTo, h.now())
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionRead, err, "")
+		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if !moved {
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil

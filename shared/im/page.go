@@ -45,6 +45,21 @@ func Fit(entries []Entry, limit, maxBytes int, size func(Entry) int) []Entry {
 	return entries
 }
 
+// FitNewest keeps the newest messages (the end of msgs, which ascend) whose
+// sizes sum to at most maxBytes, at least one; cut reports whether older
+// ones were left for the next page back. History pages use it: a page of
+// large messages must fit the gateway's limit like a sync page.
+func FitNewest(msgs []Message, maxBytes int, size func(Message) int) (kept []Message, cut bool) {
+	total := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		total += size(msgs[i])
+		if total > maxBytes && i < len(msgs)-1 {
+			return msgs[i+1:], true
+		}
+	}
+	return msgs, false
+}
+
 // NewPage assembles a page answering a pull after cursor from entries that
 // the store read up to head. When the first entry is beyond cursor+1, the
 // entries in between expired: the page says so (Truncated, FirstSeq). When

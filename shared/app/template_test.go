@@ -1,0 +1,111 @@
+package app
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/signet-im/signet/shared/template"
+)
+
+// anyResource resolves every resource and pseudo parameter to a name, and
+// parameters to the given values: enough to run each function's init.
+type anyResource map[string]string
+
+func (r anyResource) Ref(id string) (string, error) {
+	if v, ok := r[id]; ok {
+		return v, nil
+	}
+	return "resource-" + id, nil
+}
+
+func (r anyResource) GetAtt(id, attr string) (string, error) { return id + "." + attr, nil }
+
+// InboxRetentionDays=7, HistoryRetentionDays=14 was accepted by the
+// template while only 3 functions got SIGNET_INBOX_RETENTION: the other 14
+// failed their init (the authorizer too: nobody could connect). Every
+// pair of allowed values must now either be refused by the template's Rules
+// before anything is created, or start every function.
+func TestEveryRetentionPairIsRefusedByTheRulesOrStartsEveryFunction(t *testing.T) {
+	t.Parallel()
+	tmpl := load(t)
+	inbox, history := tmpl.Parameters["InboxRetentionDays"], tmpl.Parameters["HistoryRetentionDays"]
+	if len(inbox.AllowedValues) == 0 || len(history.AllowedValues) == 0 {
+		t.Fatal("retention parameters have no AllowedValues")
+	}
+	refused, started := 0, 0
+	for _, in := range inbox.AllowedValues {
+		for _, hi := range history.AllowedValues {
+			params, err := tmpl.ParameterValues(map[string]string{"InboxRetentionDays": in, "HistoryRetentionDays": hi})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ruleErr := tmpl.CheckRules(params)
+			var inits []string
+			for id := range tmpl.Functions {
+				env, err := tmpl.Env(id, anyResource(params))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := LoadConfig(func(k string) string { return env[k] }, id); err != nil {
+					inits = append(inits, fmt.Sprintf("%s: %v", id, err))
+				}
+			}
+			switch {
+			case ruleErr != nil && len(inits) == 0:
+				t.Errorf("inbox %s, history %s: refused by the Rules (%v) though every function starts", in, hi, ruleErr)
+			case ruleErr == nil && len(inits) > 0:
+				t.Errorf("inbox %s, history %s: accepted, but functions fail their init:\n%s", in, hi, strings.Join(inits, "\n"))
+			case ruleErr != nil:
+				refused++
+			default:
+				started++
+			}
+		}
+	}
+	if refused == 0 || started == 0 {
+		t.Fatalf("%d pairs refused, %d started: the test covers nothing", refused, started)
+	}
+	// The pair from the report starts; a history shorter than the inbox is refused.
+	for _, tc := range []struct {
+		inbox, history string
+		ok             bool
+	}{{"7", "14", true}, {"30", "14", false}, {"30", "0", true}} {
+		params, _ := tmpl.ParameterValues(map[string]string{"InboxRetentionDays": tc.inbox, "HistoryRetentionDays": tc.history})
+		if err := tmpl.CheckRules(params); (err == nil) != tc.ok {
+			t.Errorf("inbox %s, history %s: rules say %v", tc.inbox, tc.history, err)
+		}
+	}
+}
+
+// Lambda functions in a new account share 10 concurrent executions: the
+// queue consumers must leave room for the WebSocket routes.
+func TestQueueConsumersLeaveConcurrencyForTheRoutes(t *testing.T) {
+	t.Parallel()
+	tmpl := load(t)
+	total := 0
+	for id, f := range tmpl.Functions {
+		for _, q := range f.SQSEvents {
+			mc := f.MaximumConcurrency[q]
+			if mc < 2 {
+				t.Errorf("function %s: SQS event %s has no ScalingConfig.MaximumConcurrency (AWS's minimum is 2)", id, q)
+			}
+			total += mc
+			if vt, timeout := tmpl.Queues[q].VisibilityTimeout, f.Timeout; vt < 6*timeout {
+				t.Errorf("queue %s: visibility timeout %d s is under 6 × %s's timeout (%d s), as AWS recommends", q, vt, id, timeout)
+			}
+		}
+	}
+	if total > 5 {
+		t.Errorf("queue consumers may take %d of a new account's 10 executions", total)
+	}
+}
+
+func TestOutputsAndEndpointsUseTheURLSuffix(t *testing.T) {
+	t.Parallel()
+	if strings.Contains(string(templateBytes(t)), "execute-api.${AWS::Region}.amazonaws.com") {
+		t.Fatal("template hard-codes amazonaws.com in an execute-api URL; use ${AWS::URLSuffix}")
+	}
+}
+
+var _ template.Resolver = anyResource(nil)
