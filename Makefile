@@ -5,6 +5,7 @@
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery and summary benchmarks through the local stack
 #   make bench-login  500 users log in with 200 waiting messages each (moto)
+#   make test-localstack  the SQS-facing end-to-end tests against LocalStack's own SQS (PyPI, no Docker)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
@@ -21,7 +22,7 @@ VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 
-.PHONY: all build test test-fauxqs fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -69,6 +70,25 @@ test-fauxqs: $(TOOLS)/node_modules/.bin/fauxqs
 	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(FAUXQS_PORT)/ && break; sleep 0.2; done; \
 	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(FAUXQS_PORT) $(GO) test -race -count=1 ./shared/devstack/
 
+# The same tests against LocalStack's own SQS, run on the host from PyPI
+# (no Docker: OVERRIDE_IN_DOCKER=0; SQS only; path-style queue URLs).
+LOCALSTACK := $(TOOLS)/localstack
+LOCALSTACK_PORT ?= 4577
+test-localstack: $(LOCALSTACK)/bin/python
+	@rm -rf $(TOOLS)/localstack-root; mkdir -p $(TOOLS)/localstack-root; \
+	OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT=$(CURDIR)/$(TOOLS)/localstack-root GATEWAY_LISTEN=127.0.0.1:$(LOCALSTACK_PORT) \
+		LOCALSTACK_HOST=127.0.0.1:$(LOCALSTACK_PORT) SQS_ENDPOINT_STRATEGY=path SERVICES=sqs DNS_ADDRESS=0 \
+		$(LOCALSTACK)/bin/python -m localstack.runtime.main > $(TOOLS)/localstack.log 2>&1 & \
+	pid=$$!; trap "kill $$pid" EXIT; \
+	for i in $$(seq 120); do curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q '"sqs": "available"' && break; sleep 0.5; done; \
+	curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q '"sqs": "available"' || { echo "LocalStack did not start:"; tail -20 $(TOOLS)/localstack.log; exit 1; }; \
+	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) $(GO) test -race -count=1 ./shared/devstack/
+
+$(LOCALSTACK)/bin/python: infra/requirements-localstack.txt
+	python3 -m venv $(LOCALSTACK)
+	$(LOCALSTACK)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-localstack.txt
+	@touch $@
+
 # Schema-driven fuzz of the HTTP alerts API (schemathesis against docs/openapi.yaml).
 fuzz: $(VENV)/bin/sam
 	VENV=$(VENV) infra/fuzz.sh
@@ -106,7 +126,7 @@ $(MOTO)/bin/moto_server: infra/requirements-bench.txt
 	$(MOTO)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-bench.txt
 	@touch $@
 
-tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs
+tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs $(LOCALSTACK)/bin/python
 
 $(VENV)/bin/sam: infra/requirements.txt
 	python3 -m venv $(VENV)
