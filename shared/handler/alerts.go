@@ -268,14 +268,26 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		MessageID  string           `json:"messageId"`
 		Recipients []recipientState `json:"recipients"`
 	}{MessageID: string(m.ID)}
-	for _, u := range start.Alert.Recipients {
-		seq, err := h.AlertStore.AppendInbox(ctx, u, m, start.Alert.Expiry, h.now())
-		if err != nil {
+	if ar.Group != "" && h.FanoutQueue != nil {
+		// A group may have hundreds of members: like a group message, the
+		// alert reaches their inboxes through the fan-out queue in batches
+		// (exactly once each however often a job runs), never one after
+		// another inside this 10 s invocation.
+		jobs := im.FanoutJob{Kind: im.FanoutAlert, Alert: m.ID}.Batches(start.Alert.Recipients, h.fanoutBatch())
+		if err := h.FanoutQueue.Enqueue(ctx, 0, jobs...); err != nil {
 			return 0, nil, err
 		}
-		tr.add(im.Event{Message: m.ID, Type: im.EventInboxed, User: u, Seq: seq})
-		h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: m})
-		accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
+		h.log().InfoContext(ctx, "alert fan-out queued", "messageId", m.ID, "recipients", len(start.Alert.Recipients), "jobs", len(jobs))
+		for _, u := range start.Alert.Recipients {
+			accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "queued"})
+		}
+	} else {
+		for _, u := range start.Alert.Recipients {
+			if err := h.inboxAlert(ctx, tr, u, start.Alert); err != nil {
+				return 0, nil, err
+			}
+			accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
+		}
 	}
 	resp, _ := json.Marshal(accepted)
 	if err := h.AlertStore.FinishAlert(ctx, p.app.ID, key, string(resp)); err != nil {
@@ -283,6 +295,41 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	}
 	h.log().InfoContext(ctx, "alert accepted", "messageId", m.ID, "app", p.app.ID, "recipients", len(accepted.Recipients), "requestId", req.RequestContext.RequestID)
 	return http.StatusAccepted, json.RawMessage(resp), nil
+}
+
+// inboxAlert puts alert a into u's inbox (exactly once) and pushes it.
+func (h *Handler) inboxAlert(ctx context.Context, tr *trail, u im.UserID, a im.Alert) error {
+	seq, err := h.AlertStore.AppendInbox(ctx, u, a.Message, a.Expiry, h.now())
+	if err != nil {
+		return err
+	}
+	tr.add(im.Event{Message: a.Message.ID, Type: im.EventInboxed, User: u, Seq: seq})
+	h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: a.Message})
+	return nil
+}
+
+// fanoutAlert runs one batch of a group alert's fan-out: each member of
+// the batch who is a recipient of the alert gets it in their inbox once.
+func (h *Handler) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
+	if h.AlertStore == nil {
+		return fmt.Errorf("alert fan-out %s: alerts are not configured", job.Alert)
+	}
+	a, err := h.AlertStore.Alert(ctx, job.Alert)
+	if err != nil {
+		return err
+	}
+	tr := h.trail("fanout", string(job.Alert))
+	defer tr.flush(ctx)
+	for _, u := range job.Members {
+		if !slices.Contains(a.Recipients, u) {
+			h.log().WarnContext(ctx, "alert fan-out: not a recipient; skipped", "messageId", job.Alert, "userId", u)
+			continue
+		}
+		if err := h.inboxAlert(ctx, tr, u, a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // groupRecipients returns the current members of group id (without the

@@ -78,6 +78,8 @@ func (h *Handler) Fanout(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		switch job.Kind {
 		case im.FanoutPresence:
 			err = h.pushPresence(ctx, job.User)
+		case im.FanoutAlert:
+			err = h.fanoutAlert(ctx, job)
 		default:
 			err = h.fanoutMessages(ctx, job)
 		}

@@ -134,7 +134,9 @@ func StatesUpTo(state string) []string {
 func Progress(d Delivery, seq int64, devices map[DeviceID]DeviceCursor, events []Event) Delivery {
 	d.Seq = seq
 	if seq == 0 {
-		d.State = ""
+		// Accepted, not yet in the inbox: a group alert's fan-out job
+		// has not reached this recipient yet.
+		d.State = "queued"
 		return d
 	}
 	d.State = "stored"

@@ -9,6 +9,9 @@ const (
 	FanoutMessages FanoutKind = "m"
 	// FanoutPresence pushes a user's visible presence to their 1:1 peers.
 	FanoutPresence FanoutKind = "p"
+	// FanoutAlert puts an accepted alert into the inboxes of Members (one
+	// batch of its recipients) and pushes it.
+	FanoutAlert FanoutKind = "a"
 )
 
 // FanoutJob is one message on the fan-out queue.
@@ -23,6 +26,8 @@ type FanoutJob struct {
 	Members []UserID
 	// User is whose presence a FanoutPresence job pushes.
 	User UserID
+	// Alert is the message id of a FanoutAlert job's alert.
+	Alert MessageID
 }
 
 // DefaultFanoutBatch is how many members one fan-out invocation fills.

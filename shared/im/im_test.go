@@ -175,7 +175,7 @@ func TestProgressIsForwardOnlyAndTakesTheAckCursorAsTruth(t *testing.T) {
 		{User: "bob", Type: EventPushed, At: t0.Add(3 * time.Second)},
 		{User: "ann", Type: EventAcked, At: t0},
 	}
-	if p := Progress(d, 0, nil, evs); p.State != "" {
+	if p := Progress(d, 0, nil, evs); p.State != "queued" {
 		t.Fatalf("not inboxed: %+v", p)
 	}
 	if p := Progress(d, 7, nil, nil); p.State != "stored" {

@@ -26,18 +26,20 @@ type Fanout struct {
 func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: client, url: url} }
 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
-// c conversation, s convSeq up to, m members of a batch, u presence user.
+// c conversation, s convSeq up to, m members of a batch, u presence user,
+// a alert message id.
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
 	UpTo    int64    `json:"s,omitempty"`
 	Members []string `json:"m,omitempty"`
 	User    string   `json:"u,omitempty"`
+	Alert   string   `json:"a,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
-	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User)}
+	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert)}
 	for _, m := range j.Members {
 		b.Members = append(b.Members, string(m))
 	}
@@ -51,7 +53,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	if err := json.Unmarshal([]byte(s), &b); err != nil {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
-	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User)}
+	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert)}
 	for _, m := range b.Members {
 		j.Members = append(j.Members, im.UserID(m))
 	}
@@ -63,6 +65,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	case im.FanoutPresence:
 		if !j.User.Valid() {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user", s)
+		}
+	case im.FanoutAlert:
+		if j.Alert == "" || len(j.Members) == 0 {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or recipients", s)
 		}
 	default:
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)

@@ -14,6 +14,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7},
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, Members: []im.UserID{"a", "b"}},
 		{Kind: im.FanoutPresence, User: "alice"},
+		{Kind: im.FanoutAlert, Alert: "m01", Members: []im.UserID{"ann", "ben"}},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
@@ -29,6 +30,8 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		"1:1 conv":        `{"k":"m","c":"d:a:b","s":1}`,
 		"no seq":          `{"k":"m","c":"g:ops"}`,
 		"presence nobody": `{"k":"p"}`,
+		"alert nobody":    `{"k":"a","a":"m01"}`,
+		"alert no id":     `{"k":"a","m":["ann"]}`,
 	} {
 		if _, err := DecodeJob(body); err == nil {
 			t.Errorf("%s: accepted", name)
