@@ -5,6 +5,7 @@
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery and summary benchmarks through the local stack
 #   make bench-login  500 users log in with 200 waiting messages each (moto)
+#   make test-burst     the crash/kill burst tests at 1,000 messages (make test runs 300)
 #   make test-localstack  the SQS-facing end-to-end tests against LocalStack's own SQS (PyPI, no Docker)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
@@ -22,7 +23,7 @@ VENV := $(TOOLS)/venv
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 
-.PHONY: all build test test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-burst test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -61,6 +62,12 @@ build-FanoutFunction: ; $(MAKE) lambda-fanout
 
 test: ## the README's test command
 	$(GO) test -race -count=1 ./...
+
+# The crash/kill burst tests at a heavier size than make test runs them.
+SIGNET_TEST_BURST ?= 1000
+test-burst:
+	SIGNET_TEST_BURST=$(SIGNET_TEST_BURST) $(GO) test -race -count=1 -timeout 30m \
+		-run 'TestRandomCrashesDuringABurstLoseNothing|TestTailKilledAtRandomPrintsEveryMessageOnceInOrder' ./shared/client/ ./cmd/signet/
 
 # The SQS-facing integration and end-to-end tests again, against fauxqs
 # (npm) instead of the in-process goaws.

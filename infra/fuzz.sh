@@ -25,3 +25,10 @@ for who in app admin; do
     --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
     --max-examples "$examples" --generation-deterministic --request-timeout 10
 done
+# The local stack enforces each function's template IAM policy: a call the
+# template does not grant shows as "IAM DENIED" and fails the run too.
+if grep -q "IAM DENIED" .tools/fuzz-local.log; then
+  echo "FAIL: the alerts API made AWS calls its template policy does not allow:"
+  grep "IAM DENIED" .tools/fuzz-local.log | head -20
+  exit 1
+fi

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/signet-im/signet/shared/template"
 )
 
@@ -109,3 +111,56 @@ func TestOutputsAndEndpointsUseTheURLSuffix(t *testing.T) {
 }
 
 var _ template.Resolver = anyResource(nil)
+
+// resources returns the template's resources as YAML nodes by logical id.
+func resources(t *testing.T) map[string]*yaml.Node {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(templateBytes(t), &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*yaml.Node{}
+	res := field(doc.Content[0], "Resources")
+	for i := 0; i+1 < len(res.Content); i += 2 {
+		out[res.Content[i].Value] = res.Content[i+1]
+	}
+	return out
+}
+
+func field(n *yaml.Node, key string) *yaml.Node {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return n.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// Function logs once went to log groups Lambda creates on first use, which
+// never expire; and the alarms notified no one.
+func TestFunctionLogsExpireAndAlarmsCanNotify(t *testing.T) {
+	t.Parallel()
+	res := resources(t)
+	for id, r := range res {
+		switch field(r, "Type").Value {
+		case "AWS::Serverless::Function":
+			group := field(field(field(r, "Properties"), "LoggingConfig"), "LogGroup")
+			if group == nil || group.Tag != "!Ref" {
+				t.Errorf("function %s: LoggingConfig.LogGroup must reference a log group of the template", id)
+				continue
+			}
+			lg := res[group.Value]
+			if lg == nil || field(lg, "Type").Value != "AWS::Logs::LogGroup" || field(field(lg, "Properties"), "RetentionInDays") == nil {
+				t.Errorf("function %s: log group %s has no RetentionInDays", id, group.Value)
+			}
+		case "AWS::CloudWatch::Alarm":
+			props := field(r, "Properties")
+			if field(props, "AlarmActions") == nil || field(props, "OKActions") == nil {
+				t.Errorf("alarm %s: no AlarmActions/OKActions (the AlarmTopicArn parameter)", id)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"strings"
@@ -67,6 +68,8 @@ type wsClient struct {
 	raw    chan string
 	// backlog holds frames read while waiting for another type.
 	backlog []frame
+	// readErr is the error that ended the connection (set before frames closes).
+	readErr error
 }
 
 func token(t testing.TB, user string, device string) string {
@@ -100,11 +103,21 @@ func dialNoCleanup(t testing.TB, st *devstack.Stack, user, device string) *wsCli
 
 func dialToken(t testing.TB, st *devstack.Stack, user, device, tok string) *wsClient {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	conn, _, err := websocket.Dial(ctx, st.URL+"?token="+tok, nil)
-	if err != nil {
-		t.Fatalf("dial %s/%s: %v", user, device, err)
+	var conn *websocket.Conn
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c, resp, err := websocket.Dial(ctx, st.URL+"?token="+tok, nil)
+		cancel()
+		if err == nil {
+			conn = c
+			break
+		}
+		// A $connect whose invocation failed (throttled, timed out on a
+		// loaded machine) answers 500: a client retries, as the SDK does.
+		if resp == nil || resp.StatusCode < 500 || attempt == 5 {
+			t.Fatalf("dial %s/%s: %v", user, device, err)
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
 	}
 	conn.SetReadLimit(1 << 20)
 	c := &wsClient{conn: conn, frames: make(chan frame, 1024), raw: make(chan string, 1<<16)}
@@ -113,6 +126,7 @@ func dialToken(t testing.TB, st *devstack.Stack, user, device, tok string) *wsCl
 		for {
 			_, data, err := conn.Read(context.Background())
 			if err != nil {
+				c.readErr = err
 				return
 			}
 			var f frame
@@ -215,9 +229,18 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 			switch {
 			case f.Type == "sent":
 				delete(left, f.ClientMsgID)
+			case f.Type == "" && strings.Contains(string(f.Message), "Internal server error"):
+				// API Gateway's own answer to a failed invocation (timed
+				// out under contention, throttled): it names no request,
+				// so every send still waiting is sent again.
+				for id := range left {
+					time.AfterFunc(time.Duration(rand.IntN(500))*time.Millisecond, func() { c.send(id, to, bodies[id]) })
+				}
 			case f.Type == "error" && left[f.ClientMsgID] && (f.Code == "rate_limited" || f.Code == "internal"):
-				time.Sleep(50 * time.Millisecond)
-				c.send(f.ClientMsgID, to, bodies[f.ClientMsgID])
+				// As the server asks, with jitter so that contenders spread.
+				wait := time.Duration(max(f.RetryAfterMs, 100))*time.Millisecond + time.Duration(rand.IntN(200))*time.Millisecond
+				id := f.ClientMsgID
+				time.AfterFunc(wait, func() { c.send(id, to, bodies[id]) })
 			case f.Type == "error" && left[f.ClientMsgID]:
 				c.t.Errorf("send %s refused: %s %s", f.ClientMsgID, f.Code, f.Message)
 				return

@@ -318,7 +318,7 @@ func TestOversizeMessageClosesConnection(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{})
 	alice := dial(t, st, "alice", "laptop")
-	alice.write(`{"action":"ping","pad":"` + strings.Repeat("x", 130<<10) + `"}`)
+	_ = alice.conn.Write(context.Background(), websocket.MessageText, []byte(`{"action":"ping","pad":"`+strings.Repeat("x", 130<<10)+`"}`))
 	deadline := time.After(5 * time.Second)
 	for {
 		select {
@@ -421,10 +421,17 @@ func TestAckIsForwardOnlyAndMultiDeviceGetsOwnMessages(t *testing.T) {
 	if a, b := phone.next("message", 5*time.Second), phone.next("message", 5*time.Second); a.Seq != 1 || b.Seq != 2 {
 		t.Fatalf("phone got seqs %d,%d", a.Seq, b.Seq)
 	}
+	// Frames run concurrently and ack answers nothing: wait for the first
+	// ack to land, then for the lower one to have run.
 	phone.write(map[string]any{"action": "ack", "upTo": 2})
+	waitFor(t, "phone's ack of 2", func() bool {
+		d, err := st.Store.Device(ctx, "alice", "phone")
+		return err == nil && d.Acked == 2
+	})
 	phone.write(map[string]any{"action": "ack", "upTo": 1})
 	phone.write(`{"action":"ping"}`)
-	phone.next("pong", 5*time.Second)
+	phone.next("pong", 30*time.Second)
+	waitFor(t, "no invocation running", func() bool { return st.Running() == 0 })
 	if d, err := st.Store.Device(ctx, "alice", "phone"); err != nil || d.Acked != 2 {
 		t.Fatalf("phone cursor = %+v (%v), want 2: a lower ack must not move it back", d, err)
 	}
@@ -535,4 +542,59 @@ func lastRaw(t *testing.T, c *wsClient, s string) string {
 			return last
 		}
 	}
+}
+
+// API Gateway holds a single frame to 32 KB (close 1009) while a message may
+// be up to 128 KB in several frames, and it closes binary frames (1003 here:
+// the API takes JSON text only). The WebSocket library reassembles
+// fragments, so the gateway checks frame sizes on the wire.
+func TestFrameLimitsCloseAsAPIGatewayDoes(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	closeStatus := func(c *wsClient) websocket.StatusCode {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for {
+			select {
+			case _, ok := <-c.frames:
+				if !ok {
+					return websocket.CloseStatus(c.readErr)
+				}
+			case <-deadline:
+				t.Fatal("connection stayed open")
+			}
+		}
+	}
+	big := dial(t, st, "alice", "one-frame")
+	// The write itself may fail once the gateway has closed: only the
+	// close status matters.
+	_ = big.conn.Write(context.Background(), websocket.MessageText, []byte(`{"action":"ping","pad":"`+strings.Repeat("x", 40<<10)+`"}`))
+	if got := closeStatus(big); got != websocket.StatusMessageTooBig {
+		t.Errorf("a 40 KB frame: close status %d, want 1009", got)
+	}
+	bin := dial(t, st, "alice", "binary")
+	if err := bin.conn.Write(context.Background(), websocket.MessageBinary, []byte(`{"action":"ping"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := closeStatus(bin); got != websocket.StatusUnsupportedData {
+		t.Errorf("a binary frame: close status %d, want 1003", got)
+	}
+	// 60 KB in frames of 8 KB: within the limits, answered like any frame.
+	frag := dial(t, st, "alice", "fragments")
+	w, err := frag.conn.Writer(context.Background(), websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte(`{"action":"ping","pad":"` + strings.Repeat("y", 60<<10) + `"}`)
+	for len(msg) > 0 {
+		n := min(len(msg), 8<<10)
+		if _, err := w.Write(msg[:n]); err != nil {
+			t.Fatal(err)
+		}
+		msg = msg[n:]
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	frag.next("pong", 30*time.Second)
 }

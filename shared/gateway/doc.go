@@ -11,13 +11,12 @@
 // Serial is a test switch), and sends a two-way route's response even when
 // its body is empty (counted in Faults: an empty frame is a backend bug).
 //
-// Limits it enforces, as AWS does: a client message over MaxMessageBytes
-// (128 KiB) closes the connection with 1009, a binary frame with 1003; a
+// Limits it enforces, as AWS does: a client frame over MaxFrameBytes (32 KB,
+// read on the wire, see frames.go) or message over MaxMessageBytes (128
+// KiB) closes the connection with 1009, a binary frame with 1003; a
 // connection idle for IdleTimeout (10 min) or open for MaxLifetime (2 h) is
 // closed; a route response or PostToConnection payload over 128 KiB is not
 // sent (413 for PostToConnection; counted in Faults); PostToConnection
 // answers 410 while the connection is still in $connect, and 403 to an
-// unsigned request (SigV4 is required, any credentials are accepted). It
-// does not enforce the 32 KB frame limit separately: the WebSocket library
-// reassembles fragmented frames before the gateway sees them.
+// unsigned request (SigV4 is required, any credentials are accepted).
 package gateway

@@ -267,7 +267,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	close(c.connected)
 	life, cancel := context.WithTimeout(context.Background(), g.lifetime())
 	c.cancel = cancel
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
+	ws, err := websocket.Accept(frameLimit{ResponseWriter: w, max: MaxFrameBytes}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		forget()
 		cancel()
