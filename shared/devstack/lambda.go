@@ -79,9 +79,9 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 			out Out
 			err error
 		}
+		defer cancel()
 		done := make(chan result, 1)
 		go func() {
-			defer cancel()
 			defer release()
 			out, err := h(ictx, in)
 			done <- result{out, err}
@@ -90,6 +90,14 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 		case r := <-done:
 			return r.out, r.err
 		case <-ictx.Done():
+			// Only the deadline ends ictx before the handler returns (it
+			// is never cancelled while the handler runs), but a handler
+			// that finished just then still answers.
+			select {
+			case r := <-done:
+				return r.out, r.err
+			default:
+			}
 			// Lambda stops the instance at the deadline: its slot is free
 			// and the caller sees an invocation error, whatever the
 			// handler would still have done.

@@ -1,0 +1,55 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// A handler that returns at once once raced its own context's cancel: the
+// runtime then reported a timeout (API Gateway's "Internal server error")
+// for an invocation that had answered. It must never.
+func TestFastInvocationsAreNeverReportedAsTimeouts(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(4, func(string, ...any) {})
+	fn := &function{id: "Fast", timeout: 10 * time.Second}
+	h := invoke(rt, fn, func(ctx context.Context, n int) (int, error) { return n + 1, nil })
+	for i := range 20000 {
+		got, err := h(context.Background(), i)
+		if err != nil || got != i+1 {
+			t.Fatalf("invocation %d: %d, %v", i, got, err)
+		}
+	}
+	if l := rt.limits(); len(l.Timeouts)+len(l.Throttles) > 0 {
+		t.Fatalf("limits hit: %+v", l)
+	}
+}
+
+func TestSlowInvocationTimesOutAndFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	rt := newRuntime(1, func(string, ...any) {})
+	fn := &function{id: "Slow", timeout: 50 * time.Millisecond}
+	release := make(chan struct{})
+	defer close(release)
+	slow := invoke(rt, fn, func(ctx context.Context, _ int) (int, error) { <-release; return 0, nil })
+	var te *TimeoutError
+	if _, err := slow(context.Background(), 0); !errors.As(err, &te) {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+	// The slot is free again: the next invocation is not throttled.
+	fast := invoke(rt, fn, func(ctx context.Context, n int) (int, error) { return n, nil })
+	if _, err := fast(context.Background(), 1); err != nil {
+		t.Fatalf("after a timeout: %v", err)
+	}
+	// With the slot taken, another invocation is throttled at once.
+	busy := make(chan struct{})
+	go func() {
+		_, _ = invoke(rt, &function{id: "Busy", timeout: time.Minute}, func(ctx context.Context, _ int) (int, error) { close(busy); <-release; return 0, nil })(context.Background(), 0)
+	}()
+	<-busy
+	var th *ThrottleError
+	if _, err := fast(context.Background(), 2); !errors.As(err, &th) {
+		t.Fatalf("err = %v, want a throttle", err)
+	}
+}
