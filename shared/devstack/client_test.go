@@ -157,10 +157,13 @@ func (c *wsClient) write(v any) {
 	}
 }
 
-// next returns the next frame of the given type, failing after timeout;
-// frames of other types stay in the backlog for later calls.
+// next returns the next frame of the given type, failing after timeout
+// (at least 30 s: on a loaded 2-core machine under -race a frame that
+// normally takes milliseconds can take seconds); frames of other types stay
+// in the backlog for later calls.
 func (c *wsClient) next(typ string, timeout time.Duration) frame {
 	c.t.Helper()
+	timeout = max(timeout, 30*time.Second)
 	for i, f := range c.backlog {
 		if f.Type == typ {
 			c.backlog = append(c.backlog[:i:i], c.backlog[i+1:]...)
@@ -219,6 +222,7 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 		left[id] = true
 	}
 	deadline := time.After(timeout)
+	var resentAll time.Time
 	for len(left) > 0 {
 		select {
 		case f, ok := <-c.frames:
@@ -232,7 +236,12 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 			case f.Type == "" && strings.Contains(string(f.Message), "Internal server error"):
 				// API Gateway's own answer to a failed invocation (timed
 				// out under contention, throttled): it names no request,
-				// so every send still waiting is sent again.
+				// so every send still waiting is sent again, at most once a
+				// second (each resend may fail the same way).
+				if time.Since(resentAll) < time.Second {
+					continue
+				}
+				resentAll = time.Now()
 				for id := range left {
 					time.AfterFunc(time.Duration(rand.IntN(500))*time.Millisecond, func() { c.send(id, to, bodies[id]) })
 				}
