@@ -76,6 +76,9 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		if cfg.FanoutQueueURL != "" {
 			h.FanoutQueue = queue.NewFanout(c.SQS, cfg.FanoutQueueURL)
 		}
+		if cfg.PresenceQueueURL != "" {
+			h.PresenceQueue = queue.NewFanout(c.SQS, cfg.PresenceQueueURL)
+		}
 	}
 	if c.Management != nil {
 		h.Pusher = push.New(c.Management)

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	signetcfg "github.com/signet-im/signet/shared/config"
@@ -28,9 +29,12 @@ var Routes = map[string]string{
 	"summary":        "SummaryFunction",
 }
 
-// OneWay are the routes whose success answers nothing: they have no route
-// response (so a success costs no frame) and push their error frames.
-var OneWay = map[string]bool{"ack": true, "read": true}
+// OneWay are the routes that answer through @connections, not a route
+// response: ack and read answer nothing on success (no frame to pay
+// for); send posts its "sent" as soon as the message is durable, before
+// any push, so a slow recipient never delays the sender's ACK. All push
+// their error frames.
+var OneWay = map[string]bool{"ack": true, "read": true, "send": true}
 
 // HTTPRoutes maps every HTTP API route the code serves to its function.
 var HTTPRoutes = map[string]string{
@@ -42,9 +46,9 @@ var HTTPRoutes = map[string]string{
 }
 
 // Queue triggers: function logical id → queue logical id it consumes.
-var Triggers = map[string]string{
-	"RedeliverFunction": "RedeliveryQueue",
-	"FanoutFunction":    "FanoutQueue",
+var Triggers = map[string][]string{
+	"RedeliverFunction": {"RedeliveryQueue"},
+	"FanoutFunction":    {"FanoutQueue", "PresenceQueue"},
 }
 
 // resourceKind says what kind of template resource an environment variable
@@ -57,6 +61,7 @@ var resourceKind = map[string]string{
 	signetcfg.EnvAlertsTable:      "table",
 	signetcfg.EnvRedeliveryQueue:  "queue",
 	signetcfg.EnvFanoutQueue:      "queue",
+	signetcfg.EnvPresenceQueue:    "queue",
 }
 
 // Drift lists every disagreement between the template and the code: a
@@ -161,15 +166,17 @@ func Drift(t *template.Template) []string {
 	if r := t.Routes["$connect"]; r.Authorizer != "AuthorizerFunction" {
 		add("route $connect: authorizer is %q, want AuthorizerFunction", r.Authorizer)
 	}
-	for fn, q := range Triggers {
+	for fn, qs := range Triggers {
 		f := t.Functions[fn]
-		if len(f.SQSEvents) != 1 || f.SQSEvents[0] != q {
-			add("function %s: must be triggered by queue %s, template has %v", fn, q, f.SQSEvents)
+		if got := slices.Sorted(slices.Values(f.SQSEvents)); !slices.Equal(got, slices.Sorted(slices.Values(qs))) {
+			add("function %s: must be triggered by queues %v, template has %v", fn, qs, f.SQSEvents)
 		} else if !f.ReportsBatchItemFailures {
-			add("function %s: its SQS event must set FunctionResponseTypes [ReportBatchItemFailures]", fn)
+			add("function %s: its SQS events must set FunctionResponseTypes [ReportBatchItemFailures]", fn)
 		}
-		if _, ok := t.Queues[q]; !ok {
-			add("queue %s: consumed by %s, missing from the template", q, fn)
+		for _, q := range qs {
+			if _, ok := t.Queues[q]; !ok {
+				add("queue %s: consumed by %s, missing from the template", q, fn)
+			}
 		}
 	}
 	sort.Strings(out)

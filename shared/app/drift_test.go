@@ -44,11 +44,12 @@ func TestDriftIsDetected(t *testing.T) {
 		{"env var removed from template", func(t *template.Template) { delete(t.Functions["SendFunction"].Env, signetcfg.EnvWebSocketAPI) }, "SendFunction: reads SIGNET_WS_ENDPOINT"},
 		{"function removed from template", func(t *template.Template) { delete(t.Functions, "PingFunction") }, "function PingFunction: in the code, not in the template"},
 		{"route wired to another function", func(t *template.Template) { r := t.Routes["ack"]; r.Function = "SyncFunction"; t.Routes["ack"] = r }, "route ack: template integrates SyncFunction"},
-		{"route response removed", func(t *template.Template) { r := t.Routes["send"]; r.Responds = false; t.Routes["send"] = r }, "route send: needs a route response"},
+		{"route response removed", func(t *template.Template) { r := t.Routes["sync"]; r.Responds = false; t.Routes["sync"] = r }, "route sync: needs a route response"},
 		{"extra route in template", func(t *template.Template) {
 			t.Routes["teleport"] = template.Route{Key: "teleport", Function: "DefaultFunction"}
 		}, "route teleport: in the template, not served"},
 		{"one-way route given a route response", func(t *template.Template) { r := t.Routes["ack"]; r.Responds = true; t.Routes["ack"] = r }, "route ack: is one-way"},
+		{"send given a route response", func(t *template.Template) { r := t.Routes["send"]; r.Responds = true; t.Routes["send"] = r }, "route send: is one-way"},
 		{"stage without AutoDeploy", func(t *template.Template) {
 			s := t.Stages["WebSocketStage"]
 			s.AutoDeploy = ""

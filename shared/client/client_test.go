@@ -30,13 +30,18 @@ var quick = im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{tim
 
 func startStack(t *testing.T, concurrency ...int) *devstack.Stack {
 	t.Helper()
-	o := devstack.Options{
-		Prefix: fmt.Sprintf("cl%d", time.Now().UnixNano()), Redelivery: &quick,
-		SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
-	}
+	var o devstack.Options
 	if len(concurrency) > 0 {
 		o.Concurrency = concurrency[0]
 	}
+	return startStackWith(t, o)
+}
+
+// startStackWith starts a stack with these tests' defaults under o.
+func startStackWith(t *testing.T, o devstack.Options) *devstack.Stack {
+	t.Helper()
+	o.Prefix = fmt.Sprintf("cl%d", time.Now().UnixNano())
+	o.Redelivery, o.SyncInterval, o.PollWait = &quick, time.Millisecond, 200*time.Millisecond
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)

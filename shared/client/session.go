@@ -111,7 +111,14 @@ type session struct {
 	unacked  int
 	syncing  bool
 	syncAt   time.Time // when a rate-limited sync may be retried; zero: none waiting
-	sentAt   map[string]time.Time
+	// resyncAgain asks for one more sync when the current one ends (a
+	// push arrived before this device knew its inbox's epoch).
+	resyncAgain bool
+	// behindAt is when a pong showed the head beyond the cursor; if the
+	// cursor is still behind CatchUpGrace later, the device syncs.
+	behindAt   time.Time
+	behindHead int64
+	sentAt     map[string]time.Time
 }
 
 // incoming is one frame read from the connection.
@@ -188,6 +195,13 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			if err == nil && !s.syncAt.IsZero() && time.Now().After(s.syncAt) {
 				s.syncAt = time.Time{}
 				err = s.requestSync(sctx, s.cursor)
+			}
+			if err == nil && !s.behindAt.IsZero() && time.Since(s.behindAt) >= catchUpGrace {
+				s.behindAt = time.Time{}
+				if s.cursor < s.behindHead && !s.syncing {
+					s.c.log.Info("behind the inbox head with no push on the way; syncing", "cursor", s.cursor, "head", s.behindHead)
+					err = s.requestSync(sctx, s.cursor)
+				}
 			}
 		case <-c.kick:
 			err = s.flushOutbox(sctx)
@@ -277,6 +291,12 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnRead != nil {
 			s.c.opts.OnRead(r.ConversationID, r.UpTo)
 		}
+	case wire.TypePong, wire.TypeNotify:
+		var h wire.Notify
+		if err := json.Unmarshal(data, &h); err != nil {
+			return nil
+		}
+		return s.headSeen(ctx, typ.Type, h.Head, h.Epoch)
 	case wire.TypeError:
 		var e wire.Error
 		if err := json.Unmarshal(data, &e); err != nil {
@@ -317,8 +337,58 @@ func (s *session) gatewayError(g gatewayError) {
 	}
 }
 
+// catchUpGrace is how long a device that a pong showed behind its inbox
+// head waits for the push that may be on its way before it syncs.
+const catchUpGrace = 2 * time.Second
+
+// headSeen acts on the head and epoch a pong or notify carried: a
+// different epoch or a cursor beyond the head means the server's sequence
+// restarted (sync answers it with a resync); a head beyond the cursor means
+// pushes were missed: a notify (pushing gave up) syncs now, a pong after
+// catchUpGrace unless the entries arrive meanwhile.
+func (s *session) headSeen(ctx context.Context, typ string, head int64, epoch string) error {
+	restarted := epoch != "" && s.epoch != "" && epoch != s.epoch
+	if restarted || s.cursor > head {
+		s.c.log.Warn("the inbox sequence restarted on the server; resyncing", "cursor", s.cursor, "head", head, "epoch", epoch, "localEpoch", s.epoch)
+		return s.resync(ctx, epoch)
+	}
+	if head <= s.cursor || s.syncing {
+		return nil
+	}
+	if typ == wire.TypeNotify {
+		s.c.log.Info("server gave up pushing; syncing", "cursor", s.cursor, "head", head)
+		return s.requestSync(ctx, s.cursor)
+	}
+	if s.behindAt.IsZero() || head > s.behindHead {
+		s.behindAt, s.behindHead = time.Now(), head
+	}
+	return nil
+}
+
+// resync forgets the local position (not the messages: those are kept by id
+// and not shown again) and pulls the inbox from 0 under epoch.
+func (s *session) resync(ctx context.Context, epoch string) error {
+	if err := s.c.store.reset(epoch); err != nil {
+		return err
+	}
+	s.epoch, s.cursor, s.lastAck, s.behindAt = epoch, 0, 0, time.Time{}
+	return s.requestSync(ctx, 0)
+}
+
 // receive applies one entry, pushed or synced.
 func (s *session) receive(ctx context.Context, e wire.Entry) error {
+	return s.apply(ctx, e, false)
+}
+
+// apply applies one entry; synced is true for entries of a sync page.
+func (s *session) apply(ctx context.Context, e wire.Entry, synced bool) error {
+	if !synced && s.epoch == "" && s.syncing {
+		// This device does not know its inbox's epoch yet: taking a push
+		// now could stack a new sequence on a stale cursor. The sync in
+		// flight tells the epoch; one more sync then fetches this entry.
+		s.resyncAgain = true
+		return nil
+	}
 	switch {
 	case e.Seq <= s.cursor:
 		s.forceAck = true // a duplicate: the server may have missed our ack
@@ -334,7 +404,7 @@ func (s *session) receive(ctx context.Context, e wire.Entry) error {
 	if h.beforePersist != nil && h.beforePersist(e.Seq) == errCrash {
 		return errCrash
 	}
-	applied, err := s.c.store.apply(e)
+	applied, known, err := s.c.store.apply(e)
 	if err != nil {
 		return err
 	}
@@ -344,6 +414,11 @@ func (s *session) receive(ctx context.Context, e wire.Entry) error {
 	s.cursor = e.Seq
 	if h.afterPersist != nil && h.afterPersist(e.Seq) == errCrash {
 		return errCrash
+	}
+	if known {
+		// Held before a resync and shown then: persisted, acked, not shown again.
+		s.unacked++
+		return nil
 	}
 	select {
 	case s.c.msgs <- toMessage(e):
@@ -358,16 +433,16 @@ func (s *session) receive(ctx context.Context, e wire.Entry) error {
 }
 
 func (s *session) page(ctx context.Context, p wire.SyncPage) error {
-	if p.Epoch != "" && s.epoch != p.Epoch {
-		if s.epoch != "" {
-			// The server's sequence restarted: everything local is stale.
-			s.c.log.Warn("inbox epoch changed; resyncing from scratch", "old", s.epoch, "new", p.Epoch)
-			if err := s.c.store.reset(p.Epoch); err != nil {
-				return err
-			}
-			s.epoch, s.cursor, s.lastAck = p.Epoch, 0, 0
-			return s.requestSync(ctx, 0)
-		}
+	switch {
+	case p.Epoch != "" && s.epoch != p.Epoch && (s.epoch != "" || s.cursor > 0):
+		// The server's sequence restarted (or this device's position was
+		// taken without knowing its epoch): the local cursor means nothing.
+		s.c.log.Warn("inbox epoch changed; resyncing from scratch", "old", s.epoch, "new", p.Epoch, "cursor", s.cursor)
+		return s.resync(ctx, p.Epoch)
+	case p.Head < s.cursor:
+		s.c.log.Warn("local cursor is beyond the inbox head; resyncing from scratch", "cursor", s.cursor, "head", p.Head)
+		return s.resync(ctx, p.Epoch)
+	case p.Epoch != s.epoch:
 		if err := s.c.store.setEpoch(p.Epoch); err != nil {
 			return err
 		}
@@ -384,7 +459,7 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		s.cursor = p.FirstSeq - 1
 	}
 	for _, e := range p.Messages {
-		if err := s.receive(ctx, e); err != nil {
+		if err := s.apply(ctx, e, true); err != nil {
 			return err
 		}
 	}
@@ -392,8 +467,10 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		return s.requestSync(ctx, p.NextCursor)
 	}
 	s.syncing = false
-	if s.cursor < p.Head {
-		// Entries were skipped (e.g. applied out of order): pull again.
+	if s.cursor < p.Head || s.resyncAgain {
+		// Entries were skipped (applied out of order, or pushed before
+		// the epoch was known): pull again.
+		s.resyncAgain = false
 		return s.requestSync(ctx, s.cursor)
 	}
 	return s.ack(ctx)
@@ -457,6 +534,12 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		}
 		s.c.resolve(e.ClientMsgID, sendResult{err: &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}})
 		return s.flushOutbox(ctx)
+	}
+	if e.Code == wire.CodeResync {
+		// Our cursor or ack is beyond the inbox head: the server's data
+		// was reset, restored or re-created.
+		s.c.log.Warn("server asks for a resync", "message", e.Message, "cursor", s.cursor, "epoch", e.Epoch)
+		return s.resync(ctx, e.Epoch)
 	}
 	if e.Code == wire.CodeRateLimited && s.syncing {
 		s.syncAt = time.Now().Add(time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond)

@@ -18,6 +18,7 @@ var (
 	bucketInbox  = []byte("inbox")  // seq (8 bytes BE) → wire.Entry JSON
 	bucketOutbox = []byte("outbox") // order (8 bytes BE) → outboxItem JSON
 	bucketSent   = []byte("sent")   // clientMsgId → wire.Sent JSON
+	bucketKnown  = []byte("known")  // messageId → empty: messages held before a resync
 	keyCursor    = []byte("cursor")
 	keyEpoch     = []byte("epoch")
 	keySkipped   = []byte("skipped")
@@ -57,7 +58,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("open client store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketInbox, bucketOutbox, bucketSent} {
+		for _, b := range [][]byte{bucketMeta, bucketInbox, bucketOutbox, bucketSent, bucketKnown} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -93,10 +94,11 @@ func (s *store) position() (cursor int64, epoch string, err error) {
 }
 
 // apply stores entry e and moves the cursor to its seq in one transaction,
-// only if e.Seq is exactly cursor+1. It reports whether it applied.
-func (s *store) apply(e wire.Entry) (bool, error) {
-	applied := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
+// only if e.Seq is exactly cursor+1. It reports whether it applied, and
+// whether the message was already held before a resync (then it must not
+// be shown again).
+func (s *store) apply(e wire.Entry) (applied, known bool, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bucketMeta)
 		cursor := int64(0)
 		if v := m.Get(keyCursor); len(v) == 8 {
@@ -113,9 +115,10 @@ func (s *store) apply(e wire.Entry) (bool, error) {
 			return err
 		}
 		applied = true
+		known = tx.Bucket(bucketKnown).Get([]byte(e.Message.MessageID)) != nil
 		return m.Put(keyCursor, u64(uint64(e.Seq)))
 	})
-	return applied, err
+	return applied, known, err
 }
 
 // skip moves the cursor from `from` over expired entries to `to`, and
@@ -141,9 +144,24 @@ func (s *store) skipped() (string, error) {
 	return out, err
 }
 
-// reset forgets the inbox after the server's sequence restarted.
+// reset forgets the inbox position after the server's sequence restarted
+// (new epoch, cursor beyond head). The messages held so far are remembered
+// by id, so pulling the new sequence from 0 does not show them twice when
+// the server kept them (a restore, an inbox re-created around old
+// messages).
 func (s *store) reset(epoch string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
+		known := tx.Bucket(bucketKnown)
+		err := tx.Bucket(bucketInbox).ForEach(func(_, v []byte) error {
+			var e wire.Entry
+			if json.Unmarshal(v, &e) != nil || e.Message.MessageID == "" {
+				return nil
+			}
+			return known.Put([]byte(e.Message.MessageID), []byte{1})
+		})
+		if err != nil {
+			return err
+		}
 		if err := tx.DeleteBucket(bucketInbox); err != nil {
 			return err
 		}
@@ -242,4 +260,45 @@ func (s *store) sent(id string) (*wire.Sent, error) {
 		return nil
 	})
 	return out, err
+}
+
+// Journal is what a device store holds, for reconciliation.
+type Journal struct {
+	// Cursor and Epoch are the device's position.
+	Cursor int64
+	Epoch  string
+	// Entries are the persisted inbox entries, ascending by seq.
+	Entries []wire.Entry
+}
+
+// ReadJournal opens the store file at path read-only (a running client
+// holds it locked: stop it first, or wait up to timeout) and returns its
+// position and entries.
+func ReadJournal(path string, timeout time.Duration) (Journal, error) {
+	if _, err := os.Stat(path); err != nil {
+		return Journal{}, fmt.Errorf("client store: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout})
+	if err != nil {
+		return Journal{}, fmt.Errorf("open client store %s (is a client still running on it?): %w", path, err)
+	}
+	defer db.Close()
+	err = db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketMeta) == nil || tx.Bucket(bucketInbox) == nil {
+			return fmt.Errorf("%s is not a Signet client store", path)
+		}
+		return nil
+	})
+	if err != nil {
+		return Journal{}, err
+	}
+	s := &store{db: db}
+	var j Journal
+	if j.Cursor, j.Epoch, err = s.position(); err != nil {
+		return Journal{}, err
+	}
+	if j.Entries, err = s.entries(0, 0); err != nil {
+		return Journal{}, err
+	}
+	return j, nil
 }

@@ -37,8 +37,8 @@ type Config struct {
 	// SyncInterval admits one new sync per user per interval.
 	SyncInterval time.Duration
 	// FanoutQueueURL is the SQS queue of fan-out jobs (group messages,
-	// presence pushes).
-	FanoutQueueURL string
+	// group alerts); PresenceQueueURL the queue of presence pushes.
+	FanoutQueueURL, PresenceQueueURL string
 	// HistoryRetention is how long conversation logs live (0: forever).
 	HistoryRetention time.Duration
 	// MemberLimit bounds group size; FanoutBatch is the members per fan-out job.
@@ -71,6 +71,7 @@ const (
 	EnvInboxRetention   = "SIGNET_INBOX_RETENTION"
 	EnvSyncInterval     = "SIGNET_SYNC_INTERVAL"
 	EnvFanoutQueue      = "SIGNET_FANOUT_QUEUE_URL"
+	EnvPresenceQueue    = "SIGNET_PRESENCE_QUEUE_URL"
 	EnvHistoryRetention = "SIGNET_HISTORY_RETENTION"
 	EnvMemberLimit      = "SIGNET_GROUP_MEMBER_LIMIT"
 	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
@@ -93,7 +94,8 @@ var Vars = []Var{
 	{EnvBackoff, "2s,4s,8s,16s", "delays between further re-pushes (at most 4; whole window ≤ 60s)"},
 	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
 	{EnvSyncInterval, "2s", "one new sync per user per interval"},
-	{EnvFanoutQueue, "", "SQS queue URL of fan-out jobs (group messages, presence pushes)"},
+	{EnvFanoutQueue, "", "SQS queue URL of fan-out jobs (group messages, group alerts)"},
+	{EnvPresenceQueue, "", "SQS queue URL of debounced presence pushes"},
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
@@ -151,6 +153,7 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	c.FanoutQueueURL = get(EnvFanoutQueue)
+	c.PresenceQueueURL = get(EnvPresenceQueue)
 	if c.HistoryRetention, err = duration(EnvHistoryRetention, get(EnvHistoryRetention)); err != nil {
 		return Config{}, err
 	}
@@ -186,6 +189,7 @@ func (c Config) Require(names ...string) error {
 		EnvWebSocketAPI:     c.WebSocketEndpoint,
 		EnvJWTSecret:        c.JWTSecret,
 		EnvFanoutQueue:      c.FanoutQueueURL,
+		EnvPresenceQueue:    c.PresenceQueueURL,
 	}
 	var missing []string
 	for _, name := range names {

@@ -84,6 +84,9 @@ type Options struct {
 	// of the same settings (see package config).
 	FanoutBatch, MemberLimit int
 	PresenceDebounce         time.Duration
+	// WriteTimeout is how long the gateway waits for a client to take a
+	// frame before it disconnects it (default gateway.DefaultWriteTimeout).
+	WriteTimeout time.Duration
 	// Configure, when set, adjusts each function's handler (named by its
 	// template logical id) before anything runs (tests wrap a storage
 	// interface to inject faults into one function).
@@ -201,7 +204,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	host := ln.Addr().String()
 	st.URL = "ws://" + host + "/"
-	gw := &gateway.Gateway{Routes: map[string]gateway.Route{}, Log: o.Log, Serial: o.SerialFrames, Stage: params["Stage"]}
+	gw := &gateway.Gateway{Routes: map[string]gateway.Route{}, Log: o.Log, Serial: o.SerialFrames, Stage: params["Stage"], WriteTimeout: o.WriteTimeout}
 	st.Gateway = gw
 	st.ManagementURL = "http://" + host + "/" + gw.StageName()
 

@@ -288,7 +288,8 @@ func TestBadFramesGetErrorCodesAndStoreNothing(t *testing.T) {
 		{"alert conversation", `{"action":"send","clientMsgId":"b8","conversationId":"a:monitoring","body":"hi"}`, wire.CodeBadRequest},
 		{"wrong field type", `{"action":"send","clientMsgId":7,"to":"bob","body":"hi"}`, wire.CodeBadRequest},
 		{"ack without upTo", `{"action":"ack"}`, wire.CodeBadRequest},
-		{"ack beyond head", `{"action":"ack","upTo":5}`, wire.CodeBadRequest},
+		{"ack beyond head", `{"action":"ack","upTo":5}`, wire.CodeResync},
+		{"sync cursor beyond head", `{"action":"sync","cursor":7}`, wire.CodeResync},
 		{"negative ack", `{"action":"ack","upTo":-1}`, wire.CodeBadRequest},
 		{"sync without cursor", `{"action":"sync"}`, wire.CodeBadRequest},
 		{"sync limit too high", `{"action":"sync","cursor":0,"limit":101}`, wire.CodeBadRequest},
@@ -309,9 +310,17 @@ func TestBadFramesGetErrorCodesAndStoreNothing(t *testing.T) {
 	if d, err := st.Store.Device(ctx, "alice", "laptop"); err != nil || d.Acked != 0 {
 		t.Errorf("alice ack cursor = %+v (%v), want 0", d, err)
 	}
-	// The connection still works after bad frames.
+	// A cursor beyond the head is refused with the head and epoch to start
+	// over from, never answered as an empty success the client could keep.
+	alice.write(`{"action":"sync","cursor":3}`)
+	if e := alice.next("error", 5*time.Second); e.Code != string(wire.CodeResync) || e.Epoch == "" || e.Head != 0 {
+		t.Errorf("sync beyond head: %+v, want resync with head 0 and an epoch", e)
+	}
+	// The connection still works after bad frames; pong names head and epoch.
 	alice.write(`{"action":"ping"}`)
-	alice.next("pong", 5*time.Second)
+	if p := alice.next("pong", 5*time.Second); p.Epoch == "" || p.Head != 0 {
+		t.Errorf("pong %+v, want head 0 and an epoch", p)
+	}
 }
 
 func TestOversizeMessageClosesConnection(t *testing.T) {
@@ -468,7 +477,8 @@ func assertInbox(t *testing.T, st *devstack.Stack, user im.UserID, ids ...string
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: only a failing test waits this long.
+	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

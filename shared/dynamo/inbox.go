@@ -46,16 +46,53 @@ func (st *Store) Head(ctx context.Context, u im.UserID) (int64, string, error) {
 	return getN(out.Item, attrSeq), getS(out.Item, attrEpoch), nil
 }
 
+// EnsureHead returns the user's inbox head and epoch, creating the head
+// (seq 0 with a fresh epoch) if the inbox has none: every answer about an
+// inbox carries a non-empty epoch, so a device whose server lost or
+// re-created its data sees a different epoch even before the first new
+// message. Creating it is one conditional write per inbox lifetime.
+func (st *Store) EnsureHead(ctx context.Context, u im.UserID, now time.Time) (int64, string, error) {
+	head, epoch, err := st.Head(ctx, u)
+	if err != nil || epoch != "" {
+		return head, epoch, err
+	}
+	epoch = newEpoch(now)
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, skHead),
+		UpdateExpression:          aws.String("SET #seq = if_not_exists(#seq, :zero), #epoch = :epoch"),
+		ConditionExpression:       aws.String("attribute_not_exists(#epoch)"),
+		ExpressionAttributeNames:  map[string]string{"#seq": attrSeq, "#epoch": attrEpoch},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0), ":epoch": s(epoch)},
+	})
+	if isConditionFailed(err) {
+		// Another request created it first: use theirs.
+		return st.Head(ctx, u)
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("create inbox head %s: %w", u, err)
+	}
+	return head, epoch, nil
+}
+
 // Page returns up to limit entries with seq > cursor, ascending. It reads the
 // head first and only entries up to it: every seq ≤ head was committed in the
 // same transaction as the head, so the page never skips a sequence that could
 // still appear.
+//
+// A cursor beyond the head is refused with im.ErrCursorBeyondHead (wrapped
+// in an *im.HeadError naming the head and epoch): answering it with an
+// empty page would let the client keep a cursor that skips the seqs
+// allocated next.
 func (st *Store) Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error) {
-	head, epoch, err := st.Head(ctx, u)
+	head, epoch, err := st.EnsureHead(ctx, u, time.Now())
 	if err != nil {
 		return im.Page{}, err
 	}
-	if cursor >= head {
+	if cursor > head {
+		return im.Page{}, fmt.Errorf("inbox page %s: %w", u, &im.HeadError{Err: im.ErrCursorBeyondHead, Position: cursor, Head: head, Epoch: epoch})
+	}
+	if cursor == head {
 		return im.NewPage(cursor, nil, head, epoch), nil
 	}
 	// Entries up to head are contiguous except where retention expired the
@@ -108,15 +145,15 @@ func (st *Store) Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.Dev
 
 // Ack moves the device's ack cursor forward to upTo. A lower or equal value
 // changes nothing (forward-only); a value beyond the inbox head is rejected
-// with im.ErrAckBeyondHead. It returns the previous cursor and whether the
+// with im.ErrAckBeyondHead (in an *im.HeadError). It returns the previous cursor and whether the
 // cursor moved.
 func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error) {
-	head, _, err := st.Head(ctx, u)
+	head, epoch, err := st.Head(ctx, u)
 	if err != nil {
 		return 0, false, err
 	}
 	if upTo > head {
-		return 0, false, fmt.Errorf("ack %s/%s up to %d (head %d): %w", u, d, upTo, head, im.ErrAckBeyondHead)
+		return 0, false, fmt.Errorf("ack %s/%s: %w", u, d, &im.HeadError{Err: im.ErrAckBeyondHead, Position: upTo, Head: head, Epoch: epoch})
 	}
 	old, moved, err := st.advance(ctx, inboxKey(u, deviceSK(d)), "acked", "ackedAt", upTo, now)
 	if err != nil {

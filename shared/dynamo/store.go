@@ -158,11 +158,11 @@ func isConditionFailed(err error) bool {
 // conditionally on old, creating an epoch when the head is new.
 func headUpdate(table string, key map[string]types.AttributeValue, old int64, epoch string) *types.Update {
 	cond := "#seq = :old"
-	values := map[string]types.AttributeValue{":new": n(old + 1), ":epoch": s(epoch)}
+	values := map[string]types.AttributeValue{":new": n(old + 1), ":epoch": s(epoch), ":old": n(old)}
 	if old == 0 {
-		cond = "attribute_not_exists(#seq)"
-	} else {
-		values[":old"] = n(old)
+		// An inbox head is created (seq 0, with its epoch) the first time
+		// the inbox is read; a conversation head only by its first message.
+		cond = "attribute_not_exists(#seq) OR #seq = :old"
 	}
 	return &types.Update{
 		TableName:                 aws.String(table),

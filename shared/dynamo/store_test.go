@@ -137,13 +137,48 @@ func TestPageLimitsAndCursorBeyondHead(t *testing.T) {
 	if err != nil || len(p.Entries) != 2 || !p.More {
 		t.Fatalf("byte-limited page = %d entries more=%v, %v", len(p.Entries), p.More, err)
 	}
-	p, err = st.Page(ctx, "bob", 9, 100, wire.EntrySize)
-	if err != nil || len(p.Entries) != 0 || p.Next != 9 || p.More || p.Head != 5 {
-		t.Fatalf("page past head = %+v, %v", p, err)
+	first, _ := st.Page(ctx, "bob", 0, 1, wire.EntrySize)
+	// A cursor beyond the head is refused, naming head and epoch: an empty
+	// "success" would let the device keep a cursor that skips seqs 6..9.
+	_, err = st.Page(ctx, "bob", 9, 100, wire.EntrySize)
+	var he *im.HeadError
+	if !errors.Is(err, im.ErrCursorBeyondHead) || !errors.As(err, &he) || he.Head != 5 || he.Position != 9 || he.Epoch == "" || he.Epoch != first.Epoch {
+		t.Fatalf("page past head: %v (%+v), want ErrCursorBeyondHead with head 5 and epoch %q", err, he, first.Epoch)
 	}
 	p, err = st.Page(ctx, "nobody", 0, 100, wire.EntrySize)
 	if err != nil || len(p.Entries) != 0 || p.Head != 0 {
 		t.Fatalf("empty inbox page = %+v, %v", p, err)
+	}
+}
+
+// An inbox has an epoch from the first time it is read, and keeps it when
+// its first entry arrives: a device that synced an empty inbox and then
+// meets a re-created one sees a different epoch.
+func TestEveryInboxAnswerCarriesAStableEpoch(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	empty, err := st.Page(ctx, "bob", 0, 100, wire.EntrySize)
+	if err != nil || empty.Epoch == "" || empty.Head != 0 {
+		t.Fatalf("empty inbox page = %+v, %v; want head 0 and an epoch", empty, err)
+	}
+	head, epoch, err := st.EnsureHead(ctx, "bob", now)
+	if err != nil || head != 0 || epoch != empty.Epoch {
+		t.Fatalf("EnsureHead = %d %q %v, want 0 %q", head, epoch, err, empty.Epoch)
+	}
+	if _, err := st.Send(ctx, draft("alice", "1", "bob", "1"), now); err != nil {
+		t.Fatal(err)
+	}
+	p, err := st.Page(ctx, "bob", 0, 100, wire.EntrySize)
+	if err != nil || p.Head != 1 || len(p.Entries) != 1 || p.Epoch != empty.Epoch {
+		t.Fatalf("after the first entry: %+v, %v; want head 1, epoch %q", p, err, empty.Epoch)
+	}
+	// alice's inbox was never read: her first entry creates her epoch.
+	if _, epoch, err := st.Head(ctx, "alice"); err != nil || epoch == "" || epoch == empty.Epoch {
+		t.Fatalf("sender's inbox epoch %q, %v", epoch, err)
+	}
+	// A head that exists keeps its epoch under EnsureHead.
+	if _, again, err := st.EnsureHead(ctx, "bob", now); err != nil || again != empty.Epoch {
+		t.Fatalf("EnsureHead on a live inbox: %q, %v", again, err)
 	}
 }
 

@@ -39,6 +39,8 @@ const (
 	MaxFrameBytes   = 32 << 10
 	IdleTimeout     = 10 * time.Minute
 	MaxLifetime     = 2 * time.Hour
+	// DefaultWriteTimeout is how long a client may take to accept a frame.
+	DefaultWriteTimeout = 5 * time.Second
 )
 
 // Gateway serves WebSocket clients on "/" and the management API on
@@ -56,6 +58,10 @@ type Gateway struct {
 	IdleTimeout, MaxLifetime time.Duration
 	// Log receives structured logs (slog.Default when nil).
 	Log *slog.Logger
+	// WriteTimeout bounds writing one frame to a client (default
+	// DefaultWriteTimeout): a client that does not take it in time is
+	// disconnected and the push answered 410.
+	WriteTimeout time.Duration
 	// Serial runs one connection's frames one after another. API Gateway
 	// invokes each frame's integration independently and concurrently;
 	// this is a test switch, never the default.
@@ -100,6 +106,19 @@ type Stats struct {
 	// OversizeFrames are route responses and pushes over 128 KB, which
 	// API Gateway refuses.
 	OversizeFrames atomic.Int64
+	// SlowConsumers are clients disconnected because they did not take a
+	// frame within the write timeout (not a backend fault).
+	SlowConsumers atomic.Int64
+}
+
+// SlowConsumers counts clients disconnected for not reading.
+func (g *Gateway) SlowConsumers() int64 { return g.stats.SlowConsumers.Load() }
+
+func (g *Gateway) writeTimeout() time.Duration {
+	if g.WriteTimeout > 0 {
+		return g.WriteTimeout
+	}
+	return DefaultWriteTimeout
 }
 
 // Faults returns the counts of empty and oversize frames the backend asked
@@ -139,6 +158,17 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.serveWebSocket(w, r)
+}
+
+// Context returns the authorizer context of a live connection (what
+// $connect's authorizer returned; nil if no such connection).
+func (g *Gateway) Context(id string) map[string]any {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if c := g.conns[id]; c != nil {
+		return c.authorizer
+	}
+	return nil
 }
 
 // Close closes every connection (each gets $disconnect) and waits for them.
@@ -403,8 +433,14 @@ func (g *Gateway) send(ctx context.Context, c *conn, data []byte) {
 		g.log().Error("route response over 128 KB not sent", "connectionId", c.id, "bytes", len(data))
 		return
 	}
-	if err := c.ws.Write(ctx, websocket.MessageText, data); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, g.writeTimeout())
+	defer cancel()
+	if err := c.ws.Write(wctx, websocket.MessageText, data); err != nil {
 		g.log().Info("write to connection failed", "connectionId", c.id, "err", err.Error())
+		if wctx.Err() != nil && ctx.Err() == nil {
+			g.stats.SlowConsumers.Add(1)
+			c.ws.CloseNow()
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -53,7 +54,19 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 			apiError(w, http.StatusRequestEntityTooLarge, "PayloadTooLargeException", "payload exceeds 128 KiB")
 			return
 		}
-		if err := c.ws.Write(r.Context(), websocket.MessageText, data); err != nil {
+		// A client that stops reading (a half-dead socket: no FIN, no RST)
+		// must not hold the caller: a frame that cannot be written within
+		// the write timeout disconnects the client, like any dead
+		// connection, and the caller gets 410.
+		wctx, cancel := context.WithTimeout(r.Context(), g.writeTimeout())
+		err = c.ws.Write(wctx, websocket.MessageText, data)
+		cancel()
+		if err != nil {
+			if wctx.Err() != nil && r.Context().Err() == nil {
+				g.stats.SlowConsumers.Add(1)
+				g.log().Warn("connection did not take a frame in time; disconnected", "connectionId", c.id, "timeout", g.writeTimeout().String())
+				c.ws.CloseNow()
+			}
 			apiError(w, http.StatusGone, "GoneException", "")
 			return
 		}

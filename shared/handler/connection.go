@@ -48,8 +48,9 @@ func (h *Handler) Disconnect(ctx context.Context, req events.APIGatewayWebsocket
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
-// Ping refreshes the connection record and answers {"type":"pong"}. A record
-// that was removed (say after a stale 410) is written again.
+// Ping refreshes the connection record and answers {"type":"pong"} with the
+// inbox head and epoch. A record that was removed (say after a stale 410)
+// is written again.
 func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
@@ -68,7 +69,11 @@ func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionPing, err, "")
 	}
-	return reply(wire.Pong{Type: wire.TypePong})
+	head, epoch, err := h.Inbox.EnsureHead(ctx, c.User, now)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionPing, err, "")
+	}
+	return reply(wire.Pong{Type: wire.TypePong, Head: head, Epoch: epoch})
 }
 
 // Default answers frames that name no route ($default): invalid JSON is a

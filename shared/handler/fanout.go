@@ -40,12 +40,13 @@ type FanoutQueue interface {
 func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	m := stored.Message
 	if err := h.FanoutQueue.Enqueue(ctx, 0, im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}); err != nil {
-		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
+	h.answer(ctx, c, wire.ActionSend, wire.NewSent(clientMsgID, m))
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	if stored.Replayed {
@@ -56,7 +57,7 @@ func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clien
 	}
 	h.log().InfoContext(ctx, "group message stored", "messageId", m.ID, "conversationId", m.Conversation, "convSeq", m.ConvSeq,
 		"userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
-	return reply(wire.NewSent(clientMsgID, m))
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
 // Fanout consumes the fan-out queue (SQS event source with
@@ -66,8 +67,23 @@ func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clien
 // members' inboxes and pushes the new entries. A failed job is reported
 // and retried by SQS; what it already did is not done again (AppendGroup
 // is exactly once per inbox).
+//
+// The jobs of a batch run concurrently (one slow group or one recipient
+// that stopped reading does not hold up the others), and a job is only
+// started while the invocation has FanoutReserve left before its deadline:
+// the rest are reported for retry instead of being cut off mid-way by the
+// function timeout.
 func (h *Handler) Fanout(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
+	var (
+		resp events.SQSEventResponse
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	failed := func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+	}
 	for _, rec := range ev.Records {
 		job, err := queue.DecodeJob(rec.Body)
 		if err != nil {
@@ -75,22 +91,35 @@ func (h *Handler) Fanout(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			h.log().ErrorContext(ctx, "fan-out job dropped", "err", err.Error(), "sqsMessageId", rec.MessageId)
 			continue
 		}
-		switch job.Kind {
-		case im.FanoutPresence:
-			err = h.pushPresence(ctx, job.User)
-		case im.FanoutAlert:
-			err = h.fanoutAlert(ctx, job)
-		default:
-			err = h.fanoutMessages(ctx, job)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < FanoutReserve {
+			h.log().WarnContext(ctx, "fan-out job left for retry: too little time left in this invocation", "sqsMessageId", rec.MessageId)
+			failed(rec.MessageId)
+			continue
 		}
-		if err != nil {
-			h.log().ErrorContext(ctx, "fan-out failed; left for retry", "err", err.Error(), "conversationId", job.Conversation,
-				"convSeq", job.UpTo, "members", len(job.Members), "sqsMessageId", rec.MessageId)
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-		}
+		wg.Go(func() {
+			var err error
+			switch job.Kind {
+			case im.FanoutPresence:
+				err = h.pushPresence(ctx, job.User)
+			case im.FanoutAlert:
+				err = h.fanoutAlert(ctx, job)
+			default:
+				err = h.fanoutMessages(ctx, job)
+			}
+			if err != nil {
+				h.log().ErrorContext(ctx, "fan-out failed; left for retry", "err", err.Error(), "conversationId", job.Conversation,
+					"convSeq", job.UpTo, "members", len(job.Members), "sqsMessageId", rec.MessageId)
+				failed(rec.MessageId)
+			}
+		})
 	}
+	wg.Wait()
 	return resp, nil
 }
+
+// FanoutReserve is the time a fan-out invocation must have left to start a
+// job: a batch job of 50 members with a push deadline each fits in it.
+const FanoutReserve = 10 * time.Second
 
 func (h *Handler) fanoutBatch() int {
 	if h.FanoutBatch > 0 {
@@ -191,14 +220,12 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 		wg.Go(func() {
 			defer func() { <-slots }()
 			entries, err := h.Fanouts.AppendGroup(ctx, u, pos[u], msgs, h.now())
-			ut := h.trail("fanout", "")
 			for _, e := range entries {
-				ut.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
+				tr.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
 			}
-			h.deliverAll(ctx, ut, u, entries)
+			h.deliverAll(ctx, tr, u, entries)
 			mu.Lock()
 			defer mu.Unlock()
-			tr.events = append(tr.events, ut.events...)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("fan-out to %s: %w", u, err))
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -17,6 +18,8 @@ import (
 type Inbox interface {
 	Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error)
 	Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error)
+	Head(ctx context.Context, u im.UserID) (int64, string, error)
+	EnsureHead(ctx context.Context, u im.UserID, now time.Time) (int64, string, error)
 	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
 	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error)
@@ -64,10 +67,13 @@ type Handler struct {
 	// Histories reads conversation logs.
 	Histories Histories
 	// Groups stores groups and their logs; Fanouts fills member inboxes
-	// and FanoutQueue carries fan-out jobs (group messages, presence).
+	// and FanoutQueue carries fan-out jobs (group messages and alerts).
 	Groups      Groups
 	Fanouts     Fanouts
 	FanoutQueue FanoutQueue
+	// PresenceQueue carries debounced presence pushes, apart from the
+	// fan-out jobs so that they never delay a message.
+	PresenceQueue FanoutQueue
 	// Index is the per-user conversation index (summary, receipts).
 	Index ConversationIndex
 	// Presences stores display states.
@@ -90,6 +96,10 @@ type Handler struct {
 	Secret []byte
 	// Redelivery is the push timeout and backoff policy.
 	Redelivery im.Redelivery
+	// PushDeadline bounds one PostToConnection, SDK retries included
+	// (default DefaultPushDeadline): a recipient that stops reading costs
+	// a push at most this long, and what was pushed is left to redelivery.
+	PushDeadline time.Duration
 	// SyncInterval admits one new sync per user per interval (default 2s).
 	SyncInterval time.Duration
 	// Now is the clock (time.Now when nil).
@@ -156,17 +166,56 @@ func (h *Handler) fail(ctx context.Context, c caller, route string, err error, c
 	return reply(frame)
 }
 
-// failOneWay answers a one-way route (ack, read: no route response, so
-// a success costs no frame) with its error frame pushed through
-// @connections. An unauthorized caller has no connection to push to.
+// failOneWay answers a one-way route (ack, read, send: no route
+// response) with its error frame pushed through @connections.
 func (h *Handler) failOneWay(ctx context.Context, c caller, route string, err error) (events.APIGatewayProxyResponse, error) {
-	resp, _ := h.fail(ctx, c, route, err, "")
+	return h.failPushed(ctx, c, route, err, "")
+}
+
+// failPushed pushes the error frame of a one-way route (naming the send's
+// clientMsgId, if any). A caller without a connection id has nowhere to
+// be answered.
+func (h *Handler) failPushed(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+	resp, _ := h.fail(ctx, c, route, err, clientMsgID)
 	if h.Pusher != nil && c.Connection != "" {
-		if perr := h.Pusher.Push(ctx, c.Connection, []byte(resp.Body)); perr != nil && !errors.Is(perr, im.ErrGone) {
+		if perr := h.push(ctx, c.Connection, []byte(resp.Body)); perr != nil && !errors.Is(perr, im.ErrGone) {
 			h.log().WarnContext(ctx, "error frame not pushed", "route", route, "err", perr.Error(), "connectionId", c.Connection)
 		}
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// answer posts a one-way route's answer (a send's "sent") to the caller's
+// connection, once more if the first post failed for a reason other than
+// the connection being gone. If both fail the client re-sends after its
+// resend timeout and gets the same answer (sends are idempotent).
+func (h *Handler) answer(ctx context.Context, c caller, route string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		h.log().ErrorContext(ctx, "answer not encoded", "route", route, "err", err.Error())
+		return
+	}
+	for attempt := range 2 {
+		err = h.push(ctx, c.Connection, b)
+		if err == nil || errors.Is(err, im.ErrGone) {
+			return
+		}
+		h.log().WarnContext(ctx, "answer not pushed", "route", route, "attempt", attempt, "err", err.Error(), "connectionId", c.Connection)
+	}
+}
+
+// DefaultPushDeadline bounds one push when Handler.PushDeadline is unset.
+const DefaultPushDeadline = 3 * time.Second
+
+// push posts one frame to a connection within the push deadline.
+func (h *Handler) push(ctx context.Context, id im.ConnectionID, frame []byte) error {
+	d := h.PushDeadline
+	if d <= 0 {
+		d = DefaultPushDeadline
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return h.Pusher.Push(ctx, id, frame)
 }
 
 var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorized")
@@ -174,10 +223,12 @@ var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorize
 // trail collects the trace events of one invocation and writes them in one
 // batch at the end. The trace is diagnostic: failing to write it is logged,
 // never turned into a failed delivery.
+// Its methods are safe for concurrent pushes.
 type trail struct {
 	h        *Handler
 	function string
 	request  string
+	mu       sync.Mutex
 	events   []im.Event
 }
 
@@ -187,15 +238,20 @@ func (h *Handler) trail(function, requestID string) *trail {
 
 func (t *trail) add(e im.Event) {
 	e.At, e.Function, e.RequestID = t.h.now(), t.function, t.request
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.events = append(t.events, e)
 }
 
 func (t *trail) flush(ctx context.Context) {
-	if t.h.Tracer == nil || len(t.events) == 0 {
+	t.mu.Lock()
+	events := t.events
+	t.events = nil
+	t.mu.Unlock()
+	if t.h.Tracer == nil || len(events) == 0 {
 		return
 	}
-	if err := t.h.Tracer.AppendEvents(ctx, t.events); err != nil {
-		t.h.log().WarnContext(ctx, "trace not recorded", "err", err.Error(), "events", len(t.events), "requestId", t.request)
+	if err := t.h.Tracer.AppendEvents(ctx, events); err != nil {
+		t.h.log().WarnContext(ctx, "trace not recorded", "err", err.Error(), "events", len(events), "requestId", t.request)
 	}
-	t.events = nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -15,31 +16,35 @@ import (
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
-// Send stores a message and answers with the server ACK once it is durable
-// in every recipient inbox; then it pushes the new entries to the
-// recipients' connections (the sender's other devices included).
+// Send stores a message and answers with the server ACK ("sent", posted to
+// the sender's connection: send is a one-way route) once it is durable in
+// every recipient inbox; only then does it push the new entries to the
+// recipients' connections (the sender's other devices included), all at
+// once and each within the push deadline, so a recipient that stopped
+// reading delays neither the ACK nor anyone else's push.
 func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
-		return h.fail(ctx, c, wire.ActionSend, errNoCaller, "")
+		return h.failPushed(ctx, c, wire.ActionSend, errNoCaller, "")
 	}
 	draft, clientMsgID, err := wire.DecodeSend(req.Body, c.User)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	if draft.Conversation.IsGroup() {
 		if !draft.Conversation.ValidGroup() {
-			return h.fail(ctx, c, wire.ActionSend, im.ErrMalformedConversation, clientMsgID)
+			return h.failPushed(ctx, c, wire.ActionSend, im.ErrMalformedConversation, clientMsgID)
 		}
 		return h.sendGroup(ctx, c, draft, clientMsgID)
 	}
 	if _, err := draft.Recipients(); err != nil {
-		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	stored, err := h.Inbox.Send(ctx, draft, h.now())
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
+	h.answer(ctx, c, wire.ActionSend, wire.NewSent(clientMsgID, stored.Message))
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	id := stored.Message.ID
@@ -56,15 +61,17 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		"convSeq", stored.Message.ConvSeq, "userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
 	// A replay pushes again: the first attempt may have crashed before its
 	// pushes. Devices drop entries they already have (seq ≤ cursor).
+	var wg sync.WaitGroup
 	for user, seq := range stored.Inboxed {
-		h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message})
+		wg.Go(func() { h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message}) })
 	}
-	return reply(wire.NewSent(clientMsgID, stored.Message))
+	wg.Wait()
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
-// deliver pushes an entry to every connection of user and schedules the
-// first redelivery check of each push. Failures are logged: the entry is
-// durable and a check or the next sync delivers it.
+// deliver pushes an entry to every connection of user, all at once, and
+// schedules the first redelivery check of each push. Failures are logged:
+// the entry is durable and a check or the next sync delivers it.
 func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.Entry) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
@@ -75,9 +82,11 @@ func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.E
 	if len(conns) == 0 {
 		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
 	}
+	var wg sync.WaitGroup
 	for _, conn := range conns {
-		h.pushAndSchedule(ctx, tr, conn, e, frame, 0)
+		wg.Go(func() { h.pushAndSchedule(ctx, tr, conn, e, frame, 0) })
 	}
+	wg.Wait()
 }
 
 // ConnectGrace is how long after $connect a 410 does not remove a
@@ -93,7 +102,7 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 		ev.Type, ev.Detail, ev.Delay = t, detail, delay
 		tr.add(ev)
 	}
-	err := h.Pusher.Push(ctx, conn.ID, frame)
+	err := h.push(ctx, conn.ID, frame)
 	switch {
 	case errors.Is(err, im.ErrGone):
 		// A connection still in its $connect handshake also answers 410:
@@ -122,6 +131,7 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 	if !ok {
 		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
 		event(im.EventAwaitingPull, fmt.Sprintf("not acked after %d pushes", attempt+1), 0)
+		h.notify(ctx, conn)
 		return
 	}
 	check := im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
@@ -132,6 +142,21 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 	}
 	log.InfoContext(ctx, "redelivery_scheduled", "delay", delay.String())
 	event(im.EventRedeliveryScheduled, "", delay)
+}
+
+// notify tells a connection that pushing has given up and where its inbox
+// head is ({"type":"notify"}): a device that missed every push (or whose
+// acks were lost) syncs instead of waiting for its next ping or reconnect.
+func (h *Handler) notify(ctx context.Context, conn im.Connection) {
+	head, epoch, err := h.Inbox.Head(ctx, conn.User)
+	if err != nil {
+		h.log().WarnContext(ctx, "notify skipped: reading the inbox head failed", "err", err.Error(), "userId", conn.User)
+		return
+	}
+	frame, _ := json.Marshal(wire.Notify{Type: wire.TypeNotify, Head: head, Epoch: epoch})
+	if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+		h.log().WarnContext(ctx, "notify push failed", "err", err.Error(), "connectionId", conn.ID)
+	}
 }
 
 // Ack moves the device's cumulative ack cursor ({"action":"ack","upTo":N}).
@@ -212,7 +237,7 @@ func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.Conversat
 	}
 	frame, _ := json.Marshal(wire.Receipt{Type: wire.TypeReceipt, Kind: kind, ConversationID: string(conv), UserID: string(user), UpTo: upTo})
 	for _, conn := range conns {
-		if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+		if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
 			h.log().WarnContext(ctx, "receipt push failed", "err", err.Error(), "connectionId", conn.ID)
 		}
 	}

@@ -82,7 +82,7 @@ func (h *Handler) presenceDebounce() time.Duration {
 // collapse into the one push, which sends the state at that time. Best
 // effort: presence is a hint and a failure here must not fail the route.
 func (h *Handler) presenceChanged(ctx context.Context, u im.UserID) {
-	if h.Presences == nil || h.FanoutQueue == nil {
+	if h.Presences == nil || h.PresenceQueue == nil {
 		return
 	}
 	now := h.now()
@@ -95,7 +95,7 @@ func (h *Handler) presenceChanged(ctx context.Context, u im.UserID) {
 		}
 		return
 	}
-	if err := h.FanoutQueue.Enqueue(ctx, h.presenceDebounce(), im.FanoutJob{Kind: im.FanoutPresence, User: u}); err != nil {
+	if err := h.PresenceQueue.Enqueue(ctx, h.presenceDebounce(), im.FanoutJob{Kind: im.FanoutPresence, User: u}); err != nil {
 		h.log().WarnContext(ctx, "presence push not scheduled", "err", err.Error(), "userId", u)
 		_ = h.Presences.ClearPresencePending(ctx, u)
 	}
@@ -128,7 +128,7 @@ func (h *Handler) pushPresence(ctx context.Context, u im.UserID) error {
 			continue
 		}
 		for _, conn := range conns {
-			if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+			if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
 				h.log().WarnContext(ctx, "presence push failed", "err", err.Error(), "connectionId", conn.ID)
 			}
 		}

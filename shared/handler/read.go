@@ -88,7 +88,7 @@ func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID
 		if conn.ID == c.Connection {
 			continue
 		}
-		if err := h.Pusher.Push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
+		if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
 			h.log().WarnContext(ctx, "read sync push failed", "err", err.Error(), "connectionId", conn.ID)
 		}
 	}

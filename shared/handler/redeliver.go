@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -16,17 +17,29 @@ import (
 // nothing if the device acked the entry, else re-pushes it and schedules the
 // next check while the policy allows. Checks that failed for a transient
 // reason are reported as batch item failures so SQS retries just those.
+//
+// The checks of a batch run concurrently: one recipient that stopped
+// reading costs its own push deadline, not everyone's.
 func (h *Handler) Redeliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var resp events.SQSEventResponse
+	var (
+		resp events.SQSEventResponse
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
 	for _, rec := range ev.Records {
-		tr := h.trail("redeliver", rec.MessageId)
-		err := h.redeliver(ctx, tr, rec.Body)
-		tr.flush(ctx)
-		if err != nil {
-			h.log().ErrorContext(ctx, "redelivery check failed; will be retried", "err", err.Error(), "sqsMessageId", rec.MessageId)
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-		}
+		wg.Go(func() {
+			tr := h.trail("redeliver", rec.MessageId)
+			err := h.redeliver(ctx, tr, rec.Body)
+			tr.flush(ctx)
+			if err != nil {
+				h.log().ErrorContext(ctx, "redelivery check failed; will be retried", "err", err.Error(), "sqsMessageId", rec.MessageId)
+				mu.Lock()
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return resp, nil
 }
 

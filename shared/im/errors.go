@@ -1,6 +1,9 @@
 package im
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Domain errors. Adapters wrap them with context; the wire layer maps them to
 // error codes in exactly one table (see package wire).
@@ -17,6 +20,9 @@ var (
 	ErrReadBeyondHead = errors.New("read beyond conversation head")
 	// ErrAckBeyondHead: a device acked a sequence the inbox has not reached.
 	ErrAckBeyondHead = errors.New("ack beyond inbox head")
+	// ErrCursorBeyondHead: a sync cursor the inbox has not reached: the
+	// device's position belongs to an earlier sequence of this inbox.
+	ErrCursorBeyondHead = errors.New("cursor beyond inbox head")
 	// ErrContention: a conditional write lost its race too many times; retry later.
 	ErrContention = errors.New("too much contention, retry")
 	// ErrRateLimited: the caller exceeded a rate limit.
@@ -44,3 +50,21 @@ var (
 	// ErrGroupExists: a group with that id exists.
 	ErrGroupExists = errors.New("group exists")
 )
+
+// HeadError is a position (a sync cursor, an ack) beyond the inbox head. It
+// names the head and its epoch so the device can start over from them.
+type HeadError struct {
+	// Err is ErrCursorBeyondHead or ErrAckBeyondHead.
+	Err error
+	// Position is the cursor or ack the device sent.
+	Position int64
+	// Head and Epoch are the inbox's.
+	Head  int64
+	Epoch string
+}
+
+func (e *HeadError) Error() string {
+	return fmt.Sprintf("%v: %d > head %d (epoch %s)", e.Err, e.Position, e.Head, e.Epoch)
+}
+
+func (e *HeadError) Unwrap() error { return e.Err }

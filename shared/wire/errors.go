@@ -24,6 +24,10 @@ const (
 	CodeRateLimited Code = "rate_limited"
 	// CodeInternal: the server failed; the request may be retried as is.
 	CodeInternal Code = "internal"
+	// CodeResync: the device's cursor or ack is beyond the inbox head (the
+	// server's data was reset, restored or re-created): the frame carries
+	// the head and epoch; forget the local position and sync from 0.
+	CodeResync Code = "resync"
 )
 
 // Error is the server frame {"type":"error",...}.
@@ -42,6 +46,9 @@ type Error struct {
 	Ref string `json:"ref,omitempty"`
 	// RetryAfterMs is set for rate_limited: when to try again.
 	RetryAfterMs int64 `json:"retryAfterMs,omitempty"`
+	// Head and Epoch are set for resync: the inbox's head and epoch.
+	Head  *int64 `json:"head,omitempty"`
+	Epoch string `json:"epoch,omitempty"`
 }
 
 // Problem is an error that already knows its wire code and client-safe message.
@@ -73,7 +80,8 @@ var domainCodes = []struct {
 	{im.ErrMalformedConversation, CodeBadRequest, "conversationId must be d:<a>:<b> with the two user ids sorted"},
 	{im.ErrNotDirect, CodeBadRequest, "conversationId must name a 1:1 conversation (d:<a>:<b>)"},
 	{im.ErrClientMsgIDReused, CodeBadRequest, "clientMsgId was already used for a different message"},
-	{im.ErrAckBeyondHead, CodeBadRequest, "upTo is beyond the inbox head"},
+	{im.ErrAckBeyondHead, CodeResync, "upTo is beyond the inbox head: the inbox's sequence restarted; sync from 0"},
+	{im.ErrCursorBeyondHead, CodeResync, "cursor is beyond the inbox head: the inbox's sequence restarted; sync from 0"},
 	{im.ErrReadBeyondHead, CodeBadRequest, "upTo is beyond the conversation's last message"},
 	{im.ErrContention, CodeRateLimited, "the inbox is busy; retry with the same clientMsgId"},
 	{im.ErrForbidden, CodeForbidden, "your role in this group does not allow that"},
@@ -104,5 +112,9 @@ func ProblemOf(err error) *Problem {
 // NewError builds the error frame for err.
 func NewError(err error, requestID, clientMsgID string) Error {
 	p := ProblemOf(err)
-	return Error{Type: TypeError, Code: p.Code, Message: p.Msg, RequestID: requestID, ClientMsgID: clientMsgID, RetryAfterMs: p.RetryAfterMs}
+	e := Error{Type: TypeError, Code: p.Code, Message: p.Msg, RequestID: requestID, ClientMsgID: clientMsgID, RetryAfterMs: p.RetryAfterMs}
+	if h, ok := errors.AsType[*im.HeadError](err); ok {
+		e.Head, e.Epoch = &h.Head, h.Epoch
+	}
+	return e
 }

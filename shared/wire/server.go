@@ -17,6 +17,7 @@ const (
 	TypeRead    = "read"
 	TypeReceipt = "receipt"
 	TypeHistory = "history"
+	TypeNotify  = "notify"
 )
 
 // HistoryPage answers a history request: messages in ascending convSeq.
@@ -138,10 +139,28 @@ type SyncPage struct {
 	FirstSeq int64 `json:"firstSeq,omitempty"`
 }
 
-// Pong answers a ping.
+// Pong answers a ping. It carries the inbox head and epoch, so a connected
+// device whose pushes were all lost learns at its next ping that it is
+// behind (or that the inbox restarted) and syncs.
 type Pong struct {
 	// Type is "pong".
 	Type string `json:"type"`
+	// Head is the inbox's last allocated seq.
+	Head int64 `json:"head"`
+	// Epoch identifies the inbox sequence.
+	Epoch string `json:"epoch"`
+}
+
+// Notify is the server frame {"type":"notify","head":N,"epoch":E}: the
+// inbox head moved and pushing has given up (redelivery exhausted): sync
+// from the cursor if it is below head.
+type Notify struct {
+	// Type is "notify".
+	Type string `json:"type"`
+	// Head is the inbox's last allocated seq.
+	Head int64 `json:"head"`
+	// Epoch identifies the inbox sequence.
+	Epoch string `json:"epoch"`
 }
 
 // Timestamp formats t the way every frame does: RFC 3339 in UTC with milliseconds.
