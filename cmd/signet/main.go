@@ -29,6 +29,7 @@ var commands = []command{
 	{"tail", "print a user's messages as JSON lines: signet tail --user bob [--count N]", runTail},
 	{"apps", "manage apps that post alerts: signet apps create --name monitoring --allow-user bob", runApps},
 	{"trace", "print a message's path to each device: signet trace <messageId>", runTrace},
+	{"netem", "weak-network proxy for any client: signet netem --profile subway (or --loss 0.2 --delay 200ms±100ms)", runNetem},
 	{"reconcile", "compare a user's server inbox with a device journal: signet reconcile --user bob --journal bob.jsonl", runReconcile},
 }
 

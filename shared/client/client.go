@@ -40,6 +40,12 @@ type Options struct {
 	// PingInterval keeps an idle connection open (5 min; API Gateway closes
 	// connections idle for 10 min).
 	PingInterval time.Duration
+	// PongTimeout is how long a ping may go unanswered (no frame at all
+	// arrives) before the connection counts as dead and is replaced (15 s).
+	// A connection that has sends or a sync waiting for ResendAfter with
+	// nothing received is probed with a ping at once: a half-open
+	// connection (no FIN, no RST) is found within ResendAfter+PongTimeout.
+	PongTimeout time.Duration
 	// Dialer opens connections (default WebSocket).
 	Dialer Dialer
 	// Replay makes Messages() start with the stored messages after
@@ -159,6 +165,9 @@ func (o *Options) defaults() {
 	}
 	if o.PingInterval <= 0 {
 		o.PingInterval = 5 * time.Minute
+	}
+	if o.PongTimeout <= 0 {
+		o.PongTimeout = 15 * time.Second
 	}
 	if o.Dialer == nil {
 		o.Dialer = WebSocket

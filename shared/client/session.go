@@ -111,6 +111,10 @@ type session struct {
 	unacked  int
 	syncing  bool
 	syncAt   time.Time // when a rate-limited sync may be retried; zero: none waiting
+	syncSent time.Time // when the sync in flight was asked for
+	// lastRecv is when the last frame arrived; pingSent when a ping went
+	// out that no frame has followed yet (zero: none outstanding).
+	lastRecv, pingSent time.Time
 	// resyncAgain asks for one more sync when the current one ends (a
 	// push arrived before this device knew its inbox's epoch).
 	resyncAgain bool
@@ -136,7 +140,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		c.log.Error("read local position", "err", err.Error())
 		return time.Second
 	}
-	s := &session{c: c, conn: conn, cursor: cursor, epoch: epoch, sentAt: map[string]time.Time{}}
+	s := &session{c: c, conn: conn, cursor: cursor, epoch: epoch, sentAt: map[string]time.Time{}, lastRecv: time.Now()}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan incoming, 64)
@@ -189,6 +193,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 				}
 				return 0
 			}
+			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
 		case <-ackTick.C:
 			err = s.ack(sctx)
@@ -206,9 +211,11 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		case <-c.kick:
 			err = s.flushOutbox(sctx)
 		case <-resendTick.C:
-			err = s.flushOutbox(sctx)
+			if err = s.checkAlive(sctx); err == nil {
+				err = s.flushOutbox(sctx)
+			}
 		case <-pingTick.C:
-			err = s.write(sctx, wire.Envelope{Action: wire.ActionPing})
+			err = s.ping(sctx)
 		case o := <-c.out:
 			err = s.conn.Write(sctx, o.frame)
 			o.done <- err
@@ -224,6 +231,42 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	}
 }
 
+// errDead ends a session whose connection answers nothing.
+var errDead = errors.New("connection answers nothing (half-open?)")
+
+func (s *session) ping(ctx context.Context) error {
+	if s.pingSent.IsZero() {
+		s.pingSent = time.Now()
+	}
+	return s.write(ctx, wire.Envelope{Action: wire.ActionPing})
+}
+
+// checkAlive finds connections that stopped delivering frames: an
+// unanswered ping past PongTimeout ends the session (the client
+// reconnects); sends or a sync waiting ResendAfter with nothing received
+// are probed with a ping; a sync unanswered for ResendAfter (its frame or
+// its answer was lost) is asked for again.
+func (s *session) checkAlive(ctx context.Context) error {
+	o := s.c.opts
+	if !s.pingSent.IsZero() && time.Since(s.pingSent) > o.PongTimeout {
+		return errDead
+	}
+	waiting := s.syncing
+	for _, at := range s.sentAt {
+		waiting = waiting || time.Since(at) > o.ResendAfter
+	}
+	if waiting && s.pingSent.IsZero() && time.Since(s.lastRecv) > o.ResendAfter {
+		if err := s.ping(ctx); err != nil {
+			return err
+		}
+	}
+	if s.syncing && s.syncAt.IsZero() && time.Since(s.syncSent) > o.ResendAfter {
+		s.c.log.Info("sync unanswered; asking again", "cursor", s.cursor)
+		return s.requestSync(ctx, s.cursor)
+	}
+	return nil
+}
+
 func (s *session) write(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -233,7 +276,7 @@ func (s *session) write(ctx context.Context, v any) error {
 }
 
 func (s *session) requestSync(ctx context.Context, cursor int64) error {
-	s.syncing = true
+	s.syncing, s.syncSent = true, time.Now()
 	return s.write(ctx, map[string]any{"action": wire.ActionSync, "cursor": cursor, "limit": 100})
 }
 
