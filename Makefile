@@ -7,6 +7,10 @@
 #   make bench-login  500 users log in with 200 waiting messages each (moto)
 #   make test-burst     the crash/kill burst tests at 1,000 messages (make test runs 300)
 #   make test-localstack  the SQS-facing end-to-end tests against LocalStack's own SQS (PyPI, no Docker)
+#   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
+#   make test-memdyn  the end-to-end suites again on memdyn, the B-tree DynamoDB emulator
+#   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
+#   make chaos      seeded chaos run reconciled at the end (CHAOS_SEED, CHAOS_MESSAGES; CI size by default)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
@@ -20,10 +24,12 @@ FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:Di
 	group:GroupFunction receipts:ReceiptsFunction presence:PresenceFunction summary:SummaryFunction fanout:FanoutFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
+MOTO := $(TOOLS)/moto
+MOTO_PORT ?= 5055
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 
-.PHONY: all build test test-burst test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-burst chaos test-stores test-memdyn bench-100k test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -62,6 +68,14 @@ build-FanoutFunction: ; $(MAKE) lambda-fanout
 
 test: ## the README's test command
 	$(GO) test -race -count=1 ./...
+
+# The chaos suite: weak network, crashes, retries, churn and server-side
+# faults, then every ACKed message reconciled against every device.
+CHAOS_SEED ?= 1
+CHAOS_MESSAGES ?= 600
+CHAOS_USERS ?= 12
+chaos:
+	$(GO) run ./cmd/signet chaos --seed $(CHAOS_SEED) --messages $(CHAOS_MESSAGES) --users $(CHAOS_USERS)
 
 # The crash/kill burst tests at a heavier size than make test runs them.
 SIGNET_TEST_BURST ?= 1000
@@ -113,13 +127,28 @@ bench:
 	$(GO) test -run '^$$' -bench 'DirectMessages' -benchtime $(BENCHTIME) ./shared/devstack/
 	$(GO) test -run '^$$' -bench 'Summary' -benchtime 50x ./shared/devstack/
 
+# The store contract suite, unchanged, against the other DynamoDB
+# emulators: memdyn (in-process) and moto (PyPI, on the host).
+test-stores: $(MOTO)/bin/moto_server
+	SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -race -count=1 ./shared/dynamo/ ./shared/memdyn/
+	@$(MOTO)/bin/moto_server -p $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
+	trap 'kill $$pid' EXIT; \
+	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
+	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) $(GO) test -count=1 ./shared/dynamo/
+
+# The end-to-end suites on memdyn (make test runs them on minidyn).
+test-memdyn:
+	SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -count=1 ./shared/devstack/ ./shared/client/ ./shared/chaos/ ./cmd/signet/
+
+# Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
+bench-100k:
+	GOGC=400 SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -run '^$$' -bench 'DirectMessagesAt100k' -benchtime 3000x -timeout 30m ./shared/devstack/
+
 # The 9:00 login of 500 users with 200 waiting messages each, against moto
 # (minidyn's cost grows with table size). BENCH_USERS / BENCH_WAITING scale it;
 # the users are spread over BENCH_SHARDS stacks (own tables each) because moto
 # sorts a whole table on every Query.
 BENCH_SHARDS ?= 10
-MOTO := $(TOOLS)/moto
-MOTO_PORT ?= 5055
 bench-login: $(MOTO)/bin/moto_server
 	@$(MOTO)/bin/moto_server -p $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
 	trap 'kill $$pid' EXIT; \

@@ -21,6 +21,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := fs.String("prefix", "signet-local", "name prefix of tables and queues")
 	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
+	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB when no endpoint is set: minidyn (default) or memdyn, the B-tree emulator for large tables (env "+devstack.EnvEmulator+")")
 	concurrency := fs.Int("concurrency", devstack.DefaultConcurrency, "account Lambda concurrency: invocations beyond it are throttled (a new AWS account has 10)")
 	var params paramFlags
 	fs.Var(&params, "parameter", "template parameter override Name=Value, as sam deploy --parameter-overrides (repeatable)")
@@ -66,7 +67,7 @@ Flags:
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
-		Concurrency: *concurrency, Parameters: params.values,
+		Concurrency: *concurrency, Parameters: params.values, Emulator: *emulator,
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,7 @@ var commands = []command{
 	{"apps", "manage apps that post alerts: signet apps create --name monitoring --allow-user bob", runApps},
 	{"trace", "print a message's path to each device: signet trace <messageId>", runTrace},
 	{"netem", "weak-network proxy for any client: signet netem --profile subway (or --loss 0.2 --delay 200ms±100ms)", runNetem},
+	{"chaos", "seeded chaos run of the whole system, reconciled at the end: signet chaos --seed 7 --messages 2000", runChaos},
 	{"reconcile", "compare a user's server inbox with a device journal: signet reconcile --user bob --journal bob.jsonl", runReconcile},
 }
 

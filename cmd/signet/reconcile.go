@@ -87,7 +87,7 @@ Flags:
 	if err != nil {
 		return err
 	}
-	srv, err := serverJournal(ctx, dynamo.New(db, tables), im.UserID(*user), im.DeviceID(*device))
+	srv, err := reconcile.ReadServer(ctx, dynamo.New(db, tables), im.UserID(*user), im.DeviceID(*device))
 	if err != nil {
 		return err
 	}
@@ -151,62 +151,6 @@ func readJournal(path, storePath string, stdin io.Reader) ([]reconcile.Entry, er
 
 func fromWire(e wire.Entry) reconcile.Entry {
 	return reconcile.Entry{Seq: e.Seq, MessageID: e.Message.MessageID, Conversation: e.Message.ConversationID, ConvSeq: e.Message.ConvSeq, From: e.Message.From}
-}
-
-// serverJournal reads user's inbox, the device's ack cursor and, for every
-// entry, the conversation log's message at its convSeq.
-func serverJournal(ctx context.Context, st *dynamo.Store, u im.UserID, d im.DeviceID) (reconcile.Server, error) {
-	srv := reconcile.Server{User: string(u), Acked: -1}
-	head, epoch, err := st.Head(ctx, u)
-	if err != nil {
-		return srv, err
-	}
-	srv.Head, srv.Epoch = head, epoch
-	for cursor := int64(0); cursor < head; {
-		page, err := st.Page(ctx, u, cursor, 100, wire.EntrySize)
-		if err != nil {
-			return srv, err
-		}
-		for _, e := range page.Entries {
-			srv.Entries = append(srv.Entries, reconcile.Entry{Seq: e.Seq, MessageID: string(e.Message.ID),
-				Conversation: string(e.Message.Conversation), ConvSeq: e.Message.ConvSeq, From: string(e.Message.From)})
-		}
-		if !page.More {
-			break
-		}
-		cursor = page.Next
-	}
-	if dev, err := st.Device(ctx, u, d); err == nil {
-		srv.Acked = dev.Acked
-	}
-	// The conversation logs the entries reference.
-	span := map[string][2]int64{}
-	for _, e := range srv.Entries {
-		s, ok := span[e.Conversation]
-		if !ok {
-			s = [2]int64{e.ConvSeq, e.ConvSeq}
-		}
-		span[e.Conversation] = [2]int64{min(s[0], e.ConvSeq), max(s[1], e.ConvSeq)}
-	}
-	logs := map[string]map[int64]string{}
-	for conv, s := range span {
-		msgs, err := st.Log(ctx, im.ConversationID(conv), s[0]-1, s[1])
-		if err != nil {
-			return srv, fmt.Errorf("conversation log %s: %w", conv, err)
-		}
-		logs[conv] = map[int64]string{}
-		for _, m := range msgs {
-			logs[conv][m.ConvSeq] = string(m.ID)
-		}
-	}
-	for _, e := range srv.Entries {
-		// A log entry past history retention is gone: only a different
-		// message at that convSeq is a contradiction.
-		if id, ok := logs[e.Conversation][e.ConvSeq]; ok && id != e.MessageID {
-			srv.LogMismatches = append(srv.LogMismatches, e)
-		}
-	}
-	return srv, nil
 }
 
 // dynamoClient is a DynamoDB client for endpoint ("" for AWS itself),

@@ -64,9 +64,28 @@ type Options struct {
 	OnPresence func(userID, status string)
 	// Log receives the client's structured logs (discarded when nil).
 	Log *slog.Logger
+	// CrashAt, for fault-injection tests of an application (a chaos run),
+	// is asked at each crash point of an entry's path; when it answers true
+	// the client stops there as a killed process would: nothing more is
+	// written, the connection drops, Messages is closed. Open the same
+	// Path again to restart. Nil in production.
+	CrashAt func(point CrashPoint, seq int64) bool
 	// hooks inject faults in tests.
 	hooks hooks
 }
+
+// CrashPoint names a step of an entry's path on the device.
+type CrashPoint string
+
+// Crash points, in path order.
+const (
+	// BeforePersist: the entry arrived, nothing is stored.
+	BeforePersist CrashPoint = "before-persist"
+	// AfterPersist: the entry is stored, not yet shown nor acked.
+	AfterPersist CrashPoint = "after-persist"
+	// BeforeAck: entries are stored and shown, the ack is not sent.
+	BeforeAck CrashPoint = "before-ack"
+)
 
 // hooks let tests crash the client between two steps of a path.
 type hooks struct {
@@ -171,6 +190,19 @@ func (o *Options) defaults() {
 	}
 	if o.Dialer == nil {
 		o.Dialer = WebSocket
+	}
+	if at := o.CrashAt; at != nil {
+		crash := func(p CrashPoint, old func(int64) error) func(int64) error {
+			return func(seq int64) error {
+				if old != nil && old(seq) == errCrash || at(p, seq) {
+					return errCrash
+				}
+				return nil
+			}
+		}
+		o.hooks.beforePersist = crash(BeforePersist, o.hooks.beforePersist)
+		o.hooks.afterPersist = crash(AfterPersist, o.hooks.afterPersist)
+		o.hooks.beforeAck = crash(BeforeAck, o.hooks.beforeAck)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,10 @@ type Options struct {
 	Addr string
 	// DynamoDBEndpoint and SQSEndpoint replace the in-process emulators.
 	DynamoDBEndpoint, SQSEndpoint string
+	// Emulator picks the in-process DynamoDB when no endpoint is given:
+	// "minidyn" (the default) or "memdyn" (see StartDynamoDB); empty reads
+	// EnvEmulator.
+	Emulator string
 	// Region of the SDK clients (default us-east-1).
 	Region string
 	// Prefix names the tables and queues (default "signet-local"); stacks
@@ -174,11 +179,15 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	}
 	if st.DynamoDBEndpoint = o.DynamoDBEndpoint; st.DynamoDBEndpoint == "" {
 		var stop func()
-		if st.DynamoDBEndpoint, stop, err = StartMinidyn(); err != nil {
-			return nil, fmt.Errorf("start minidyn: %w", err)
+		kind := o.Emulator
+		if kind == "" {
+			kind = os.Getenv(EnvEmulator)
+		}
+		if st.DynamoDBEndpoint, stop, kind, err = StartDynamoDB(kind); err != nil {
+			return nil, err
 		}
 		st.stops = append(st.stops, stop)
-		o.Progress("dynamodb: minidyn in-process at %s", st.DynamoDBEndpoint)
+		o.Progress("dynamodb: %s in-process at %s", kind, st.DynamoDBEndpoint)
 	} else {
 		o.Progress("dynamodb: %s", st.DynamoDBEndpoint)
 	}

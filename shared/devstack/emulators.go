@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -12,7 +13,29 @@ import (
 	"github.com/Admiral-Piett/goaws/app/router"
 	"github.com/sirupsen/logrus"
 	miniserver "github.com/truora/minidyn/server"
+
+	"github.com/signet-im/signet/shared/memdyn"
 )
+
+// EnvEmulator names the in-process DynamoDB a stack (and the store
+// contract suite) starts when no endpoint is given: minidyn or memdyn.
+const EnvEmulator = "SIGNET_DYNAMODB_EMULATOR"
+
+// StartDynamoDB starts the named in-process DynamoDB ("" or "minidyn":
+// truora/minidyn; "memdyn": Signet's B-tree emulator, for tables that grow
+// past what minidyn scans quickly) and returns its endpoint, a stop
+// function and the name it started.
+func StartDynamoDB(kind string) (endpoint string, stop func(), started string, err error) {
+	switch kind {
+	case "", "minidyn":
+		endpoint, stop, err = StartMinidyn()
+		return endpoint, stop, "minidyn", err
+	case "memdyn":
+		endpoint, stop, err = memdyn.Start()
+		return endpoint, stop, "memdyn", err
+	}
+	return "", nil, "", fmt.Errorf("%s=%q: want minidyn or memdyn", EnvEmulator, kind)
+}
 
 // StartMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
 // a loopback port and returns its URL and a stop function.

@@ -287,15 +287,15 @@ func (heldFanout) Members(ctx context.Context, c im.ConversationID) ([]im.Member
 }
 
 // quiesce waits until the stack makes no AWS call but the queue pollers'
-// for a second (on a loaded machine, background work such as presence
-// writes after $connect can take a while) and returns the counts then.
+// for 3 s — longer than the 2 s presence debounce, so the presence jobs
+// that $connect queued have run — and returns the counts then.
 func quiesce(c *callcount.Counter) callcount.Snapshot {
 	busy := func(s callcount.Snapshot) int {
 		return s.Service("DynamoDB") + s.Service("SQS") - s.Calls["SQS.ReceiveMessage"]
 	}
 	last := c.Snapshot()
 	for {
-		time.Sleep(time.Second)
+		time.Sleep(3 * time.Second)
 		now := c.Snapshot()
 		if busy(now) == busy(last) {
 			return now

@@ -29,7 +29,7 @@ func newStore(t *testing.T) *dynamo.Store {
 	t.Helper()
 	endpoint := os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT")
 	if endpoint == "" {
-		url, stop, err := devstack.StartMinidyn()
+		url, stop, _, err := devstack.StartDynamoDB(os.Getenv(devstack.EnvEmulator))
 		if err != nil {
 			t.Fatal(err)
 		}

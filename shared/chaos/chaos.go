@@ -1,0 +1,776 @@
+// Package chaos runs a seeded chaos test of the whole system: many users
+// and devices on the Go SDK, 1:1 conversations and groups with membership
+// churn, behind a weak network (netem) that drops, delays, duplicates and
+// reorders frames, cuts connections and blackholes them; devices that go
+// offline, crash between persisting and acking, retry sends (the same
+// clientMsgId before and after the ACK, from another device), reconnect
+// storms; and faults on the server side through the local stack's seams
+// (AWS calls failing mid-handler as a crash between two steps would, lost,
+// gone and failing pushes, duplicated and delayed queue messages).
+//
+// It ends by reconciling (消息流水核对) every ACKed message against every
+// device's journal: 0 lost, 0 shown twice, 0 out of order (per inbox seq
+// and per conversation), every retry one messageId.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/client"
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/netem"
+	"github.com/signet-im/signet/shared/reconcile"
+)
+
+// Config sizes a run.
+type Config struct {
+	// Seed drives every random choice (faults, actions, network).
+	Seed uint64
+	// Users, MaxDevices (1..MaxDevices per user, drawn) and Groups.
+	Users, MaxDevices, Groups int
+	// Messages is how many distinct sends the run makes.
+	Messages int
+	// Network is the netem profile between devices and the API.
+	Network netem.Profile
+	// ServerFaults is the probability that an AWS call or a push of a
+	// function fails (injected); Crashes the probability per received
+	// entry that the device crashes at one of its crash points.
+	ServerFaults, Crashes float64
+	// Stack configures the local stack (endpoints, concurrency); the run
+	// adds its fault seams.
+	Stack devstack.Options
+	// Dir is where the run's temporary directory of device stores goes
+	// (os.TempDir when empty); it is removed at the end.
+	Dir string
+	// Converge bounds the final catch-up (default 10 min).
+	Converge time.Duration
+	// Progress receives a line now and then (nil: quiet).
+	Progress func(format string, a ...any)
+}
+
+// Result is what a run did and found.
+type Result struct {
+	Seed                                 uint64
+	Users, Devices, Groups               int
+	Sent, Acked, Refused, Retries        int
+	Deliveries                           int // entries shown on devices
+	Crashes, Offline, Storms, GroupOps   int
+	ServerFaults                         int64
+	Network                              netem.Snapshot
+	Lost, Duplicated, Reordered, Unacked int
+	IdempotencyViolations                int
+	Elapsed                              time.Duration
+	// Problems lists each fault found (empty on success).
+	Problems []string
+}
+
+// OK reports a clean run.
+func (r Result) OK() bool { return len(r.Problems) == 0 }
+
+func (r Result) String() string {
+	verdict := "OK"
+	if !r.OK() {
+		verdict = fmt.Sprintf("FAILED (%d problems)", len(r.Problems))
+	}
+	return fmt.Sprintf(`chaos seed %d: %s in %s
+  %d users, %d devices, %d groups
+  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId
+  deliveries: %d shown on devices
+  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
+  network: %s
+  reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations`,
+		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries,
+		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations)
+}
+
+// draft is one distinct send and what came of it.
+type draft struct {
+	d       client.Draft
+	user    string
+	mu      sync.Mutex
+	ids     map[string]bool // messageIds the server answered (one, unless idempotency broke)
+	sent    client.Sent
+	acked   bool
+	refused bool
+}
+
+func (d *draft) done() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.acked || d.refused
+}
+
+func (d *draft) settle(s client.Sent, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var se *client.ServerError
+	switch {
+	case err == nil:
+		d.ids[s.MessageID] = true
+		d.sent, d.acked = s, true
+	case errors.As(err, &se):
+		d.refused = true // e.g. sending into a group one was removed from
+	}
+}
+
+// device is one device of a user, restarted as often as it crashes.
+type device struct {
+	run     *runner
+	user    string
+	name    string
+	path    string
+	mu      sync.Mutex
+	c       *client.Client
+	shown   int64 // highest seq shown: Options.ShownUpTo on restart
+	journal []reconcile.Entry
+	exited  chan struct{} // closed when the current client's Messages closes
+}
+
+type runner struct {
+	cfg     Config
+	st      *devstack.Stack
+	proxy   *netem.Proxy
+	url     string
+	faults  atomic.Bool // server-side faults on
+	nfaults atomic.Int64
+	rngMu   sync.Mutex
+	rng     *rand.Rand
+	devices []*device
+	byUser  map[string][]*device
+	groups  []string
+	owners  map[string]string // group → owner
+	drafts  []*draft
+	dmu     sync.Mutex
+	res     Result
+	rmu     sync.Mutex
+	next    atomic.Int64 // next message number
+}
+
+func (r *runner) float() float64 {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.Float64()
+}
+
+func (r *runner) intn(n int) int {
+	r.rngMu.Lock()
+	defer r.rngMu.Unlock()
+	return r.rng.IntN(n)
+}
+
+func (r *runner) count(f func(*Result)) {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	f(&r.res)
+}
+
+func (r *runner) progress(format string, a ...any) {
+	if r.cfg.Progress != nil {
+		r.cfg.Progress(format, a...)
+	}
+}
+
+// Run runs the chaos test described by cfg.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	start := time.Now()
+	cfg.defaults()
+	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, owners: map[string]string{}}
+	r.res.Seed = cfg.Seed
+	{
+		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
+		if err != nil {
+			return r.res, err
+		}
+		defer os.RemoveAll(dir)
+		r.cfg.Dir = dir
+	}
+	if err := r.start(ctx); err != nil {
+		return r.res, err
+	}
+	defer r.st.Close()
+	if err := r.populate(ctx); err != nil {
+		return r.res, err
+	}
+	r.progress("chaos: %d users, %d devices, %d groups; %d messages under %s", len(r.byUser), len(r.devices), len(r.groups), cfg.Messages, cfg.Network)
+	r.faults.Store(true)
+	r.storm(ctx)
+	r.faults.Store(false)
+	r.proxy.SetProfile(netem.Profiles["perfect"])
+	r.progress("chaos: sends done; faults off; converging")
+	r.converge(ctx)
+	r.verify(ctx)
+	for _, d := range r.devices {
+		d.stop()
+	}
+	r.res.Network = r.proxy.Stats()
+	r.res.ServerFaults = r.nfaults.Load()
+	for _, f := range r.st.Faults() {
+		r.res.Problems = append(r.res.Problems, "stack fault: "+f)
+	}
+	r.res.Elapsed = time.Since(start)
+	return r.res, nil
+}
+
+func (c *Config) defaults() {
+	if c.Users <= 0 {
+		c.Users = 8
+	}
+	if c.MaxDevices <= 0 {
+		c.MaxDevices = 2
+	}
+	if c.Messages <= 0 {
+		c.Messages = 200
+	}
+	if c.Converge <= 0 {
+		c.Converge = 10 * time.Minute
+	}
+}
+
+// start runs the local stack with fault seams and the netem proxy.
+func (r *runner) start(ctx context.Context) error {
+	o := r.cfg.Stack
+	if o.Prefix == "" {
+		o.Prefix = fmt.Sprintf("chaos%d", time.Now().UnixNano())
+	}
+	if o.Redelivery == nil {
+		o.Redelivery = &im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}}
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = 50 * time.Millisecond
+	}
+	if o.PollWait == 0 {
+		o.PollWait = 200 * time.Millisecond
+	}
+	if o.RetryAfter == 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	o.APIOptions = append(o.APIOptions, r.failCalls)
+	prev := o.Configure
+	o.Configure = func(fn string, h *handler.Handler) {
+		if prev != nil {
+			prev(fn, h)
+		}
+		if h.Pusher != nil {
+			h.Pusher = &faultyPusher{Pusher: h.Pusher, r: r}
+		}
+		if h.Scheduler != nil {
+			h.Scheduler = &faultyScheduler{Scheduler: h.Scheduler, r: r}
+		}
+		if h.FanoutQueue != nil {
+			h.FanoutQueue = &faultyQueue{FanoutQueue: h.FanoutQueue, r: r}
+		}
+	}
+	st, err := devstack.Start(ctx, o)
+	if err != nil {
+		return err
+	}
+	r.st = st
+	r.proxy = netem.New(st.URL, r.cfg.Network, r.cfg.Seed)
+	r.proxy.Log = o.Log
+	srv := httptest.NewServer(r.proxy)
+	go func() { <-ctx.Done(); srv.Close() }()
+	r.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
+	return nil
+}
+
+// inject decides whether this call or push fails.
+func (r *runner) inject() bool {
+	if r.faults.Load() && r.float() < r.cfg.ServerFaults {
+		r.nfaults.Add(1)
+		return true
+	}
+	return false
+}
+
+var errInjected = errors.New("chaos: injected fault")
+
+// failCalls makes AWS calls fail before they are sent, as if the handler
+// crashed (or its call timed out) between two steps: every step after it
+// is not done.
+func (r *runner) failCalls(s *middleware.Stack) error {
+	return s.Initialize.Add(middleware.InitializeMiddlewareFunc("chaos-fault",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+			if r.inject() {
+				return middleware.InitializeOutput{}, middleware.Metadata{}, errInjected
+			}
+			return next.HandleInitialize(ctx, in)
+		}), middleware.Before)
+}
+
+// faultyPusher loses, refuses (410) or fails pushes.
+type faultyPusher struct {
+	handler.Pusher
+	r *runner
+}
+
+func (p *faultyPusher) Push(ctx context.Context, id im.ConnectionID, data []byte) error {
+	if p.r.inject() {
+		switch p.r.intn(3) {
+		case 0:
+			return nil // lost on the way
+		case 1:
+			return fmt.Errorf("chaos: %w", im.ErrGone)
+		default:
+			return errInjected
+		}
+	}
+	return p.Pusher.Push(ctx, id, data)
+}
+
+// faultyScheduler delivers redelivery checks twice or late.
+type faultyScheduler struct {
+	handler.Scheduler
+	r *runner
+}
+
+func (s *faultyScheduler) Schedule(ctx context.Context, c im.Check, delay time.Duration) error {
+	if s.r.inject() {
+		if s.r.intn(2) == 0 {
+			_ = s.Scheduler.Schedule(ctx, c, delay) // an SQS duplicate
+		} else {
+			delay += time.Duration(1+s.r.intn(3)) * time.Second // delayed
+		}
+	}
+	return s.Scheduler.Schedule(ctx, c, delay)
+}
+
+// faultyQueue delivers fan-out jobs twice or late.
+type faultyQueue struct {
+	handler.FanoutQueue
+	r *runner
+}
+
+func (q *faultyQueue) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	if q.r.inject() {
+		if q.r.intn(2) == 0 {
+			_ = q.FanoutQueue.Enqueue(ctx, delay, jobs...)
+		} else {
+			delay += time.Duration(1+q.r.intn(3)) * time.Second
+		}
+	}
+	return q.FanoutQueue.Enqueue(ctx, delay, jobs...)
+}
+
+// populate creates devices and groups.
+func (r *runner) populate(ctx context.Context) error {
+	for i := range r.cfg.Users {
+		user := fmt.Sprintf("u%03d", i)
+		for j := range 1 + r.intn(r.cfg.MaxDevices) {
+			d := &device{run: r, user: user, name: fmt.Sprintf("d%d", j), path: filepath.Join(r.cfg.Dir, user, fmt.Sprintf("d%d.db", j))}
+			r.devices = append(r.devices, d)
+			r.byUser[user] = append(r.byUser[user], d)
+		}
+	}
+	r.res.Users, r.res.Devices = len(r.byUser), len(r.devices)
+	for _, d := range r.devices {
+		if err := d.start(ctx); err != nil {
+			return err
+		}
+	}
+	for g := range r.cfg.Groups {
+		owner := fmt.Sprintf("u%03d", r.intn(r.cfg.Users))
+		var members []string
+		for i := range r.cfg.Users {
+			if u := fmt.Sprintf("u%03d", i); u != owner && r.intn(2) == 0 {
+				members = append(members, u)
+			}
+		}
+		var info client.GroupInfo
+		err := retry(ctx, func(ctx context.Context) (err error) {
+			info, err = r.byUser[owner][0].client().CreateGroup(ctx, fmt.Sprintf("chaos-%d", g), members...)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("create group: %w", err)
+		}
+		r.groups = append(r.groups, info.ConversationID)
+		r.owners[info.ConversationID] = owner
+	}
+	r.res.Groups = len(r.groups)
+	return nil
+}
+
+// retry retries a query until it succeeds (the network drops frames).
+func retry(ctx context.Context, f func(context.Context) error) error {
+	var err error
+	for range 20 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = f(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+func (d *device) options() client.Options {
+	return client.Options{
+		URL: d.run.url, Device: d.name, Path: d.path,
+		Token: func(context.Context) (string, error) {
+			return auth.Mint([]byte(devstack.DefaultSecret), im.UserID(d.user), im.DeviceID(d.name), time.Now(), time.Hour)
+		},
+		MinBackoff: 50 * time.Millisecond, MaxBackoff: 2 * time.Second, ResendAfter: 2 * time.Second,
+		PingInterval: 10 * time.Second, PongTimeout: 5 * time.Second,
+		Replay: true, ShownUpTo: d.shown,
+		CrashAt: func(client.CrashPoint, int64) bool {
+			return d.run.faults.Load() && d.run.float() < d.run.cfg.Crashes
+		},
+	}
+}
+
+// start opens the device's client and records what it shows.
+func (d *device) start(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.c != nil {
+		return nil
+	}
+	var c *client.Client
+	err := retry(ctx, func(ctx context.Context) (err error) {
+		c, err = client.Dial(ctx, d.options())
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("device %s/%s: %w", d.user, d.name, err)
+	}
+	d.c, d.exited = c, make(chan struct{})
+	exited := d.exited
+	go func() {
+		defer close(exited)
+		for m := range c.Messages() {
+			d.mu.Lock()
+			d.journal = append(d.journal, reconcile.Entry{Seq: m.Seq, MessageID: m.MessageID, Conversation: m.ConversationID, ConvSeq: m.ConvSeq, From: m.From})
+			d.shown = max(d.shown, m.Seq)
+			d.mu.Unlock()
+			d.run.count(func(r *Result) { r.Deliveries++ })
+		}
+	}()
+	return nil
+}
+
+// client returns the running client, restarting the device if it crashed.
+func (d *device) client() *client.Client {
+	d.mu.Lock()
+	c, exited := d.c, d.exited
+	d.mu.Unlock()
+	if c != nil {
+		select {
+		case <-exited:
+			// Crashed (CrashAt): restart from the same store.
+			d.mu.Lock()
+			if d.c == c {
+				d.c = nil
+			}
+			d.mu.Unlock()
+			d.run.count(func(r *Result) { r.Crashes++ })
+			c = nil
+		default:
+			return c
+		}
+	}
+	if err := d.start(context.Background()); err != nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.c
+}
+
+func (d *device) stop() {
+	d.mu.Lock()
+	c, exited := d.c, d.exited
+	d.c = nil
+	d.mu.Unlock()
+	if c != nil {
+		c.Close()
+		<-exited
+	}
+}
+
+// storm runs every device's actions until all messages are sent.
+func (r *runner) storm(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, d := range r.devices {
+		wg.Go(func() { r.act(ctx, d) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			r.rmu.Lock()
+			deliveries, crashes := r.res.Deliveries, r.res.Crashes
+			r.rmu.Unlock()
+			r.progress("chaos: %d/%d sends started, %d shown on devices, %d crashes, %d server faults; network %s",
+				min(r.next.Load(), int64(r.cfg.Messages)), r.cfg.Messages, deliveries, crashes, r.nfaults.Load(), r.proxy.Stats())
+		}
+	}
+}
+
+// act is one device's life: mostly sends, sometimes a retry of an earlier
+// send, an offline period, a reconnect storm or a group change.
+func (r *runner) act(ctx context.Context, d *device) {
+	for ctx.Err() == nil {
+		switch p := r.float(); {
+		case p < 0.80:
+			n := r.next.Add(1)
+			if n > int64(r.cfg.Messages) {
+				return
+			}
+			r.send(ctx, d, r.newDraft(d.user, n))
+		case p < 0.88:
+			if dr := r.pastDraft(d.user); dr != nil {
+				r.count(func(res *Result) { res.Retries++ })
+				r.send(ctx, d, dr)
+			}
+		case p < 0.93:
+			d.stop()
+			r.count(func(res *Result) { res.Offline++ })
+			time.Sleep(time.Duration(200+r.intn(3000)) * time.Millisecond)
+		case p < 0.94:
+			r.proxy.CutAll()
+			r.count(func(res *Result) { res.Storms++ })
+		default:
+			r.churn(ctx, d)
+		}
+	}
+}
+
+func (r *runner) newDraft(user string, n int64) *draft {
+	dr := &draft{user: user, ids: map[string]bool{}, d: client.Draft{ClientMsgID: fmt.Sprintf("%s-%d", user, n), Body: []byte(fmt.Sprintf(`{"n":%d}`, n))}}
+	if len(r.groups) > 0 && r.intn(3) == 0 {
+		dr.d.ConversationID = r.groups[r.intn(len(r.groups))]
+	} else {
+		for {
+			if peer := fmt.Sprintf("u%03d", r.intn(r.cfg.Users)); peer != user || r.cfg.Users == 1 {
+				dr.d.To = peer
+				break
+			}
+		}
+	}
+	r.dmu.Lock()
+	r.drafts = append(r.drafts, dr)
+	r.dmu.Unlock()
+	r.count(func(res *Result) { res.Sent++ })
+	return dr
+}
+
+// pastDraft picks an earlier send of user (to retry, ACKed or not).
+func (r *runner) pastDraft(user string) *draft {
+	r.dmu.Lock()
+	defer r.dmu.Unlock()
+	var mine []*draft
+	for _, dr := range r.drafts {
+		if dr.user == user {
+			mine = append(mine, dr)
+		}
+	}
+	if len(mine) == 0 {
+		return nil
+	}
+	return mine[r.intn(len(mine))]
+}
+
+// send sends (or re-sends) a draft from device d and records the answer.
+func (r *runner) send(ctx context.Context, d *device, dr *draft) {
+	c := d.client()
+	if c == nil {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	s, err := c.SendDraft(sctx, dr.d)
+	if err == nil || errors.As(err, new(*client.ServerError)) {
+		dr.settle(s, err)
+	}
+}
+
+// churn adds or removes a member of a group this user owns.
+func (r *runner) churn(ctx context.Context, d *device) {
+	var mine []string
+	for _, g := range r.groups {
+		if r.owners[g] == d.user {
+			mine = append(mine, g)
+		}
+	}
+	if len(mine) == 0 {
+		return
+	}
+	g := mine[r.intn(len(mine))]
+	peer := fmt.Sprintf("u%03d", r.intn(r.cfg.Users))
+	if peer == d.user {
+		return
+	}
+	c := d.client()
+	if c == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var err error
+	if r.intn(2) == 0 {
+		_, err = c.AddMembers(cctx, g, "member", peer)
+	} else {
+		_, err = c.RemoveMembers(cctx, g, peer)
+	}
+	if err == nil {
+		r.count(func(res *Result) { res.GroupOps++ })
+	}
+}
+
+// converge brings every device online, settles every send and waits until
+// every device shows its whole inbox.
+func (r *runner) converge(ctx context.Context) {
+	deadline := time.Now().Add(r.cfg.Converge)
+	for _, d := range r.devices {
+		d.client()
+	}
+	// Settle every send: a draft not yet ACKed is sent again from its
+	// first device (it may sit in that device's outbox already).
+	r.dmu.Lock()
+	drafts := append([]*draft(nil), r.drafts...)
+	r.dmu.Unlock()
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 16)
+	for _, dr := range drafts {
+		if dr.done() {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			for !dr.done() && time.Now().Before(deadline) {
+				r.send(ctx, r.byUser[dr.user][0], dr)
+			}
+		})
+	}
+	wg.Wait()
+	// Wait until each device shows its inbox head and heads stay put.
+	stable := 0
+	for time.Now().Before(deadline) && stable < 3 {
+		time.Sleep(time.Second)
+		behind := 0
+		for _, d := range r.devices {
+			d.client()
+			head, _, err := r.st.Store.Head(ctx, im.UserID(d.user))
+			d.mu.Lock()
+			shown := d.shown
+			d.mu.Unlock()
+			if err != nil || shown < head {
+				behind++
+			}
+		}
+		if behind == 0 {
+			stable++
+		} else {
+			stable = 0
+		}
+	}
+}
+
+// verify reconciles every device and every ACKed message.
+func (r *runner) verify(ctx context.Context) {
+	problem := func(format string, a ...any) {
+		if len(r.res.Problems) < 50 {
+			r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, a...))
+		}
+	}
+	inboxes := map[string]map[string]int{} // user → messageId → count
+	for user := range r.byUser {
+		srv, err := reconcile.ReadServer(ctx, r.st.Store, im.UserID(user), "")
+		if err != nil {
+			problem("read %s's inbox: %v", user, err)
+			continue
+		}
+		inboxes[user] = map[string]int{}
+		for _, e := range srv.Entries {
+			inboxes[user][e.MessageID]++
+			if inboxes[user][e.MessageID] == 2 {
+				problem("%s's inbox holds %s twice", user, e.MessageID)
+			}
+		}
+		for _, e := range srv.LogMismatches {
+			problem("%s's inbox entry %s contradicts its conversation log", user, e)
+		}
+		for _, d := range r.byUser[user] {
+			d.mu.Lock()
+			journal := append([]reconcile.Entry(nil), d.journal...)
+			d.mu.Unlock()
+			rep := reconcile.Compare(srv, journal)
+			r.res.Lost += len(rep.Missing) + len(rep.Pending)
+			r.res.Duplicated += len(rep.Duplicated)
+			r.res.Reordered += len(rep.OutOfOrder)
+			if !rep.OK() || len(rep.Pending) > 0 {
+				problem("device %s/%s: %d missing, %d not delivered, %d shown twice, %d out of order, %d mismatched (highest %d, head %d)",
+					user, d.name, len(rep.Missing), len(rep.Pending), len(rep.Duplicated), len(rep.OutOfOrder), len(rep.Mismatched), rep.Highest, rep.Head)
+			}
+		}
+	}
+	members := map[string][]im.Member{}
+	for _, g := range r.groups {
+		ms, err := r.st.Store.Members(ctx, im.ConversationID(g))
+		if err != nil {
+			problem("members of %s: %v", g, err)
+		}
+		members[g] = ms
+	}
+	for _, dr := range r.drafts {
+		switch {
+		case len(dr.ids) > 1:
+			r.res.IdempotencyViolations++
+			problem("clientMsgId %s got %d messageIds", dr.d.ClientMsgID, len(dr.ids))
+		case dr.refused:
+			r.res.Refused++
+			continue
+		case !dr.acked:
+			r.res.Unacked++
+			problem("send %s never ACKed", dr.d.ClientMsgID)
+			continue
+		}
+		r.res.Acked++
+		id := dr.sent.MessageID
+		var want []string
+		if strings.HasPrefix(dr.sent.ConversationID, "g:") {
+			for _, m := range members[dr.sent.ConversationID] {
+				if m.Receives(dr.sent.ConvSeq) {
+					want = append(want, string(m.User))
+				}
+			}
+		} else {
+			want = []string{dr.user, dr.d.To}
+		}
+		for _, u := range want {
+			if inboxes[u][id] != 1 {
+				problem("ACKed %s (%s #%d from %s) is in %s's inbox %d times", id, dr.sent.ConversationID, dr.sent.ConvSeq, dr.user, u, inboxes[u][id])
+				r.res.Lost++
+			}
+		}
+	}
+	sort.Strings(r.res.Problems)
+}

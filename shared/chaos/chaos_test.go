@@ -1,0 +1,65 @@
+package chaos
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/netem"
+)
+
+var network = netem.Profile{Loss: 0.05, Duplicate: 0.02, Reorder: 0.05, Delay: 5 * time.Millisecond, Jitter: 5 * time.Millisecond,
+	CutEvery: 10 * time.Second, BlackholeEvery: 20 * time.Second, BlackholeFor: 2 * time.Second}
+
+// A small run (make chaos runs a bigger one) ends clean.
+func TestSmallChaosRunReconcilesClean(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 11, Users: 5, MaxDevices: 2, Groups: 1, Messages: 60, Network: network,
+		ServerFaults: 0.02, Crashes: 0.02})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.OK() {
+		t.Fatalf("problems:\n%s", strings.Join(res.Problems, "\n"))
+	}
+	if res.Acked == 0 || res.Deliveries < res.Acked || res.ServerFaults == 0 || res.Network.Dropped == 0 {
+		t.Fatalf("the run exercised too little: %s", res)
+	}
+}
+
+// lossyInbox acknowledges one send without storing it: the server bug the
+// chaos run exists to catch.
+type lossyInbox struct {
+	handler.Inbox
+	lost atomic.Bool
+}
+
+func (l *lossyInbox) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	if !d.Conversation.IsGroup() && l.lost.CompareAndSwap(false, true) {
+		m := im.Message{ID: "m-never-stored", Conversation: d.Conversation, ConvSeq: 1, From: d.From, Body: d.Body, SentAt: now}
+		return im.Stored{Message: m}, nil
+	}
+	return l.Inbox.Send(ctx, d, now)
+}
+
+func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Handler) {
+			if fn == "SendFunction" {
+				h.Inbox = &lossyInbox{Inbox: h.Inbox}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || res.Lost == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "m-never-stored") {
+		t.Fatalf("the lost message went unnoticed: %s\n%v", res, res.Problems)
+	}
+}

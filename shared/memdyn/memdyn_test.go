@@ -1,0 +1,141 @@
+package memdyn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+func client(t *testing.T) *dynamodb.Client {
+	t.Helper()
+	endpoint, stop, err := Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	db := dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
+		func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	_, err = db.CreateTable(context.Background(), &dynamodb.CreateTableInput{
+		TableName: aws.String("t"), BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}, {AttributeName: aws.String("sk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+func n(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": s(pk), "sk": s(sk)}
+}
+
+func TestQueryReadsOnlyItsPartitionRangeWithPaging(t *testing.T) {
+	t.Parallel()
+	db, ctx := client(t), context.Background()
+	for _, pk := range []string{"a", "b", "c"} {
+		for i := range 30 {
+			item := key(pk, fmt.Sprintf("e#%03d", i))
+			item["v"] = n(fmt.Sprint(i))
+			if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: item}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: key(pk, "head")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &dynamodb.QueryInput{
+		TableName: aws.String("t"), KeyConditionExpression: aws.String("pk = :p AND sk BETWEEN :lo AND :hi"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": s("b"), ":lo": s("e#005"), ":hi": s("e#024")},
+		Limit:                     aws.Int32(7),
+	}
+	var got []string
+	pages := 0
+	for p := dynamodb.NewQueryPaginator(db, in); p.HasMorePages(); pages++ {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range out.Items {
+			got = append(got, it["sk"].(*types.AttributeValueMemberS).Value)
+		}
+	}
+	if len(got) != 20 || got[0] != "e#005" || got[19] != "e#024" || pages != 3 {
+		t.Fatalf("%d pages: %v", pages, got)
+	}
+	// Descending, begins_with, a filter and a projection.
+	out, err := db.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String("t"), KeyConditionExpression: aws.String("#p = :p AND begins_with(#s, :e)"),
+		FilterExpression: aws.String("v >= :min"), ProjectionExpression: aws.String("#s"),
+		ExpressionAttributeNames:  map[string]string{"#p": "pk", "#s": "sk"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": s("c"), ":e": s("e#"), ":min": n("27")},
+		ScanIndexForward:          aws.Bool(false),
+	})
+	if err != nil || len(out.Items) != 3 || out.ScannedCount != 30 || out.Items[0]["sk"].(*types.AttributeValueMemberS).Value != "e#029" || out.Items[0]["v"] != nil {
+		t.Fatalf("descending query: %+v, %v", out, err)
+	}
+}
+
+func TestConditionsUpdatesAndTransactionsAsDynamoDB(t *testing.T) {
+	t.Parallel()
+	db, ctx := client(t), context.Background()
+	// if_not_exists, ADD and UPDATED_OLD.
+	up := func(expr string, cond *string, vals map[string]types.AttributeValue) (*dynamodb.UpdateItemOutput, error) {
+		return db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: key("u", "head"), UpdateExpression: aws.String(expr),
+			ConditionExpression: cond, ExpressionAttributeValues: vals, ReturnValues: types.ReturnValueUpdatedOld})
+	}
+	if _, err := up("SET seq = if_not_exists(seq, :z) ADD n :one", nil, map[string]types.AttributeValue{":z": n("0"), ":one": n("1")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := up("SET seq = seq + :one", aws.String("seq = :z"), map[string]types.AttributeValue{":z": n("0"), ":one": n("1")})
+	if err != nil || out.Attributes["seq"].(*types.AttributeValueMemberN).Value != "0" {
+		t.Fatalf("UPDATED_OLD: %+v, %v", out, err)
+	}
+	_, err = up("SET seq = :z", aws.String("seq = :z"), map[string]types.AttributeValue{":z": n("0")})
+	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); !ok {
+		t.Fatalf("failed condition: %v", err)
+	}
+	// Unused values are refused, as DynamoDB refuses them.
+	_, err = up("SET seq = :z", nil, map[string]types.AttributeValue{":z": n("0"), ":extra": n("1")})
+	if err == nil {
+		t.Fatal("an unused expression attribute value was accepted")
+	}
+	// A cancelled transaction changes nothing and names the failed action.
+	_, err = db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String("t"), Item: key("u", "e#1")}},
+		{Update: &types.Update{TableName: aws.String("t"), Key: key("u", "head"), UpdateExpression: aws.String("SET seq = :n"),
+			ConditionExpression: aws.String("seq = :old"), ExpressionAttributeValues: map[string]types.AttributeValue{":n": n("5"), ":old": n("4")}}},
+	}})
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok || len(tce.CancellationReasons) != 2 || aws.ToString(tce.CancellationReasons[0].Code) != "None" || aws.ToString(tce.CancellationReasons[1].Code) != "ConditionalCheckFailed" {
+		t.Fatalf("cancelled transaction: %v", err)
+	}
+	if got, _ := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key("u", "e#1")}); got.Item != nil {
+		t.Fatal("a cancelled transaction wrote its put")
+	}
+	// Two actions on one item are refused.
+	_, err = db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String("t"), Item: key("u", "e#1")}},
+		{Delete: &types.Delete{TableName: aws.String("t"), Key: key("u", "e#1")}},
+	}})
+	if err == nil {
+		t.Fatal("two actions on one item were accepted")
+	}
+	// Keys must match the schema; key attributes cannot be updated.
+	if _, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: map[string]types.AttributeValue{"pk": s("u")}}); err == nil {
+		t.Fatal("a key without its sort key was accepted")
+	}
+	if _, err := up("SET sk = :z", nil, map[string]types.AttributeValue{":z": s("x")}); err == nil {
+		t.Fatal("a key attribute was updated")
+	}
+}
