@@ -30,6 +30,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	concurrency := fs.Int("concurrency", 100, "Lambda concurrency of the local stack")
 	converge := fs.Duration("converge", 10*time.Minute, "how long the final catch-up may take")
 	dir := fs.String("dir", "", "directory for the device stores (default: a temporary directory, removed after; a tmpfs such as /dev/shm takes fsync out of large runs)")
+	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]
@@ -66,7 +67,7 @@ Flags:
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: *seed, Users: *users, MaxDevices: *devices, Groups: *groups, Messages: *messages, Network: p,
-		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir,
+		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile,
 		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator},
 		Progress: func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) },
 	})

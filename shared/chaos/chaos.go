@@ -22,6 +22,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -61,6 +63,9 @@ type Config struct {
 	Dir string
 	// Converge bounds the final catch-up (default 10 min).
 	Converge time.Duration
+	// MemProfile, when set, is where a heap profile is written after the
+	// verification, with the stack still up.
+	MemProfile string
 	// Progress receives a line now and then (nil: quiet).
 	Progress func(format string, a ...any)
 }
@@ -217,6 +222,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.progress("chaos: sends done; faults off; converging")
 	r.converge(ctx)
 	r.verify(ctx)
+	if cfg.MemProfile != "" {
+		if err := writeHeap(cfg.MemProfile); err != nil {
+			return r.res, err
+		}
+	}
 	for _, d := range r.devices {
 		d.stop()
 	}
@@ -227,6 +237,16 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.res.Elapsed = time.Since(start)
 	return r.res, nil
+}
+
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
 }
 
 func (c *Config) defaults() {

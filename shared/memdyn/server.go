@@ -363,7 +363,9 @@ func (w *write) apply() (old, now Item, err error) {
 	switch w.kind {
 	case "put":
 		now = w.item
-		w.t.put(w.key, now)
+		if err := w.t.put(w.key, now); err != nil {
+			return nil, nil, err
+		}
 	case "delete":
 		if old != nil {
 			w.t.remove(w.key)
@@ -380,7 +382,9 @@ func (w *write) apply() (old, now Item, err error) {
 		if err := w.upd(now); err != nil {
 			return nil, nil, validation("%v", err)
 		}
-		w.t.put(w.key, now)
+		if err := w.t.put(w.key, now); err != nil {
+			return nil, nil, err
+		}
 	}
 	return old, now, nil
 }
@@ -544,16 +548,18 @@ func (s *Server) query(body []byte) (any, error) {
 		}
 	}
 	forward := in.ScanIndexForward == nil || *in.ScanIndexForward
-	items := []Item{}
+	items := []any{}
 	scanned, size := 0, 0
 	var last *entry
 	t.scanPartition(kc, forward, after, func(en *entry) bool {
 		scanned++
 		last = en
-		if filter == nil || filter(en.item) {
-			items = append(items, project(en.item, proj))
+		if filter == nil && proj == nil {
+			items = append(items, json.RawMessage(en.raw))
+		} else if it := en.item(); filter == nil || filter(it) {
+			items = append(items, project(it, proj))
 		}
-		size += approxSize(en.item)
+		size += len(en.raw)
 		return !(limit > 0 && scanned >= limit) && size < 1<<20
 	})
 	out := map[string]any{"Count": len(items), "ScannedCount": scanned}
@@ -561,16 +567,9 @@ func (s *Server) query(body []byte) (any, error) {
 		out["Items"] = items
 	}
 	if last != nil && ((limit > 0 && scanned >= limit) || size >= 1<<20) {
-		out["LastEvaluatedKey"] = t.keyAttrs(last.item)
+		out["LastEvaluatedKey"] = t.entryKey(last)
 	}
 	return out, nil
-}
-
-// approxSize is an item's size as DynamoDB counts it, roughly (names plus
-// values), for the 1 MB page limit.
-func approxSize(it Item) int {
-	b, _ := json.Marshal(it)
-	return len(b)
 }
 
 func (s *Server) batchGet(body []byte) (any, error) {

@@ -1,6 +1,7 @@
 package memdyn
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/big"
 	"strings"
@@ -26,13 +27,39 @@ type table struct {
 	items    *btree.BTreeG[*entry]
 }
 
-// entry is one stored item with its decoded key.
+// entry is one stored item with its decoded key. The item itself is kept
+// in its JSON wire form: a decoded item costs several times the memory,
+// and a 100,000-message run holds millions of items.
 type entry struct {
-	pk   string   // partition key, canonical
-	skS  string   // sort key (S or B)
-	skN  *big.Rat // sort key (N)
-	min  bool     // a pivot before every sort key of its partition
-	item Item
+	pk     string   // partition key, canonical
+	skS    string   // sort key (S or B)
+	skN    *big.Rat // sort key (N)
+	min    bool     // a pivot before every sort key of its partition
+	skType string   // S, N or B ("" without a range key)
+	skText string   // the sort key's value as written (N: its text)
+	raw    []byte   // the item, JSON
+}
+
+// keyValue rebuilds a key attribute from its type and text.
+func keyValue(typ, text string) *Value {
+	switch typ {
+	case "S":
+		return &Value{S: &text}
+	case "N":
+		return num(text)
+	case "B":
+		return &Value{B: []byte(text)}
+	}
+	return nil
+}
+
+// item decodes the stored item (a fresh copy the caller may change).
+func (e *entry) item() Item {
+	var it Item
+	if err := json.Unmarshal(e.raw, &it); err != nil {
+		panic("memdyn: stored item does not decode: " + err.Error())
+	}
+	return it
 }
 
 // id is the entry's key as one string (for duplicate checks).
@@ -103,34 +130,54 @@ func (t *table) keyOf(it Item, exact bool) (*entry, error) {
 }
 
 func (e *entry) setSort(v *Value) error {
-	switch v.typ() {
+	e.skType = v.typ()
+	switch e.skType {
 	case "S":
-		e.skS = *v.S
+		e.skS, e.skText = *v.S, *v.S
 	case "B":
 		e.skS = string(v.B)
+		e.skText = e.skS
 	case "N":
 		r, err := rat(*v.N)
 		if err != nil {
 			return err
 		}
-		e.skN = r
+		e.skN, e.skText = r, *v.N
 	}
 	return nil
 }
 
+// get returns a decoded copy of the item at k (nil if none).
 func (t *table) get(k *entry) Item {
 	if e, ok := t.items.Get(k); ok {
-		return e.item
+		return e.item()
 	}
 	return nil
 }
 
-func (t *table) put(k *entry, it Item) {
-	k.item = it
+func (t *table) put(k *entry, it Item) error {
+	raw, err := json.Marshal(it)
+	if err != nil {
+		return err
+	}
+	if len(raw) > 400<<10 {
+		return validation("Item size has exceeded the maximum allowed size")
+	}
+	k.raw = raw
 	t.items.ReplaceOrInsert(k)
+	return nil
 }
 
 func (t *table) remove(k *entry) { t.items.Delete(k) }
+
+// entryKey returns the key attributes of a stored entry.
+func (t *table) entryKey(e *entry) Item {
+	out := Item{t.hash.name: keyValue(e.pk[:1], e.pk[1:])}
+	if t.rng != nil {
+		out[t.rng.name] = keyValue(e.skType, e.skText)
+	}
+	return out
+}
 
 // keyAttrs returns the key attributes of an item.
 func (t *table) keyAttrs(it Item) Item {
@@ -358,12 +405,7 @@ func (t *table) scanPartition(kc *keyCond, forward bool, after *entry, visit fun
 	}
 }
 
-func (t *table) sortValue(e *entry) *Value {
-	if t.rng == nil {
-		return nil
-	}
-	return e.item[t.rng.name]
-}
+func (t *table) sortValue(e *entry) *Value { return keyValue(e.skType, e.skText) }
 
 // describe is the table's TableDescription.
 func (t *table) describe() map[string]any {
