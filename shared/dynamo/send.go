@@ -53,7 +53,19 @@ func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([
 		}
 		switch classifySendFailure(err) {
 		case sendDuplicate:
-			return st.replay(ctx, d)
+			stored, err := st.replay(ctx, d)
+			if !errors.Is(err, im.ErrNotFound) {
+				return stored, err
+			}
+			// The condition saw an idempotency item that is not there: a
+			// store whose transactions are not isolated (moto) showed a
+			// concurrent send's write that then rolled back (DynamoDB only
+			// shows committed items; there the item could only have
+			// expired). Either way nothing is stored for this id: retry.
+			if err := sleepJitter(ctx, n); err != nil {
+				return im.Stored{}, err
+			}
+			continue
 		case sendRace:
 			if err := sleepJitter(ctx, n); err != nil {
 				return im.Stored{}, err
