@@ -131,7 +131,7 @@ bench:
 # emulators: memdyn (in-process) and moto (PyPI, on the host).
 test-stores: $(MOTO)/bin/moto_server
 	SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -race -count=1 ./shared/dynamo/ ./shared/memdyn/
-	@$(MOTO)/bin/moto_server -p $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
+	@$(MOTO)/bin/python infra/moto-serial.py $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
 	trap 'kill $$pid' EXIT; \
 	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
 	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) $(GO) test -count=1 ./shared/dynamo/

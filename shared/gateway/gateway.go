@@ -82,6 +82,11 @@ type conn struct {
 	authorizer  map[string]any
 	cancel      context.CancelFunc
 	mu          sync.Mutex // guards lastActive
+	// out queues frames for the connection's writer (route responses and
+	// pushes, in the order accepted); gone is closed when the connection
+	// is closed, so that nothing waits on a dead writer.
+	out  chan []byte
+	gone chan struct{}
 	// connected is closed when $connect has succeeded: before that,
 	// PostToConnection answers 410 as AWS does. ready is closed once ws is
 	// set (or the upgrade failed, ws nil): a push between the two waits for
@@ -307,10 +312,13 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	}
 	ws.SetReadLimit(MaxMessageBytes)
 	c.ws = ws
+	c.out, c.gone = make(chan []byte, OutboundFrames), make(chan struct{})
 	close(c.ready)
 	g.wg.Add(1)
 	defer g.wg.Done()
+	go g.writeLoop(c)
 	g.readLoop(life, c)
+	close(c.gone)
 	cancel()
 	g.mu.Lock()
 	delete(g.conns, c.id)
@@ -427,21 +435,67 @@ func (g *Gateway) dispatch(ctx context.Context, c *conn, body string) {
 	g.send(ctx, c, []byte(resp.Body))
 }
 
-func (g *Gateway) send(ctx context.Context, c *conn, data []byte) {
+func (g *Gateway) send(_ context.Context, c *conn, data []byte) {
 	if len(data) > MaxMessageBytes {
 		g.stats.OversizeFrames.Add(1)
 		g.log().Error("route response over 128 KB not sent", "connectionId", c.id, "bytes", len(data))
 		return
 	}
-	wctx, cancel := context.WithTimeout(ctx, g.writeTimeout())
-	defer cancel()
-	if err := c.ws.Write(wctx, websocket.MessageText, data); err != nil {
-		g.log().Info("write to connection failed", "connectionId", c.id, "err", err.Error())
-		if wctx.Err() != nil && ctx.Err() == nil {
-			g.stats.SlowConsumers.Add(1)
-			c.ws.CloseNow()
+	if !g.enqueue(c, data) {
+		g.log().Info("route response not sent: the connection is gone", "connectionId", c.id)
+	}
+}
+
+// OutboundFrames is how many frames a connection may have waiting for its
+// socket: beyond that the client is not reading, and it is disconnected.
+const OutboundFrames = 256
+
+// enqueue hands a frame to the connection's writer, as API Gateway
+// accepts a PostToConnection before the client has it. A full queue means
+// the client stopped reading: it is disconnected (false: not accepted).
+func (g *Gateway) enqueue(c *conn, data []byte) bool {
+	select {
+	case <-c.gone:
+		return false
+	default:
+	}
+	select {
+	case c.out <- data:
+		return true
+	case <-c.gone:
+		return false
+	default:
+		g.slowConsumer(c, "its outbound queue is full")
+		return false
+	}
+}
+
+// writeLoop writes a connection's frames in order; a frame the socket does
+// not take within the write timeout disconnects the client.
+func (g *Gateway) writeLoop(c *conn) {
+	for {
+		select {
+		case <-c.gone:
+			return
+		case data := <-c.out:
+			ctx, cancel := context.WithTimeout(context.Background(), g.writeTimeout())
+			err := c.ws.Write(ctx, websocket.MessageText, data)
+			timedOut := ctx.Err() != nil
+			cancel()
+			if err != nil {
+				if timedOut {
+					g.slowConsumer(c, "it did not take a frame within "+g.writeTimeout().String())
+				}
+				return
+			}
 		}
 	}
+}
+
+func (g *Gateway) slowConsumer(c *conn, why string) {
+	g.stats.SlowConsumers.Add(1)
+	g.log().Warn("client disconnected: "+why, "connectionId", c.id)
+	c.ws.CloseNow()
 }
 
 func (g *Gateway) disconnect(c *conn, reason string) {

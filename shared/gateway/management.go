@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -54,19 +53,11 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 			apiError(w, http.StatusRequestEntityTooLarge, "PayloadTooLargeException", "payload exceeds 128 KiB")
 			return
 		}
-		// A client that stops reading (a half-dead socket: no FIN, no RST)
-		// must not hold the caller: a frame that cannot be written within
-		// the write timeout disconnects the client, like any dead
-		// connection, and the caller gets 410.
-		wctx, cancel := context.WithTimeout(r.Context(), g.writeTimeout())
-		err = c.ws.Write(wctx, websocket.MessageText, data)
-		cancel()
-		if err != nil {
-			if wctx.Err() != nil && r.Context().Err() == nil {
-				g.stats.SlowConsumers.Add(1)
-				g.log().Warn("connection did not take a frame in time; disconnected", "connectionId", c.id, "timeout", g.writeTimeout().String())
-				c.ws.CloseNow()
-			}
+		// Accepted once queued for the connection's writer, as API Gateway
+		// answers before the client has the frame; a client that stopped
+		// reading (a half-dead socket: no FIN, no RST) is disconnected when
+		// its queue is full or a write times out, and the push answers 410.
+		if !g.enqueue(c, data) {
 			apiError(w, http.StatusGone, "GoneException", "")
 			return
 		}

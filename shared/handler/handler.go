@@ -196,7 +196,7 @@ func (h *Handler) answer(ctx context.Context, c caller, route string, v any) {
 		return
 	}
 	for attempt := range 2 {
-		err = h.push(ctx, c.Connection, b)
+		err = h.pushWithin(ctx, AnswerDeadline, c.Connection, b)
 		if err == nil || errors.Is(err, im.ErrGone) {
 			return
 		}
@@ -207,12 +207,22 @@ func (h *Handler) answer(ctx context.Context, c caller, route string, v any) {
 // DefaultPushDeadline bounds one push when Handler.PushDeadline is unset.
 const DefaultPushDeadline = 3 * time.Second
 
+// AnswerDeadline bounds each of the two attempts to post a one-way route's
+// answer to its own caller: longer than a push, because a lost "sent" costs
+// the sender a resend timeout, and waiting holds up no one but the caller's
+// own invocation (both attempts fit in the send function's 10 s).
+const AnswerDeadline = 4 * time.Second
+
 // push posts one frame to a connection within the push deadline.
 func (h *Handler) push(ctx context.Context, id im.ConnectionID, frame []byte) error {
 	d := h.PushDeadline
 	if d <= 0 {
 		d = DefaultPushDeadline
 	}
+	return h.pushWithin(ctx, d, id, frame)
+}
+
+func (h *Handler) pushWithin(ctx context.Context, d time.Duration, id im.ConnectionID, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return h.Pusher.Push(ctx, id, frame)
