@@ -163,6 +163,7 @@ type runner struct {
 	groups  []string
 	owners  map[string]string // group → owner
 	drafts  []*draft
+	mine    map[string][]*draft // user → their drafts (retries pick from these)
 	dmu     sync.Mutex
 	res     Result
 	rmu     sync.Mutex
@@ -197,7 +198,7 @@ func (r *runner) progress(format string, a ...any) {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
-	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, owners: map[string]string{}}
+	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -596,6 +597,7 @@ func (r *runner) newDraft(user string, n int64) *draft {
 	}
 	r.dmu.Lock()
 	r.drafts = append(r.drafts, dr)
+	r.mine[user] = append(r.mine[user], dr)
 	r.dmu.Unlock()
 	r.count(func(res *Result) { res.Sent++ })
 	return dr
@@ -605,12 +607,7 @@ func (r *runner) newDraft(user string, n int64) *draft {
 func (r *runner) pastDraft(user string) *draft {
 	r.dmu.Lock()
 	defer r.dmu.Unlock()
-	var mine []*draft
-	for _, dr := range r.drafts {
-		if dr.user == user {
-			mine = append(mine, dr)
-		}
-	}
+	mine := r.mine[user]
 	if len(mine) == 0 {
 		return nil
 	}

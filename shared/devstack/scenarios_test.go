@@ -281,6 +281,12 @@ func TestBadFramesGetErrorCodesAndStoreNothing(t *testing.T) {
 		{"missing recipient", `{"action":"send","clientMsgId":"b2","body":"hi"}`, wire.CodeBadRequest},
 		{"bad recipient", `{"action":"send","clientMsgId":"b3","to":"bo:b","body":"hi"}`, wire.CodeBadRequest},
 		{"oversize body", `{"action":"send","clientMsgId":"b4","to":"bob","body":"` + big + `"}`, wire.CodeTooLarge},
+		// Issue 11 findings 1 and 12: bodies every client would not read alike.
+		{"invalid UTF-8 in body", "{\"action\":\"send\",\"clientMsgId\":\"u1\",\"to\":\"bob\",\"body\":\"a\xffb\"}", wire.CodeBadRequest},
+		{"lone surrogate in body", `{"action":"send","clientMsgId":"u2","to":"bob","body":"\ud800"}`, wire.CodeBadRequest},
+		{"duplicate key in body", `{"action":"send","clientMsgId":"u3","to":"bob","body":{"a":1,"a":2}}`, wire.CodeBadRequest},
+		{"number out of range in body", `{"action":"send","clientMsgId":"u4","to":"bob","body":1e309}`, wire.CodeBadRequest},
+		{"number a double cannot hold", `{"action":"send","clientMsgId":"u5","to":"bob","body":{"id":12345678901234567890}}`, wire.CodeBadRequest},
 		{"foreign conversation", `{"action":"send","clientMsgId":"b5","conversationId":"d:bob:carol","body":"hi"}`, wire.CodeForbidden},
 		{"unsorted conversation id", `{"action":"send","clientMsgId":"b6","conversationId":"d:bob:alice","body":"hi"}`, wire.CodeBadRequest},
 		{"group one is not a member of", `{"action":"send","clientMsgId":"b7","conversationId":"g:ops","body":"hi"}`, wire.CodeForbidden},

@@ -46,7 +46,7 @@ func BenchmarkSummary1000Conversations(b *testing.B) {
 	}
 	for g := range groups {
 		conv := im.Group(fmt.Sprintf("team%d", g))
-		if err := st.Store.CreateGroup(ctx, conv, fmt.Sprintf("Team %d", g), "me", now); err != nil {
+		if _, err := st.Store.CreateGroup(ctx, conv, fmt.Sprintf("Team %d", g), "me", nil, now); err != nil {
 			b.Fatal(err)
 		}
 	}

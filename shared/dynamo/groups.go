@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -54,14 +56,22 @@ func headCond(old int64, values map[string]types.AttributeValue) string {
 	return "#seq = :old"
 }
 
-// CreateGroup creates group c named name with owner as its only member.
-// im.ErrGroupExists when the id is taken.
-func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, now time.Time) error {
-	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+// CreateGroup creates group c named name with owner as its owner and
+// members (deduplicated, without the owner; the caller checks the member
+// limit) as members, and returns the members it added. A group of up to
+// maxMembersPerChange members is created in one transaction: a create that
+// fails stores nothing. Larger groups get their first members in that
+// transaction and the rest through ChangeMembers, 45 at a time; should one
+// of those fail, the group exists with the members added so far (the answer
+// is an error, and a retry with add completes it). im.ErrGroupExists when
+// the id is taken.
+func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error) {
+	first, rest := members[:min(len(members), maxMembersPerChange)], members[min(len(members), maxMembersPerChange):]
+	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName: aws.String(st.tables.Messages),
 			Item: map[string]types.AttributeValue{
-				attrConv: s(string(c)), attrSK: s(skHead), "name": s(name), "count": n(1), "owners": n(1),
+				attrConv: s(string(c)), attrSK: s(skHead), "name": s(name), "count": n(int64(1 + len(first))), "owners": n(1),
 				"createdAt": n(now.UnixMilli()), "createdBy": s(string(owner)),
 			},
 			ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
@@ -71,14 +81,28 @@ func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name stri
 			Item:      map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(memberSK(owner)), "role": s(string(im.RoleOwner)), "joined": n(0), "at": n(now.UnixMilli())},
 		}},
 		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0)},
-	}})
+	}
+	added := []im.Member{{User: owner, Role: im.RoleOwner}}
+	for _, u := range first {
+		items = append(items,
+			types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: map[string]types.AttributeValue{
+				attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(im.RoleMember)), "joined": n(0), "at": n(now.UnixMilli()), "by": s(string(owner)),
+			}}},
+			types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, name, 0)})
+		added = append(added, im.Member{User: u, Role: im.RoleMember})
+	}
+	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
+		return nil, fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
 	}
 	if err != nil {
-		return fmt.Errorf("create group %s: %w", c, err)
+		return nil, fmt.Errorf("create group %s: %w", c, err)
 	}
-	return nil
+	if len(rest) == 0 {
+		return added, nil
+	}
+	more, err := st.ChangeMembers(ctx, c, owner, im.OpAdd, rest, im.RoleMember, len(members)+1, now)
+	return append(added, more...), err
 }
 
 // joinIndexUpdate starts (or restarts) u's view of group c at head.
@@ -185,6 +209,13 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 // record changed; targets already in the wanted state are skipped (a retry
 // changes nothing).
 func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+	// A transaction may not touch an item twice: a target named twice is one.
+	seen := make(map[im.UserID]bool, len(targets))
+	targets = slices.DeleteFunc(slices.Clone(targets), func(u im.UserID) bool {
+		dup := seen[u]
+		seen[u] = true
+		return dup
+	})
 	var changed []im.Member
 	for start := 0; start < len(targets); start += maxMembersPerChange {
 		chunk := targets[start:min(start+maxMembersPerChange, len(targets))]
@@ -208,6 +239,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		}
 		by := members[actor]
 		var items []types.TransactWriteItem
+		actorItem := -1 // index of the item that changes the actor's own record
 		var changed []im.Member
 		countDelta, ownersDelta := int64(0), int64(0)
 		for _, u := range targets {
@@ -240,6 +272,9 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 					ownersDelta--
 				}
 				t.Removed, t.Left = true, h.seq
+				if u == actor {
+					actorItem = len(items)
+				}
 				removed := func(table string, key map[string]types.AttributeValue) types.TransactWriteItem {
 					return types.TransactWriteItem{Update: &types.Update{
 						TableName: aws.String(table), Key: key,
@@ -260,6 +295,9 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 					ownersDelta++
 				}
 				t.Role = role
+				if u == actor {
+					actorItem = len(items)
+				}
 				items = append(items, types.TransactWriteItem{Update: &types.Update{
 					TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(u)),
 					UpdateExpression:          aws.String("SET #role = :r"),
@@ -277,6 +315,25 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		}
 		if h.owners+ownersDelta < 1 {
 			return nil, fmt.Errorf("group %s: %w", c, im.ErrLastOwner)
+		}
+		// The actor's role is checked in the same transaction as the change:
+		// an admin being demoted (or removed) at this moment cannot still add.
+		actorCond := "#arole = :arole AND (attribute_not_exists(#aremoved) OR #aremoved = :azero)"
+		actorNames := map[string]string{"#arole": "role", "#aremoved": attrRemoved}
+		actorValues := map[string]types.AttributeValue{":arole": s(string(by.Role)), ":azero": n(0)}
+		if actorItem >= 0 {
+			u := items[actorItem].Update
+			u.ConditionExpression = aws.String(actorCond)
+			maps.Copy(u.ExpressionAttributeNames, actorNames)
+			if u.ExpressionAttributeValues == nil {
+				u.ExpressionAttributeValues = map[string]types.AttributeValue{}
+			}
+			maps.Copy(u.ExpressionAttributeValues, actorValues)
+		} else {
+			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+				TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(actor)),
+				ConditionExpression: aws.String(actorCond), ExpressionAttributeNames: actorNames, ExpressionAttributeValues: actorValues,
+			}})
 		}
 		values := map[string]types.AttributeValue{":dc": n(countDelta), ":do": n(ownersDelta), ":count": n(h.count), ":owners": n(h.owners)}
 		cond := headCond(h.seq, values) + " AND #count = :count AND #owners = :owners"

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -16,7 +20,7 @@ func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g := im.Group("ops")
-	if err := st.CreateGroup(ctx, g, "Ops", "alice", now); err != nil {
+	if _, err := st.CreateGroup(ctx, g, "Ops", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
@@ -80,7 +84,7 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g := im.Group("early")
-	if err := st.CreateGroup(ctx, g, "Early", "alice", now); err != nil {
+	if _, err := st.CreateGroup(ctx, g, "Early", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
@@ -119,7 +123,7 @@ func TestGroupSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g := im.Group("idem")
-	if err := st.CreateGroup(ctx, g, "Idem", "alice", now); err != nil {
+	if _, err := st.CreateGroup(ctx, g, "Idem", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
 	d := im.Draft{From: "alice", ClientMsgID: "c1", Conversation: g, Body: []byte(`"once"`)}
@@ -137,5 +141,63 @@ func TestGroupSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
 	}
 	if _, head, _, err := st.GroupInfo(ctx, g); err != nil || head != 1 {
 		t.Fatalf("head = %d, %v", head, err)
+	}
+}
+
+// Issue 11 finding 13: the group transaction did not check the actor's own
+// role, so an admin demoted while adding still completed the add.
+func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
+	t.Parallel()
+	ctx, now, g := context.Background(), time.Now(), im.Group("race")
+	var plain *dynamo.Store
+	var once sync.Once
+	plain, bobs := newStores(t, func(ctx context.Context, in any) {
+		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok {
+			// Bob read his admin role; before his add commits, alice demotes him.
+			once.Do(func() {
+				if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpRole, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+					t.Errorf("demote: %v", err)
+				}
+			})
+		}
+	})
+	if _, err := plain.CreateGroup(ctx, g, "Race", "alice", nil, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleAdmin, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bobs.ChangeMembers(ctx, g, "bob", im.OpAdd, []im.UserID{"carol"}, im.RoleMember, 500, now); !errors.Is(err, im.ErrForbidden) {
+		t.Fatalf("add by a just-demoted admin: %v, want forbidden", err)
+	}
+	if m, err := plain.Member(ctx, g, "carol"); err != nil || m.Role.Valid() {
+		t.Fatalf("carol = %+v, %v; want never a member", m, err)
+	}
+}
+
+// Issue 11 finding 7: a user named twice made a transaction touch one item
+// twice (DynamoDB refuses it: the answer was internal).
+func TestGroupChangesCountAUserNamedTwiceOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx, now, g := newStore(t), context.Background(), time.Now(), im.Group("dups")
+	added, err := st.CreateGroup(ctx, g, "Dups", "alice", []im.UserID{"bob", "carol"}, now)
+	if err != nil || len(added) != 3 {
+		t.Fatalf("create = %+v, %v", added, err)
+	}
+	for _, op := range []im.GroupOp{im.OpAdd, im.OpRole, im.OpRemove} {
+		role := im.RoleAdmin
+		if op == im.OpRemove {
+			role = ""
+		}
+		changed, err := st.ChangeMembers(ctx, g, "alice", op, []im.UserID{"dave", "dave", "bob", "bob"}, role, 500, now)
+		if err != nil {
+			t.Fatalf("%s with duplicates: %v", op, err)
+		}
+		if len(changed) == 0 || len(changed) > 2 {
+			t.Errorf("%s changed %+v, want each user at most once", op, changed)
+		}
+	}
+	if _, _, count, err := st.GroupInfo(ctx, g); err != nil || count != 2 {
+		t.Fatalf("count = %d, %v; want alice and carol", count, err)
 	}
 }

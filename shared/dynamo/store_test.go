@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/signet-im/signet"
 	"github.com/signet-im/signet/shared/devstack"
@@ -26,6 +27,15 @@ import (
 // endpoint in SIGNET_TEST_DYNAMODB_ENDPOINT (e.g. moto), under a unique prefix.
 // The same contract runs against every backend.
 func newStore(t *testing.T) *dynamo.Store {
+	t.Helper()
+	st, _ := newStores(t, nil)
+	return st
+}
+
+// newStores is newStore that also returns a second store on the same
+// tables whose DynamoDB client calls hook with each operation's input
+// before sending it (to interleave another writer deterministically).
+func newStores(t *testing.T, hook func(ctx context.Context, input any)) (plain, hooked *dynamo.Store) {
 	t.Helper()
 	endpoint := os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT")
 	if endpoint == "" {
@@ -46,7 +56,19 @@ func newStore(t *testing.T) *dynamo.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return dynamo.New(db, dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]})
+	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]}
+	if hook == nil {
+		return dynamo.New(db, tables), nil
+	}
+	hookedDB := dynamodb.New(db.Options(), func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("testHook", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				hook(ctx, in.Parameters)
+				return next.HandleInitialize(ctx, in)
+			}), middleware.Before)
+		})
+	})
+	return dynamo.New(db, tables), dynamo.New(hookedDB, tables)
 }
 
 func draft(from im.UserID, cmid string, to im.UserID, body string) im.Draft {

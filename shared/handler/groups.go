@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -14,7 +16,7 @@ import (
 
 // Groups is the storage of groups: membership, the group log and fan-out.
 type Groups interface {
-	CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, now time.Time) error
+	CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error)
 	ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error)
 	Members(ctx context.Context, c im.ConversationID) ([]im.Member, error)
 	Member(ctx context.Context, c im.ConversationID, u im.UserID) (im.Member, error)
@@ -47,21 +49,13 @@ func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxy
 		if conv == "" {
 			conv = newGroupID()
 		}
-		if err := h.Groups.CreateGroup(ctx, conv, f.Name, c.User, now); err != nil {
-			return h.fail(ctx, c, wire.ActionGroup, err, "")
+		// Everything that can refuse a create is checked before anything
+		// is stored (the wire decoder removed duplicate users).
+		others := slices.DeleteFunc(users, func(u im.UserID) bool { return u == c.User })
+		if 1+len(others) > h.memberLimit() {
+			return h.fail(ctx, c, wire.ActionGroup, fmt.Errorf("create %s with %d members: %w", conv, 1+len(others), im.ErrGroupFull), "")
 		}
-		changed = append(changed, im.Member{User: c.User, Role: im.RoleOwner})
-		var others []im.UserID
-		for _, u := range users {
-			if u != c.User {
-				others = append(others, u)
-			}
-		}
-		added, err := h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, others, im.RoleMember, h.memberLimit(), now)
-		changed = append(changed, added...)
-		if err != nil {
-			return h.fail(ctx, c, wire.ActionGroup, err, "")
-		}
+		changed, err = h.Groups.CreateGroup(ctx, conv, f.Name, c.User, others, now)
 	case wire.GroupAdd:
 		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, users, im.Role(f.Role), h.memberLimit(), now)
 	case wire.GroupRemove:

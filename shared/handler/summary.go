@@ -65,14 +65,16 @@ func (h *Handler) Receipts(ctx context.Context, req events.APIGatewayWebsocketPr
 		if err != nil {
 			return h.fail(ctx, c, wire.ActionReceipts, err, "")
 		}
-		isMember := false
+		// As in history, a member sees only the messages of their own
+		// membership: not those sent before they joined or after they left.
+		mine := false
 		for _, m := range members {
-			isMember = isMember || m.User == c.User && m.Role.Valid()
+			mine = mine || m.User == c.User && m.Receives(seq)
 			if m.Receives(seq) {
 				recipients = append(recipients, m.User)
 			}
 		}
-		if !isMember {
+		if !mine {
 			return h.fail(ctx, c, wire.ActionReceipts, im.ErrNotMember, "")
 		}
 	case conv.AppConversation():

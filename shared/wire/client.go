@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -95,7 +94,9 @@ type Send struct {
 	To string `json:"to,omitempty"`
 	// ConversationID names the conversation ("d:<a>:<b>" with a < b); exclusive with To.
 	ConversationID string `json:"conversationId,omitempty"`
-	// Body is any JSON value, at most 16 KiB once compacted.
+	// Body is any JSON value, at most 16 KiB in its canonical encoding
+	// (CanonicalBody: valid UTF-8, no key twice, numbers a double holds
+	// exactly); that encoding is what is stored and pushed.
 	Body json.RawMessage `json:"body"`
 }
 
@@ -171,14 +172,14 @@ func DecodeSend(body string, from im.UserID) (im.Draft, string, error) {
 	if len(f.Body) == 0 || string(f.Body) == "null" {
 		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "body is required")
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, f.Body); err != nil {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "body is not valid JSON")
+	canon, err := CanonicalBody(f.Body)
+	if err != nil {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "%s", err.Error())
 	}
-	if compact.Len() > im.MaxBodyBytes {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeTooLarge, "body is %d bytes encoded; the limit is %d", compact.Len(), im.MaxBodyBytes)
+	if len(canon) > im.MaxBodyBytes {
+		return im.Draft{}, f.ClientMsgID, Problemf(CodeTooLarge, "body is %d bytes encoded; the limit is %d", len(canon), im.MaxBodyBytes)
 	}
-	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: compact.Bytes()}, f.ClientMsgID, nil
+	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: canon}, f.ClientMsgID, nil
 }
 
 // DecodeAck validates an ack frame and returns its upTo.

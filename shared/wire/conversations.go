@@ -77,7 +77,8 @@ type Group struct {
 	// Name is the group's name (create; 1–100 characters).
 	Name string `json:"name,omitempty"`
 	// Users are the users to add or remove, or whose role changes; create
-	// adds them as members besides the caller (owner).
+	// adds them as members besides the caller (owner). A user named twice
+	// counts once.
 	Users []string `json:"users,omitempty"`
 	// Role is the role to give (add: default member; role: required).
 	Role string `json:"role,omitempty"`
@@ -116,11 +117,18 @@ func DecodeGroup(body string) (Group, error) {
 	if len(f.Users) > MaxUsersPerFrame {
 		return Group{}, Problemf(CodeTooLarge, "at most %d users per frame", MaxUsersPerFrame)
 	}
+	seen := make(map[string]bool, len(f.Users))
+	unique := f.Users[:0]
 	for _, u := range f.Users {
 		if !im.UserID(u).Valid() {
 			return Group{}, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
 		}
+		if !seen[u] {
+			seen[u] = true
+			unique = append(unique, u)
+		}
 	}
+	f.Users = unique // a user named twice is one change, not a transaction DynamoDB refuses
 	switch {
 	case f.Op == GroupRole && !im.Role(f.Role).Valid():
 		return Group{}, Problemf(CodeBadRequest, "role is required: owner, admin or member")

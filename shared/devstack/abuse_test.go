@@ -1,0 +1,82 @@
+package devstack_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// Issue 11 finding 1: the push carried the sender's draft, the sync what
+// DynamoDB stored; now both carry the one canonical encoding.
+func TestPushedBodyIsTheStoredCanonicalBody(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "phone")
+	alice.write(`{"action":"send","clientMsgId":"c1","to":"bob","body": { "t" : "caf\u00e9 \ud83d\ude00 <b>", "n" : [1.50, 2E2, -0.0] } }`)
+	alice.next("sent", 5*time.Second)
+	const want = `{"t":"café 😀 \u003cb\u003e","n":[1.5,200,-0]}`
+	if _, _, body := bob.next("message", 5*time.Second).pushed(t); body != want {
+		t.Errorf("pushed body %s, want %s", body, want)
+	}
+	bob.write(map[string]any{"action": "sync", "cursor": 0})
+	page := bob.next("sync", 5*time.Second)
+	if len(page.Messages) != 1 || string(page.Messages[0].Message.Body) != want {
+		t.Fatalf("synced %+v, want one message with body %s", page.Messages, want)
+	}
+}
+
+// Issue 11 finding 7: duplicate user ids answered internal, and a refused
+// create (over the member limit) still left the group stored.
+func TestGroupCreateDedupesUsersAndARefusedCreateStoresNothing(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{MemberLimit: 3})
+	alice := dial(t, st, "alice", "laptop")
+	var g wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:dups", "name": "Dups", "users": []string{"bob", "bob", "alice", "carol"}}, &g)
+	if g.Count != 3 || len(g.Changed) != 3 {
+		t.Fatalf("create with duplicates = %+v, want alice, bob and carol once each", g)
+	}
+	alice.request(map[string]any{"action": "group", "op": "remove", "conversationId": "g:dups", "users": []string{"bob", "bob"}}, &g)
+	if g.Count != 2 || len(g.Changed) != 1 {
+		t.Fatalf("remove with duplicates = %+v", g)
+	}
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:big", "name": "Big", "users": []string{"bob", "carol", "dave"}}, nil, wire.CodeBadRequest)
+	if _, _, _, err := st.Store.GroupInfo(context.Background(), "g:big"); !errors.Is(err, im.ErrNoSuchGroup) {
+		t.Fatalf("refused create left a group: %v", err)
+	}
+	if m, err := st.Store.Member(context.Background(), "g:big", "alice"); err != nil || m.Role.Valid() {
+		t.Fatalf("refused create left alice as %+v (%v)", m, err)
+	}
+}
+
+// Issue 11 finding 4: receipts showed a removed member later messages, and
+// a new member earlier ones (history honoured the range; receipts did not).
+func TestReceiptsHonourTheMembersRangeAsHistoryDoes(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "laptop")
+	carol := dial(t, st, "carol", "laptop")
+	var g wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:range", "name": "Range", "users": []string{"bob"}}, &g)
+	first := alice.sendTo("m1", "g:range", "before carol, while bob")
+	alice.request(map[string]any{"action": "group", "op": "remove", "conversationId": "g:range", "users": []string{"bob"}}, nil)
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:range", "users": []string{"carol"}}, nil)
+	second := alice.sendTo("m2", "g:range", "after bob left, while carol")
+	receipts := func(c *wsClient, seq int64, code ...wire.Code) {
+		t.Helper()
+		c.request(map[string]any{"action": "receipts", "conversationId": "g:range", "convSeq": seq}, nil, code...)
+	}
+	receipts(bob, first.ConvSeq)                       // his message
+	receipts(bob, second.ConvSeq, wire.CodeForbidden)  // sent after he left
+	receipts(carol, first.ConvSeq, wire.CodeForbidden) // sent before she joined
+	receipts(carol, second.ConvSeq)                    // hers
+	receipts(alice, first.ConvSeq)                     // the owner's, both
+	receipts(alice, second.ConvSeq)
+}
