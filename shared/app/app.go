@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/signet-im/signet"
+	"github.com/signet-im/signet/shared/auth"
 	signetcfg "github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
@@ -60,6 +61,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		PresenceStale:    cfg.PresenceStale,
 		PresenceDebounce: cfg.PresenceDebounce,
 		Secret:           []byte(cfg.JWTSecret),
+		TokenPolicy:      auth.Policy{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, MaxLifetime: cfg.MaxTokenLifetime},
 		Redelivery:       cfg.Redelivery,
 		SyncInterval:     cfg.SyncInterval,
 		Log:              log,

@@ -30,6 +30,10 @@ type Config struct {
 	WebSocketEndpoint string
 	// JWTSecret verifies client tokens (HS256).
 	JWTSecret string
+	// JWTIssuer and JWTAudience, when set, must match a token's "iss" and
+	// "aud"; MaxTokenLifetime bounds a token's exp − iat (default 24h).
+	JWTIssuer, JWTAudience string
+	MaxTokenLifetime       time.Duration
 	// Redelivery is the push timeout and backoff schedule.
 	Redelivery im.Redelivery
 	// InboxRetention is how long inbox entries live (DynamoDB TTL).
@@ -66,6 +70,9 @@ const (
 	EnvRedeliveryQueue  = "SIGNET_REDELIVERY_QUEUE_URL"
 	EnvWebSocketAPI     = "SIGNET_WS_ENDPOINT"
 	EnvJWTSecret        = "SIGNET_JWT_SECRET"
+	EnvJWTIssuer        = "SIGNET_JWT_ISSUER"
+	EnvJWTAudience      = "SIGNET_JWT_AUDIENCE"
+	EnvMaxTokenLifetime = "SIGNET_MAX_TOKEN_LIFETIME"
 	EnvPushTimeout      = "SIGNET_PUSH_TIMEOUT"
 	EnvBackoff          = "SIGNET_REDELIVERY_BACKOFF"
 	EnvInboxRetention   = "SIGNET_INBOX_RETENTION"
@@ -90,6 +97,9 @@ var Vars = []Var{
 	{EnvRedeliveryQueue, "", "SQS queue URL of redelivery checks"},
 	{EnvWebSocketAPI, "", "@connections endpoint: https://{api}.execute-api.{region}.amazonaws.com/{stage}"},
 	{EnvJWTSecret, "", "HS256 secret that verifies client tokens"},
+	{EnvJWTIssuer, "", "when set, a client token's iss must equal it"},
+	{EnvJWTAudience, "", "when set, a client token's aud must contain it"},
+	{EnvMaxTokenLifetime, "24h", "longest a client token may be valid (exp - iat); longer ones are refused"},
 	{EnvPushTimeout, "5s", "how long a pushed message may stay unacked before its first re-push"},
 	{EnvBackoff, "2s,4s,8s,16s", "delays between further re-pushes (at most 4; whole window ≤ 60s)"},
 	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
@@ -128,8 +138,13 @@ func Load(getenv func(string) string) (Config, error) {
 		RedeliveryQueueURL: get(EnvRedeliveryQueue),
 		WebSocketEndpoint:  get(EnvWebSocketAPI),
 		JWTSecret:          get(EnvJWTSecret),
+		JWTIssuer:          get(EnvJWTIssuer),
+		JWTAudience:        get(EnvJWTAudience),
 	}
 	var err error
+	if c.MaxTokenLifetime, err = duration(EnvMaxTokenLifetime, get(EnvMaxTokenLifetime)); err != nil {
+		return Config{}, err
+	}
 	if c.Redelivery.PushTimeout, err = duration(EnvPushTimeout, get(EnvPushTimeout)); err != nil {
 		return Config{}, err
 	}

@@ -3,6 +3,10 @@ package devstack_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,4 +83,37 @@ func TestReceiptsHonourTheMembersRangeAsHistoryDoes(t *testing.T) {
 	receipts(carol, second.ConvSeq)                    // hers
 	receipts(alice, first.ConvSeq)                     // the owner's, both
 	receipts(alice, second.ConvSeq)
+}
+
+// Issue 11 finding 9: the local HTTP server had no read timeout: a body
+// trickled a byte every 2 s held its connection open indefinitely.
+func TestHTTPAPIClosesATrickledRequest(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{HTTPReadTimeout: time.Second})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(st.HTTPURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := fmt.Fprintf(conn, "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"); err != nil {
+		t.Fatal(err)
+	}
+	// Keep trickling; the server must end the request long before the
+	// 1000 bytes are in (a generous bound: 120 s for a 1 s timeout).
+	closed := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, conn) // returns when the server closes
+		close(closed)
+	}()
+	for i := 0; i < 240; i++ {
+		select {
+		case <-closed:
+			return
+		case <-time.After(500 * time.Millisecond):
+			if _, err := conn.Write([]byte(" ")); err != nil {
+				return // closed by the server
+			}
+		}
+	}
+	t.Fatal("the server kept a trickled request open for 120 s")
 }

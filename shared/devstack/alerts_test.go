@@ -13,6 +13,7 @@ import (
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 type httpResult struct {
@@ -206,6 +207,14 @@ func TestAlertRejectionsStoreNothing(t *testing.T) {
 		{"admin cannot post", "POST", "/v1/messages", devstack.DefaultAdminKey, idem("j"), ok, 403, "forbidden"},
 		{"app cannot create apps", "POST", "/v1/apps", key, nil, `{"name":"x"}`, 403, "forbidden"},
 		{"unknown message", "GET", "/v1/messages/m404", key, nil, "", 404, "not_found"},
+		// Issue 11 findings 8 and 12: bodies every reader reads alike,
+		// display text without controls, no app sender as a recipient.
+		{"invalid UTF-8", "POST", "/v1/messages", key, idem("u1"), "{\"to\":[\"ann\"],\"title\":\"t\xff\",\"body\":\"b\"}", 400, "bad_request"},
+		{"duplicate key", "POST", "/v1/messages", key, idem("u2"), `{"to":["ann"],"title":"t","title":"u","body":"b"}`, 400, "bad_request"},
+		{"lone surrogate", "POST", "/v1/messages", key, idem("u3"), `{"to":["ann"],"title":"t\ud800","body":"b"}`, 400, "bad_request"},
+		{"NUL in title", "POST", "/v1/messages", key, idem("u4"), `{"to":["ann"],"title":"t\u0000","body":"b"}`, 400, "bad_request"},
+		{"bidi override in title", "POST", "/v1/messages", key, idem("u5"), `{"to":["ann"],"title":"Invoice \u202egpj.exe","body":"b"}`, 400, "bad_request"},
+		{"app sender as recipient", "POST", "/v1/messages", key, idem("u6"), `{"to":["app.ops"],"title":"t","body":"b"}`, 400, "bad_request"},
 	}
 	for _, tc := range cases {
 		r := call(t, st, tc.method, tc.path, tc.key, tc.headers, tc.body)
@@ -229,6 +238,15 @@ func TestAlertRejectionsStoreNothing(t *testing.T) {
 	r := call(t, st, "POST", "/v1/messages", key, idem("r9"), ok)
 	if r.status != 429 || r.header.Get("Retry-After") == "" {
 		t.Fatalf("429 without Retry-After: %d %v", r.status, r.header)
+	}
+	// Issue 11 finding 10: a retry of an accepted key is answered with its
+	// stored 202 even when the quota is spent (and the scheme's case is free).
+	accepted := call(t, st, "POST", "/v1/messages", "", map[string]string{"Idempotency-Key": "r0", "Authorization": "bearer " + key}, ok)
+	if accepted.status != http.StatusAccepted || accepted.body["messageId"] == nil {
+		t.Fatalf("retry of an accepted key with the quota spent: %d %s, want its 202", accepted.status, accepted.raw)
+	}
+	if head, _, _ := st.Store.Head(context.Background(), "ann"); head != 3 {
+		t.Fatalf("ann's inbox head = %d after 3 accepted alerts and a replay, want 3", head)
 	}
 	// Another app may not read this app's alerts; a revoked key stops working.
 	other := createApp(t, st, "other", []string{"*"}, 10)
@@ -330,5 +348,59 @@ func TestAlertToAGroupReachesItsMembers(t *testing.T) {
 	}
 	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "p2"}, `{"group":"nope","title":"t","body":"b"}`); r.status != http.StatusForbidden {
 		t.Fatalf("foreign group: %d %s", r.status, r.raw)
+	}
+}
+
+// Issue 11 findings 5 and 6: any user could mark any app's alert
+// conversation read up to its shared head (learning how many alerts the app
+// sent, and writing "read by <outsider>" into other people's traces), and
+// an app's trace showed its recipients' devices, connections and requests.
+func TestOnlyRecipientsReadAlertsAndAppsSeeNoDevices(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "payroll", []string{"*"}, 100)
+	ann := dial(t, st, "ann", "laptop")
+	zoe := dial(t, st, "zoe", "laptop")
+	post := func(idem, to string) string {
+		t.Helper()
+		r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": idem}, `{"to":["`+to+`"],"title":"Payslip","body":"ready"}`)
+		if r.status != 202 {
+			t.Fatalf("post: %d %s", r.status, r.raw)
+		}
+		return r.body["messageId"].(string)
+	}
+	annsAlert := post("k1", "ann")
+	ann.next("message", 5*time.Second)
+	bobsAlert := post("k2", "bob") // convSeq 2 of a:payroll, not ann's
+	zoe.write(map[string]any{"action": "read", "conversationId": "a:payroll", "upTo": 1})
+	if e := zoe.next("error", 5*time.Second); e.Code != string(wire.CodeForbidden) {
+		t.Errorf("outsider read: %+v, want forbidden", e)
+	}
+	ann.write(map[string]any{"action": "read", "conversationId": "a:payroll", "upTo": 2})
+	if e := ann.next("error", 5*time.Second); e.Code != string(wire.CodeBadRequest) {
+		t.Errorf("read beyond ann's own last alert: %+v, want bad_request", e)
+	}
+	ann.write(map[string]any{"action": "read", "conversationId": "a:payroll", "upTo": 1})
+	waitFor(t, "ann's read in her alert's trace", func() bool {
+		r := call(t, st, "GET", "/v1/messages/"+annsAlert+"/trace", devstack.DefaultAdminKey, nil, "")
+		return strings.Contains(r.raw, `"type":"read"`)
+	})
+	for _, who := range []string{devstack.DefaultAdminKey, key} {
+		if r := call(t, st, "GET", "/v1/messages/"+bobsAlert+"/trace", who, nil, ""); r.status != 200 || strings.Contains(r.raw, `"type":"read"`) {
+			t.Errorf("bob's alert trace: %d %s, want no read by anyone", r.status, r.raw)
+		}
+	}
+	admin := call(t, st, "GET", "/v1/messages/"+annsAlert+"/trace", devstack.DefaultAdminKey, nil, "").raw
+	app := call(t, st, "GET", "/v1/messages/"+annsAlert+"/trace", key, nil, "").raw
+	for _, field := range []string{`"deviceId"`, `"connectionId"`, `"requestId"`} {
+		if !strings.Contains(admin, field) {
+			t.Errorf("admin trace lacks %s: %s", field, admin)
+		}
+		if strings.Contains(app, field) {
+			t.Errorf("app trace shows %s: %s", field, app)
+		}
+	}
+	if !strings.Contains(app, `"userId":"ann"`) || !strings.Contains(app, `"type":"pushed"`) {
+		t.Errorf("app trace lost states: %s", app)
 	}
 }

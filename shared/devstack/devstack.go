@@ -92,6 +92,9 @@ type Options struct {
 	// WriteTimeout is how long the gateway waits for a client to take a
 	// frame before it disconnects it (default gateway.DefaultWriteTimeout).
 	WriteTimeout time.Duration
+	// HTTPReadTimeout is how long the HTTP API waits for a whole request
+	// (default gateway.HTTPReadTimeout).
+	HTTPReadTimeout time.Duration
 	// Configure, when set, adjusts each function's handler (named by its
 	// template logical id) before anything runs (tests wrap a storage
 	// interface to inject faults into one function).
@@ -263,7 +266,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
 	}
 	st.HTTPURL = "http://" + hln.Addr().String()
-	hsrv := &http.Server{Handler: httpAPI, ReadHeaderTimeout: 10 * time.Second}
+	hsrv := gateway.NewHTTPServer(httpAPI, o.HTTPReadTimeout)
 	st.wg.Go(func() { _ = hsrv.Serve(hln) })
 	st.stops = append(st.stops, func() { _ = hsrv.Close() })
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/devstack"
@@ -354,6 +355,8 @@ func TestConnectWithoutValidTokenIsRefused(t *testing.T) {
 	expired, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", now.Add(-2*time.Hour), time.Hour)
 	foreign, _ := auth.Mint([]byte("another-secret"), "alice", "", now, time.Hour)
 	good, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", now, time.Hour)
+	forever, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", now, 24*time.Hour+time.Minute)
+	appSender, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "app.monitoring", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}).SignedString([]byte(devstack.DefaultSecret))
 	cases := []struct {
 		name   string
 		query  string
@@ -365,6 +368,9 @@ func TestConnectWithoutValidTokenIsRefused(t *testing.T) {
 		{"expired token", "?token=" + expired, nil, http.StatusForbidden},
 		{"wrong secret", "?token=" + foreign, nil, http.StatusForbidden},
 		{"bad device id", "?token=" + good + "&deviceId=bad%20device", nil, http.StatusForbidden},
+		// Issue 11 findings 8 and 11.
+		{"valid for longer than 24 h", "?token=" + forever, nil, http.StatusForbidden},
+		{"app sender id", "?token=" + appSender, nil, http.StatusForbidden},
 	}
 	for _, tc := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -382,10 +388,10 @@ func TestConnectWithoutValidTokenIsRefused(t *testing.T) {
 	if conns, err := st.Store.Connections(context.Background(), "alice"); err != nil || len(conns) != 0 {
 		t.Errorf("refused connections left records: %v %v", conns, err)
 	}
-	// A Bearer header works like the query parameter.
+	// A Bearer header works like the query parameter, the scheme in any case.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, _, err := websocket.Dial(ctx, st.URL+"?deviceId=tablet", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + good}}})
+	conn, _, err := websocket.Dial(ctx, st.URL+"?deviceId=tablet", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"bEARER " + good}}})
 	if err != nil {
 		t.Fatalf("bearer header: %v", err)
 	}

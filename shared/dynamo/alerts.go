@@ -189,12 +189,25 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 }
 
 func (st *Store) resumeAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error) {
+	a, err := st.KeyedAlert(ctx, appID, key, fingerprint)
+	if errors.Is(err, im.ErrNotFound) {
+		return im.AlertStart{}, fmt.Errorf("idempotency key %s vanished: %w", key, im.ErrContention)
+	}
+	return a, err
+}
+
+// KeyedAlert returns the alert an earlier request with this Idempotency-Key
+// began (Replayed, with its response once finished): im.ErrNotFound when
+// the key is new, im.ErrIdempotencyConflict when the payload differs. One
+// strongly consistent read: the handler answers a replay before it spends
+// a rate-limit slot.
+func (st *Store) KeyedAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+appID, "idem#"+key), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, err)
 	}
 	if out.Item == nil {
-		return im.AlertStart{}, fmt.Errorf("idempotency key %s vanished: %w", key, im.ErrContention)
+		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, im.ErrNotFound)
 	}
 	if getS(out.Item, "fp") != fingerprint {
 		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, im.ErrIdempotencyConflict)

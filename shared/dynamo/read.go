@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,12 +20,25 @@ import (
 // It costs one read (the conversation head, with the membership for a
 // group) and one write, whatever the number of messages covered.
 func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
-	head, member, err := st.headAndMember(ctx, c, u)
+	var head int64
+	var member im.Member
+	var err error
+	if c.AppConversation() {
+		// An app's log numbers every recipient's alerts: a user may read
+		// only up to the last alert they received, and only if they
+		// received one (the shared head would tell how many the app sent).
+		head, err = st.lastReceived(ctx, u, c)
+		if err == nil && head == 0 {
+			err = fmt.Errorf("read %s in %s: not a recipient: %w", u, c, im.ErrNotMember)
+		}
+	} else {
+		head, member, err = st.headAndMember(ctx, c, u)
+		if err == nil && c.IsGroup() && !member.Role.Valid() {
+			err = fmt.Errorf("read %s in %s: %w", u, c, im.ErrNotMember)
+		}
+	}
 	if err != nil {
 		return 0, false, err
-	}
-	if c.IsGroup() && !member.Role.Valid() {
-		return 0, false, fmt.Errorf("read %s in %s: %w", u, c, im.ErrNotMember)
 	}
 	if upTo > head {
 		return 0, false, fmt.Errorf("read %s in %s up to %d (head %d): %w", u, c, upTo, head, im.ErrReadBeyondHead)
@@ -81,4 +95,38 @@ func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after
 		out[getN(it, "cseq")] = im.MessageID(getS(it, "mid"))
 	}
 	return out, nil
+}
+
+// lastReceived returns the convSeq of the last message of c in u's inbox
+// (0 when none), from u's conversation index item.
+func (st *Store) lastReceived(ctx context.Context, u im.UserID, c im.ConversationID) (int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, fmt.Errorf("last of %s for %s: %w", c, u, err)
+	}
+	return getN(out.Item, attrLast), nil
+}
+
+// Received reports which of ids are in u's inbox, in BatchGetItem calls of
+// 100 keys.
+func (st *Store) Received(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]bool, error) {
+	got := map[im.MessageID]bool{}
+	for start := 0; start < len(ids); start += 100 {
+		var keys []map[string]types.AttributeValue
+		for _, id := range ids[start:min(start+100, len(ids))] {
+			keys = append(keys, inboxKey(u, dedupSK(id)))
+		}
+		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for len(req) > 0 {
+			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("received by %s: %w", u, err)
+			}
+			for _, it := range out.Responses[st.tables.Inbox] {
+				got[im.MessageID(strings.TrimPrefix(getS(it, attrSK), "m#"))] = true
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return got, nil
 }

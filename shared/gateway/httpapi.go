@@ -16,6 +16,28 @@ import (
 // HTTPLambda is an HTTP API handler (payload format 2.0), as Lambda calls it.
 type HTTPLambda func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
+// Timeouts of the HTTP API's server. A client must send its headers within
+// HTTPHeaderTimeout and its whole request within HTTPReadTimeout (a body
+// trickled a byte at a time cannot hold a connection open); a response gets
+// HTTPWriteTimeout (API Gateway's 30 s integration limit, and a margin); an
+// idle keep-alive connection is closed after HTTPIdleTimeout.
+const (
+	HTTPHeaderTimeout = 10 * time.Second
+	HTTPReadTimeout   = 15 * time.Second
+	HTTPWriteTimeout  = 35 * time.Second
+	HTTPIdleTimeout   = 60 * time.Second
+)
+
+// NewHTTPServer returns the server of an HTTP API with those timeouts;
+// readTimeout, when positive, replaces HTTPReadTimeout (tests).
+func NewHTTPServer(api *HTTPAPI, readTimeout time.Duration) *http.Server {
+	if readTimeout <= 0 {
+		readTimeout = HTTPReadTimeout
+	}
+	return &http.Server{Handler: api, ReadHeaderTimeout: min(HTTPHeaderTimeout, readTimeout), ReadTimeout: readTimeout,
+		WriteTimeout: HTTPWriteTimeout, IdleTimeout: HTTPIdleTimeout}
+}
+
 // HTTPAPI emulates an API Gateway HTTP API: it matches "METHOD /path/{param}"
 // routes, builds the 2.0 event (routeKey, rawPath, lower-case headers,
 // pathParameters, requestContext) and writes the Lambda's response.

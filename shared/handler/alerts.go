@@ -28,6 +28,7 @@ type AlertStore interface {
 	App(ctx context.Context, id string) (im.App, error)
 	RevokeApp(ctx context.Context, id string, now time.Time) error
 	TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error)
+	KeyedAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error)
 	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
 	FinishAlert(ctx context.Context, appID, key, response string) error
 	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
@@ -129,9 +130,9 @@ func header(req events.APIGatewayV2HTTPRequest, name string) string {
 
 // authenticate resolves the bearer key to an app or the admin.
 func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
-	key, ok := strings.CutPrefix(header(req, "Authorization"), "Bearer ")
+	scheme, key, _ := strings.Cut(strings.TrimSpace(header(req, "Authorization")), " ")
 	key = strings.TrimSpace(key)
-	if !ok || key == "" {
+	if !strings.EqualFold(scheme, "Bearer") || key == "" {
 		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "Authorization: Bearer <app key> is required")
 	}
 	if h.AdminKeyHash != "" && subtle.ConstantTimeCompare([]byte(im.HashSecret(key)), []byte(h.AdminKeyHash)) == 1 {
@@ -150,6 +151,9 @@ func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPR
 	}
 	return principal{app: app}, nil
 }
+
+// MaxAlertTitle is the longest alert title, in characters (docs/openapi.yaml).
+const MaxAlertTitle = 200
 
 // alertRequest is the body of POST /v1/messages (validated by the OpenAPI schema).
 type alertRequest struct {
@@ -186,6 +190,9 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	if err := json.Unmarshal(raw, &ar); err != nil {
 		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
 	}
+	if !im.ValidDisplayText(ar.Title, MaxAlertTitle) {
+		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "title must be 1-%d characters without control or bidirectional-control characters", MaxAlertTitle)
+	}
 	if len(ar.To) == 0 && ar.Group == "" {
 		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user, or group name a group")
 	}
@@ -195,8 +202,8 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	recipients := make([]im.UserID, len(ar.To))
 	for i, u := range ar.To {
 		recipients[i] = im.UserID(u)
-		if !recipients[i].Valid() {
-			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id", i)
+		if !recipients[i].Person() {
+			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id (1-64 characters of [A-Za-z0-9._@-], not starting with %q)", i, im.AppSenderPrefix)
 		}
 		if !p.app.Allows(recipients[i]) {
 			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, u)
@@ -213,17 +220,6 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 			}
 		}
 	}
-	rate := p.app.RatePerMinute
-	if rate <= 0 {
-		rate = DefaultAppRate
-	}
-	if wait, err := h.AlertStore.TakeAppSlot(ctx, p.app.ID, h.now(), rate); errors.Is(err, im.ErrRateLimited) {
-		he := httpErr(http.StatusTooManyRequests, "rate_limited", "app %s may post %d alerts per minute", p.app.ID, rate)
-		he.retry = wait
-		return 0, nil, he
-	} else if err != nil {
-		return 0, nil, err
-	}
 	fields := map[string]any{"title": ar.Title, "body": ar.Body, "priority": ar.Priority, "app": p.app.ID}
 	if ar.TTLSeconds > 0 {
 		fields["ttlSeconds"] = ar.TTLSeconds
@@ -233,15 +229,32 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		return 0, nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
 	}
 	sum := sha256.Sum256(raw)
-	alert := im.Alert{
-		Message:    im.Message{Conversation: p.app.Conversation(), From: p.app.Sender(), Body: body},
-		App:        p.app.ID,
-		Recipients: recipients,
-		Title:      ar.Title,
-		Priority:   ar.Priority,
-		Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
+	fingerprint := hex.EncodeToString(sum[:])
+	// A retry of a key already taken is answered (or resumed) before the
+	// rate limit: it posts nothing new, so it must not get 429.
+	start, err := h.AlertStore.KeyedAlert(ctx, p.app.ID, key, fingerprint)
+	if errors.Is(err, im.ErrNotFound) {
+		rate := p.app.RatePerMinute
+		if rate <= 0 {
+			rate = DefaultAppRate
+		}
+		if wait, err := h.AlertStore.TakeAppSlot(ctx, p.app.ID, h.now(), rate); errors.Is(err, im.ErrRateLimited) {
+			he := httpErr(http.StatusTooManyRequests, "rate_limited", "app %s may post %d alerts per minute", p.app.ID, rate)
+			he.retry = wait
+			return 0, nil, he
+		} else if err != nil {
+			return 0, nil, err
+		}
+		alert := im.Alert{
+			Message:    im.Message{Conversation: p.app.Conversation(), From: p.app.Sender(), Body: body},
+			App:        p.app.ID,
+			Recipients: recipients,
+			Title:      ar.Title,
+			Priority:   ar.Priority,
+			Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
+		}
+		start, err = h.AlertStore.BeginAlert(ctx, p.app.ID, key, fingerprint, alert, h.now())
 	}
-	start, err := h.AlertStore.BeginAlert(ctx, p.app.ID, key, hex.EncodeToString(sum[:]), alert, h.now())
 	if errors.Is(err, im.ErrIdempotencyConflict) {
 		return 0, nil, httpErr(http.StatusConflict, "conflict", "Idempotency-Key %q was used with a different payload", key)
 	}
@@ -369,6 +382,11 @@ func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
 	if len(raw) > MaxAlertRequestBytes {
 		return nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "body is %d bytes; the limit is %d", len(raw), MaxAlertRequestBytes)
 	}
+	// The same rules as a message body: one JSON value every reader reads
+	// alike (valid UTF-8, no key twice, numbers a double holds).
+	if _, err := wire.CanonicalBody(raw); err != nil {
+		return nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
+	}
 	return raw, nil
 }
 
@@ -491,7 +509,7 @@ type traceEvent struct {
 }
 
 func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
-	a, _, err := h.readableAlert(ctx, req)
+	a, p, err := h.readableAlert(ctx, req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -507,9 +525,15 @@ func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPReque
 		Events    []traceEvent `json:"events"`
 	}{MessageID: string(a.Message.ID), Events: []traceEvent{}}
 	for _, e := range evs {
-		out.Events = append(out.Events, traceEvent{Type: string(e.Type), At: wire.Timestamp(e.At), Function: e.Function, RequestID: e.RequestID,
+		te := traceEvent{Type: string(e.Type), At: wire.Timestamp(e.At), Function: e.Function, RequestID: e.RequestID,
 			UserID: string(e.User), DeviceID: string(e.Device), ConnectionID: string(e.Connection), Seq: e.Seq, Attempt: e.Attempt,
-			DelayMs: e.Delay.Milliseconds(), Detail: e.Detail})
+			DelayMs: e.Delay.Milliseconds(), Detail: e.Detail}
+		if !p.admin {
+			// An app sees what happened to its alert and when, not its
+			// recipients' devices, connections or Lambda request ids.
+			te.RequestID, te.DeviceID, te.ConnectionID = "", "", ""
+		}
+		out.Events = append(out.Events, te)
 	}
 	return http.StatusOK, out, nil
 }

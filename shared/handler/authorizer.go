@@ -31,7 +31,7 @@ func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuth
 	if token == "" {
 		token = bearer(req.Headers)
 	}
-	claims, err := auth.Verify(h.Secret, token, h.now())
+	claims, err := h.TokenPolicy.Verify(h.Secret, token, h.now())
 	if errors.Is(err, auth.ErrNoToken) {
 		return events.APIGatewayCustomAuthorizerResponse{}, ErrUnauthorized
 	}
@@ -56,11 +56,12 @@ func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuth
 	}), nil
 }
 
-// bearer returns the token of an "Authorization: Bearer" header, any case.
+// bearer returns the token of an "Authorization: Bearer" header; header name
+// and scheme in any case (RFC 9110: the scheme is case-insensitive).
 func bearer(headers map[string]string) string {
 	for k, v := range headers {
 		if strings.EqualFold(k, "authorization") {
-			if t, ok := strings.CutPrefix(v, "Bearer "); ok {
+			if scheme, t, ok := strings.Cut(strings.TrimSpace(v), " "); ok && strings.EqualFold(scheme, "Bearer") {
 				return strings.TrimSpace(t)
 			}
 		}

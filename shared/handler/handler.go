@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -92,8 +93,10 @@ type Handler struct {
 	Validator Validator
 	// AdminKeyHash is the SHA-256 (hex) of the admin key ("" disables it).
 	AdminKeyHash string
-	// Secret verifies client tokens.
-	Secret []byte
+	// Secret verifies client tokens; TokenPolicy says what else they must
+	// satisfy (issuer, audience, lifetime).
+	Secret      []byte
+	TokenPolicy auth.Policy
 	// Redelivery is the push timeout and backoff policy.
 	Redelivery im.Redelivery
 	// PushDeadline bounds one PostToConnection, SDK retries included

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -18,6 +19,7 @@ type Reads interface {
 	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (int64, time.Time, error)
 	ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
 	Message(ctx context.Context, c im.ConversationID, convSeq int64) (im.Message, error)
+	Received(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]bool, error)
 }
 
 // Read moves the user's read watermark of a conversation
@@ -58,6 +60,9 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if h.Tracer != nil && !conv.IsGroup() {
 		from := max(old, upTo-maxAckTrace)
 		ids, err := h.Reads.ConversationIDs(ctx, conv, from, upTo, maxAckTrace)
+		if err == nil && conv.AppConversation() {
+			err = h.onlyReceived(ctx, c.User, ids)
+		}
 		if err != nil {
 			h.log().WarnContext(ctx, "read trace not recorded", "err", err.Error())
 		} else {
@@ -92,4 +97,20 @@ func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID
 			h.log().WarnContext(ctx, "read sync push failed", "err", err.Error(), "connectionId", conn.ID)
 		}
 	}
+}
+
+// onlyReceived drops from ids the messages u did not receive: an app's log
+// holds every recipient's alerts, and u's read belongs only in the traces
+// of u's own.
+func (h *Handler) onlyReceived(ctx context.Context, u im.UserID, ids map[int64]im.MessageID) error {
+	list := make([]im.MessageID, 0, len(ids))
+	for _, id := range ids {
+		list = append(list, id)
+	}
+	got, err := h.Reads.Received(ctx, u, list)
+	if err != nil {
+		return err
+	}
+	maps.DeleteFunc(ids, func(_ int64, id im.MessageID) bool { return !got[id] })
+	return nil
 }

@@ -25,7 +25,7 @@ type App struct {
 }
 
 // Sender is the user id alerts of the app are sent from.
-func (a App) Sender() UserID { return UserID("app." + a.ID) }
+func (a App) Sender() UserID { return UserID(AppSenderPrefix + a.ID) }
 
 // Conversation is the conversation an app's alerts appear in.
 func (a App) Conversation() ConversationID { return ConversationID("a:" + a.ID) }

@@ -3,6 +3,7 @@ package im
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -50,13 +51,23 @@ func (c ConversationID) ValidGroup() bool {
 }
 
 // ValidGroupName reports whether name is an acceptable group name: 1–100
-// characters of valid UTF-8 without control characters.
-func ValidGroupName(name string) bool {
-	if name == "" || !utf8.ValidString(name) || utf8.RuneCountInString(name) > MaxGroupNameLength {
+// characters of valid UTF-8 display text (ValidDisplayText).
+func ValidGroupName(name string) bool { return ValidDisplayText(name, MaxGroupNameLength) }
+
+// ValidDisplayText reports whether s is 1–max characters of valid UTF-8
+// that every client shows alike: no control characters (C0, DEL, C1: NUL
+// included) and no bidirectional controls (U+061C, U+200E–U+200F,
+// U+202A–U+202E, U+2066–U+2069), which can make a name read as another
+// ("Trojan Source") or reverse the text around it.
+func ValidDisplayText(s string, max int) bool {
+	if s == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > max {
 		return false
 	}
-	for _, r := range name {
-		if r < ' ' || r == 0x7f {
+	for _, r := range s {
+		switch {
+		case unicode.IsControl(r):
+			return false
+		case r == 0x061c, r == 0x200e, r == 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2066 && r <= 0x2069:
 			return false
 		}
 	}

@@ -47,6 +47,15 @@ func validID(s string) bool {
 // Valid reports whether u is a well-formed user id.
 func (u UserID) Valid() bool { return validID(string(u)) }
 
+// AppSenderPrefix starts the user id of every app sender ("app.<appId>").
+const AppSenderPrefix = "app."
+
+// Person reports whether u can be a person's id: well-formed and not in a
+// namespace the system uses for its own senders. Tokens, recipients and
+// group members must be people; only an app's alerts come from "app.<id>",
+// so nobody can send messages that look like an app's.
+func (u UserID) Person() bool { return u.Valid() && !strings.HasPrefix(string(u), AppSenderPrefix) }
+
 // Valid reports whether d is a well-formed device id.
 func (d DeviceID) Valid() bool { return validID(string(d)) }
 
@@ -95,9 +104,9 @@ func (c ConversationID) Members() (UserID, UserID, error) {
 func (c ConversationID) AppConversation() bool { return strings.HasPrefix(string(c), "a:") }
 
 // CanRead reports whether user u may mark conversation c read: a member of
-// a 1:1 conversation, anyone for an app's alert conversation (a read
-// watermark is the reader's own), and for a well-formed group id the store
-// checks membership.
+// a 1:1 conversation; for a well-formed group or app conversation id the
+// store checks membership (a group's members; an app's recipients, up to
+// the last alert they received).
 func (c ConversationID) CanRead(u UserID) error {
 	if c.AppConversation() {
 		if !validID(strings.TrimPrefix(string(c), "a:")) {

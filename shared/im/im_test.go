@@ -62,6 +62,24 @@ func TestIDValidation(t *testing.T) {
 	}
 }
 
+// Issue 11 findings 8 and 12.
+func TestPeopleAndDisplayText(t *testing.T) {
+	t.Parallel()
+	if !UserID("alice").Person() || !UserID("apple").Person() || !UserID("my.app.x").Person() || UserID("app.monitoring").Person() || UserID("").Person() {
+		t.Error("app. must be reserved for app senders, and only as a prefix")
+	}
+	for _, ok := range []string{"On-call", "Équipe 東京 🚀", "a\u200db"} {
+		if !ValidDisplayText(ok, 100) {
+			t.Errorf("%q should be valid", ok)
+		}
+	}
+	for _, bad := range []string{"", "nul\x00", "tab\t", "del\x7f", "c1\u0085", "rlo\u202egnp.exe", "isolate\u2066x", "rlm\u200f", "alm\u061c", "bad\xff", strings.Repeat("x", 101)} {
+		if ValidDisplayText(bad, 100) {
+			t.Errorf("%q should be refused", bad)
+		}
+	}
+}
+
 func TestRecipientsIncludeSenderOnce(t *testing.T) {
 	t.Parallel()
 	got, err := Draft{From: "alice", Conversation: "d:alice:bob"}.Recipients()

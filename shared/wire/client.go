@@ -160,8 +160,8 @@ func DecodeSend(body string, from im.UserID) (im.Draft, string, error) {
 		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "give either to or conversationId, not both")
 	case f.To != "":
 		to := im.UserID(f.To)
-		if !to.Valid() {
-			return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to must be a user id: 1-64 characters of [A-Za-z0-9._@-]")
+		if !to.Person() {
+			return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to must be a user id: 1-64 characters of [A-Za-z0-9._@-], not starting with %q", im.AppSenderPrefix)
 		}
 		conv = im.Direct(from, to)
 	case f.ConversationID != "":

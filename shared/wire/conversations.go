@@ -120,8 +120,8 @@ func DecodeGroup(body string) (Group, error) {
 	seen := make(map[string]bool, len(f.Users))
 	unique := f.Users[:0]
 	for _, u := range f.Users {
-		if !im.UserID(u).Valid() {
-			return Group{}, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
+		if !im.UserID(u).Person() {
+			return Group{}, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-], not starting with %q", im.AppSenderPrefix)
 		}
 		if !seen[u] {
 			seen[u] = true
