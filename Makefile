@@ -12,6 +12,7 @@
 #   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
 #   make chaos      seeded chaos run reconciled at the end (CHAOS_SEED, CHAOS_MESSAGES; CI size by default)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
+#   make fuzz-go    the Go fuzz targets (frame decoders, bodies, HTTP body decoder), FUZZTIME each (10s)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
 
@@ -28,8 +29,11 @@ MOTO := $(TOOLS)/moto
 MOTO_PORT ?= 5055
 FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
+FUZZTIME ?= 10s
+# Go fuzz targets: package and target.
+FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody
 
-.PHONY: all build test test-burst chaos test-stores test-memdyn bench-100k test-fauxqs test-localstack fuzz run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-burst chaos test-stores test-memdyn bench-100k test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -113,6 +117,14 @@ $(LOCALSTACK)/bin/python: infra/requirements-localstack.txt
 # Schema-driven fuzz of the HTTP alerts API (schemathesis against docs/openapi.yaml).
 fuzz: $(VENV)/bin/sam
 	VENV=$(VENV) infra/fuzz.sh
+
+# Each Go fuzz target for FUZZTIME, seeded with the abuse probe's cases
+# (issue 11); a finding fails the run and is kept under testdata/fuzz.
+fuzz-go:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME); \
+	done
 
 run: ## the local stack
 	$(GO) run ./cmd/signet local

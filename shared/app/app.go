@@ -57,6 +57,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		Index:            store,
 		Presences:        store,
 		MemberLimit:      cfg.MemberLimit,
+		MaxConnections:   cfg.MaxConnections,
 		FanoutBatch:      cfg.FanoutBatch,
 		PresenceStale:    cfg.PresenceStale,
 		PresenceDebounce: cfg.PresenceDebounce,
@@ -83,7 +84,8 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		}
 	}
 	if c.Management != nil {
-		h.Pusher = push.New(c.Management)
+		gw := push.New(c.Management)
+		h.Pusher, h.Disconnector = gw, gw
 	}
 	return h
 }

@@ -34,6 +34,10 @@ type Options struct {
 	AckBatch    int
 	// MinBackoff and MaxBackoff bound reconnect delays (200 ms, 30 s; full jitter).
 	MinBackoff, MaxBackoff time.Duration
+	// EvictedWait is how long the client waits before reconnecting after
+	// the server closed its connection for the user's connection limit
+	// (error connection_limit; default 5 min).
+	EvictedWait time.Duration
 	// ResendAfter is how long a send waits for its ACK before it is sent
 	// again on the same connection (10 s).
 	ResendAfter time.Duration
@@ -175,6 +179,9 @@ func (o *Options) defaults() {
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = 200 * time.Millisecond
+	}
+	if o.EvictedWait <= 0 {
+		o.EvictedWait = 5 * time.Minute
 	}
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 30 * time.Second

@@ -123,6 +123,10 @@ type session struct {
 	behindAt   time.Time
 	behindHead int64
 	sentAt     map[string]time.Time
+	// reconnectAfter is how long to wait before reconnecting once this
+	// connection ends (set when the server closes it for the user's
+	// connection limit).
+	reconnectAfter time.Duration
 }
 
 // incoming is one frame read from the connection.
@@ -191,7 +195,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 				if !c.crashed.Load() {
 					c.log.Info("connection lost", "err", f.err.Error())
 				}
-				return 0
+				return s.reconnectAfter
 			}
 			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
@@ -230,6 +234,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		}
 	}
 }
+
+// errTokenExpired ends a session the server closes for its expired token.
+var errTokenExpired = errors.New("the server closed the connection: its token expired")
 
 // errDead ends a session whose connection answers nothing.
 var errDead = errors.New("connection answers nothing (half-open?)")
@@ -577,6 +584,19 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		}
 		s.c.resolve(e.ClientMsgID, sendResult{err: &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}})
 		return s.flushOutbox(ctx)
+	}
+	if e.Code == wire.CodeUnauthorized {
+		// The connection's token expired and the server closes it: end
+		// the session now; the reconnect asks Options.Token for a new one.
+		return errTokenExpired
+	}
+	if e.Code == wire.CodeConnectionLimit {
+		// The user opened more connections than the server allows and this
+		// one, the oldest, is being closed. Reconnecting at once would close
+		// another of the user's devices, which would do the same.
+		s.c.log.Warn("closed by the server: too many connections for this user; waiting before reconnecting", "message", e.Message, "wait", s.c.opts.EvictedWait)
+		s.reconnectAfter = s.c.opts.EvictedWait
+		return nil
 	}
 	if e.Code == wire.CodeResync {
 		// Our cursor or ack is beyond the inbox head: the server's data

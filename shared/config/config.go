@@ -47,6 +47,8 @@ type Config struct {
 	HistoryRetention time.Duration
 	// MemberLimit bounds group size; FanoutBatch is the members per fan-out job.
 	MemberLimit, FanoutBatch int
+	// MaxConnections bounds one user's connections (the oldest are closed).
+	MaxConnections int
 	// PresenceStale is how long a connection counts as live after its last
 	// sign of life; PresenceDebounce delays presence pushes.
 	PresenceStale, PresenceDebounce time.Duration
@@ -81,6 +83,7 @@ const (
 	EnvPresenceQueue    = "SIGNET_PRESENCE_QUEUE_URL"
 	EnvHistoryRetention = "SIGNET_HISTORY_RETENTION"
 	EnvMemberLimit      = "SIGNET_GROUP_MEMBER_LIMIT"
+	EnvMaxConnections   = "SIGNET_MAX_CONNECTIONS"
 	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
 	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
 	EnvPresenceDebounce = "SIGNET_PRESENCE_DEBOUNCE"
@@ -108,6 +111,7 @@ var Vars = []Var{
 	{EnvPresenceQueue, "", "SQS queue URL of debounced presence pushes"},
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
+	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
@@ -179,6 +183,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if c.FanoutBatch, err = positive(EnvFanoutBatch, get(EnvFanoutBatch)); err != nil {
+		return Config{}, err
+	}
+	if c.MaxConnections, err = positive(EnvMaxConnections, get(EnvMaxConnections)); err != nil {
 		return Config{}, err
 	}
 	if c.PresenceStale, err = duration(EnvPresenceStale, get(EnvPresenceStale)); err != nil {

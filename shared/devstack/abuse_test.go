@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -116,4 +119,81 @@ func TestHTTPAPIClosesATrickledRequest(t *testing.T) {
 		}
 	}
 	t.Fatal("the server kept a trickled request open for 120 s")
+}
+
+// Issue 11 finding 2: one user held 351 connections, and one send to a
+// user with 101 idle ones caused 606 pushes. Now a $connect beyond the
+// per-user limit closes the oldest, which are told why.
+func TestConnectionsBeyondTheLimitCloseTheOldest(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvMaxConnections: "3"}})
+	var conns []*wsClient
+	for i := range 5 {
+		conns = append(conns, dial(t, st, "mallory", fmt.Sprintf("d%d", i)))
+		// $connect records run in order: each dial waits for its record.
+		waitFor(t, "connection record", func() bool {
+			cs, err := st.Store.Connections(context.Background(), "mallory")
+			return err == nil && slices.ContainsFunc(cs, func(c im.Connection) bool { return c.Device == im.DeviceID(fmt.Sprintf("d%d", i)) })
+		})
+	}
+	for _, old := range conns[:2] {
+		if e := old.next("error", 5*time.Second); e.Code != string(wire.CodeConnectionLimit) {
+			t.Errorf("oldest connection told %+v, want connection_limit", e)
+		}
+		waitClosed(t, old)
+	}
+	cs, err := st.Store.Connections(context.Background(), "mallory")
+	if err != nil || len(cs) != 3 {
+		t.Fatalf("mallory's connection records = %+v, %v; want the newest 3", cs, err)
+	}
+	for _, c := range cs {
+		if c.Device == "d0" || c.Device == "d1" {
+			t.Errorf("an evicted connection's record remains: %+v", c)
+		}
+	}
+	// A message to mallory is pushed to the 3 that remain.
+	alice := dial(t, st, "alice", "laptop")
+	alice.send("c1", "mallory", "hi")
+	alice.next("sent", 5*time.Second)
+	for _, c := range conns[2:] {
+		c.next("message", 5*time.Second)
+	}
+}
+
+// Issue 11 finding 11: an open connection outlived its token's expiry by up
+// to 2 h. The first frame after expiry (a ping, say) is refused with
+// unauthorized and the server closes the connection.
+func TestAConnectionWhoseTokenExpiredIsToldAndClosed(t *testing.T) {
+	t.Parallel()
+	clk := &clock{}
+	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) { h.Now = clk.Now }})
+	alice := dialToken(t, st, "alice", "laptop", tokenAt(t, "alice", "laptop", clk.Now()))
+	alice.t = t
+	t.Cleanup(func() { alice.conn.CloseNow() })
+	alice.write(`{"action":"ping"}`)
+	alice.next("pong", 5*time.Second)
+	clk.Advance(time.Hour + time.Second) // tokenAt mints for an hour
+	alice.write(`{"action":"ping"}`)
+	if e := alice.next("error", 5*time.Second); e.Code != string(wire.CodeUnauthorized) {
+		t.Fatalf("ping after expiry: %+v, want unauthorized", e)
+	}
+	waitClosed(t, alice)
+	waitFor(t, "the connection record to go ($disconnect)", func() bool {
+		cs, err := st.Store.Connections(context.Background(), "alice")
+		return err == nil && len(cs) == 0
+	})
+}
+
+// waitClosed waits until the server has closed c (frames left unread are
+// dropped).
+func waitClosed(t *testing.T, c *wsClient) {
+	t.Helper()
+	waitFor(t, "the server to close the connection", func() bool {
+		select {
+		case _, open := <-c.frames:
+			return !open
+		default:
+			return false
+		}
+	})
 }

@@ -87,6 +87,11 @@ type conn struct {
 	// is closed, so that nothing waits on a dead writer.
 	out  chan []byte
 	gone chan struct{}
+	// deleted is closed by DeleteConnection: the writer writes what was
+	// accepted before it, then closes the socket (as API Gateway delivers
+	// a frame posted before the delete).
+	deleted    chan struct{}
+	deleteOnce sync.Once
 	// connected is closed when $connect has succeeded: before that,
 	// PostToConnection answers 410 as AWS does. ready is closed once ws is
 	// set (or the upgrade failed, ws nil): a push between the two waits for
@@ -226,7 +231,7 @@ func (g *Gateway) requestContext(c *conn, routeKey, eventType string) events.API
 }
 
 func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
-	c := &conn{id: newID(12), connectedAt: time.Now(), sourceIP: strings.Split(r.RemoteAddr, ":")[0]}
+	c := &conn{id: newID(12), connectedAt: time.Now(), sourceIP: strings.Split(r.RemoteAddr, ":")[0], deleted: make(chan struct{})}
 	c.lastActive = c.connectedAt
 	ctx := r.Context()
 	headers := map[string]string{}
@@ -457,6 +462,8 @@ func (g *Gateway) enqueue(c *conn, data []byte) bool {
 	select {
 	case <-c.gone:
 		return false
+	case <-c.deleted:
+		return false
 	default:
 	}
 	select {
@@ -477,19 +484,36 @@ func (g *Gateway) writeLoop(c *conn) {
 		select {
 		case <-c.gone:
 			return
-		case data := <-c.out:
-			ctx, cancel := context.WithTimeout(context.Background(), g.writeTimeout())
-			err := c.ws.Write(ctx, websocket.MessageText, data)
-			timedOut := ctx.Err() != nil
-			cancel()
-			if err != nil {
-				if timedOut {
-					g.slowConsumer(c, "it did not take a frame within "+g.writeTimeout().String())
+		case <-c.deleted:
+			for {
+				select {
+				case data := <-c.out:
+					if !g.write(c, data) {
+						return
+					}
+				default:
+					c.ws.Close(websocket.StatusNormalClosure, "deleted by the backend")
+					return
 				}
+			}
+		case data := <-c.out:
+			if !g.write(c, data) {
 				return
 			}
 		}
 	}
+}
+
+// write writes one frame within the write timeout; false when the
+// connection is done for (a client that does not read is disconnected).
+func (g *Gateway) write(c *conn, data []byte) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), g.writeTimeout())
+	defer cancel()
+	err := c.ws.Write(ctx, websocket.MessageText, data)
+	if err != nil && ctx.Err() != nil {
+		g.slowConsumer(c, "it did not take a frame within "+g.writeTimeout().String())
+	}
+	return err == nil
 }
 
 func (g *Gateway) slowConsumer(c *conn, why string) {

@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"strings"
 	"time"
-
-	"github.com/coder/websocket"
 )
 
 // serveManagement implements the @connections API:
@@ -73,7 +71,7 @@ func (g *Gateway) serveManagement(w http.ResponseWriter, r *http.Request, id str
 			"identity":     map[string]string{"sourceIp": c.sourceIP},
 		})
 	case http.MethodDelete:
-		c.ws.Close(websocket.StatusNormalClosure, "deleted by the backend")
+		c.deleteOnce.Do(func() { close(c.deleted) })
 		w.WriteHeader(http.StatusNoContent)
 	default:
 		apiError(w, http.StatusMethodNotAllowed, "BadRequestException", "method not allowed")

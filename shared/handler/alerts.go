@@ -165,6 +165,32 @@ type alertRequest struct {
 	TTLSeconds int      `json:"ttlSeconds"`
 }
 
+// decodeAlert reads a POST /v1/messages body that passed the schema: the
+// checks a schema cannot state (display text, reserved ids).
+func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
+	var ar alertRequest
+	if err := json.Unmarshal(raw, &ar); err != nil {
+		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
+	}
+	if !im.ValidDisplayText(ar.Title, MaxAlertTitle) {
+		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "title must be 1-%d characters without control or bidirectional-control characters", MaxAlertTitle)
+	}
+	if len(ar.To) == 0 && ar.Group == "" {
+		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user, or group name a group")
+	}
+	if ar.Priority == "" {
+		ar.Priority = "normal"
+	}
+	recipients := make([]im.UserID, len(ar.To))
+	for i, u := range ar.To {
+		recipients[i] = im.UserID(u)
+		if !recipients[i].Person() {
+			return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id (1-64 characters of [A-Za-z0-9._@-], not starting with %q)", i, im.AppSenderPrefix)
+		}
+	}
+	return ar, recipients, nil
+}
+
 func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	p, err := h.authenticate(ctx, req)
 	if err != nil {
@@ -186,27 +212,13 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
 		}
 	}
-	var ar alertRequest
-	if err := json.Unmarshal(raw, &ar); err != nil {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
+	ar, recipients, err := decodeAlert(raw)
+	if err != nil {
+		return 0, nil, err
 	}
-	if !im.ValidDisplayText(ar.Title, MaxAlertTitle) {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "title must be 1-%d characters without control or bidirectional-control characters", MaxAlertTitle)
-	}
-	if len(ar.To) == 0 && ar.Group == "" {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user, or group name a group")
-	}
-	if ar.Priority == "" {
-		ar.Priority = "normal"
-	}
-	recipients := make([]im.UserID, len(ar.To))
-	for i, u := range ar.To {
-		recipients[i] = im.UserID(u)
-		if !recipients[i].Person() {
-			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id (1-64 characters of [A-Za-z0-9._@-], not starting with %q)", i, im.AppSenderPrefix)
-		}
-		if !p.app.Allows(recipients[i]) {
-			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, u)
+	for i, u := range recipients {
+		if !p.app.Allows(u) {
+			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, ar.To[i])
 		}
 	}
 	if ar.Group != "" {

@@ -3,6 +3,7 @@ package handler
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -15,6 +16,9 @@ import (
 const (
 	ContextUser   = "userId"
 	ContextDevice = "deviceId"
+	// ContextExpires is the token's expiry, Unix seconds as a string (API
+	// Gateway passes authorizer context values as strings).
+	ContextExpires = "tokenExpires"
 )
 
 // ErrUnauthorized is what the authorizer returns for a request without a
@@ -51,8 +55,9 @@ func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuth
 		return policy(string(claims.User), "Deny", req.MethodArn, nil), nil
 	}
 	return policy(string(claims.User), "Allow", req.MethodArn, map[string]any{
-		ContextUser:   string(claims.User),
-		ContextDevice: string(device),
+		ContextUser:    string(claims.User),
+		ContextDevice:  string(device),
+		ContextExpires: strconv.FormatInt(claims.Expires.Unix(), 10),
 	}), nil
 }
 

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -28,8 +29,44 @@ func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketPro
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
 	}
 	h.log().InfoContext(ctx, "connected", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection)
+	h.closeOldest(ctx, c)
 	h.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// closeOldest keeps the user within MaxConnections: the oldest connections
+// beyond it (never the new one) are told connection_limit and closed, and
+// their records removed, so one user's pile of sockets cannot multiply the
+// pushes, queue messages and trace writes of every message to them. The
+// new connection is admitted, so a device that reconnects over a flaky
+// network (its old socket not yet known dead) is never locked out. One
+// Query per $connect; failures are logged, never refuse the connection.
+func (h *Handler) closeOldest(ctx context.Context, c caller) {
+	limit := h.MaxConnections
+	if limit <= 0 {
+		limit = im.DefaultMaxConnections
+	}
+	conns, err := h.Connections.Connections(ctx, c.User)
+	if err != nil {
+		h.log().WarnContext(ctx, "connection limit not checked", "err", err.Error(), "userId", c.User)
+		return
+	}
+	for _, old := range im.Oldest(conns, limit, c.Connection) {
+		if h.Pusher != nil {
+			frame, _ := json.Marshal(wire.NewError(wire.Problemf(wire.CodeConnectionLimit,
+				"%s opened more than %d connections: this, the oldest, is closed", c.User, limit), c.RequestID, ""))
+			_ = h.push(ctx, old.ID, frame)
+		}
+		if h.Disconnector != nil {
+			if err := h.Disconnector.Disconnect(ctx, old.ID); err != nil {
+				h.log().WarnContext(ctx, "closing an excess connection failed", "err", err.Error(), "userId", c.User, "connectionId", old.ID)
+			}
+		}
+		if err := h.Connections.RemoveConnection(ctx, c.User, old.ID); err != nil {
+			h.log().WarnContext(ctx, "removing an excess connection record failed", "err", err.Error(), "userId", c.User, "connectionId", old.ID)
+		}
+		h.log().InfoContext(ctx, "connection closed: over the per-user limit", "userId", c.User, "connectionId", old.ID, "deviceId", old.Device, "limit", limit)
+	}
 }
 
 // Disconnect removes the connection record ($disconnect).
@@ -52,12 +89,12 @@ func (h *Handler) Disconnect(ctx context.Context, req events.APIGatewayWebsocket
 // inbox head and epoch. A record that was removed (say after a stale 410)
 // is written again.
 func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionPing, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionPing, err, "")
 	}
 	now := h.now()
-	err := h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
+	err = h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
 	if errors.Is(err, im.ErrNotFound) {
 		err = h.Connections.SaveConnection(ctx, im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: now, LastSeenAt: now})
 		if err == nil {

@@ -29,9 +29,9 @@ type Groups interface {
 // member added receives the messages sent after the change, a member
 // removed none sent after it.
 func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionGroup, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
 	f, err := wire.DecodeGroup(req.Body)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,6 +45,12 @@ type Pusher interface {
 	Push(ctx context.Context, id im.ConnectionID, data []byte) error
 }
 
+// Disconnector closes a connection from the server side (API Gateway's
+// DeleteConnection); closing one already gone is not an error.
+type Disconnector interface {
+	Disconnect(ctx context.Context, id im.ConnectionID) error
+}
+
 // Scheduler enqueues a redelivery check to run after delay.
 type Scheduler interface {
 	Schedule(ctx context.Context, c im.Check, delay time.Duration) error
@@ -81,6 +88,11 @@ type Handler struct {
 	Presences PresenceStore
 	// MemberLimit bounds group size (default im.DefaultMemberLimit).
 	MemberLimit int
+	// MaxConnections bounds one user's connections (default
+	// im.DefaultMaxConnections): $connect beyond it closes the oldest.
+	MaxConnections int
+	// Disconnector closes connections (nil: only their records go).
+	Disconnector Disconnector
 	// FanoutBatch is how many members one fan-out invocation fills
 	// (default im.DefaultFanoutBatch).
 	FanoutBatch int
@@ -133,6 +145,8 @@ type caller struct {
 	RequestID  string
 	// Ref is the request's ref, echoed in answers and errors.
 	Ref string
+	// Expires is when the connection's token expires (zero: unknown).
+	Expires time.Time
 }
 
 // callerOf reads the authorizer context that API Gateway attaches to every
@@ -143,7 +157,41 @@ func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
 	u, _ := ctx[ContextUser].(string)
 	d, _ := ctx[ContextDevice].(string)
 	c.User, c.Device = im.UserID(u), im.DeviceID(d)
+	if exp, _ := ctx[ContextExpires].(string); exp != "" {
+		if secs, err := strconv.ParseInt(exp, 10, 64); err == nil {
+			c.Expires = time.Unix(secs, 0).UTC()
+		}
+	}
 	return c, c.User.Valid() && c.Device.Valid() && c.Connection != ""
+}
+
+// errTokenExpired refuses a frame on a connection whose token has expired.
+var errTokenExpired = wire.Problemf(wire.CodeUnauthorized, "your token has expired: this connection is closed; reconnect with a new token")
+
+// frameCaller is callerOf for a frame: a connection whose token has expired
+// is told so (error unauthorized) and closed, and the frame refused. API
+// Gateway keeps a connection open up to 2 h whatever its token says; this
+// check on every frame (pings included, every 5 min from an idle SDK
+// client) ends it at the first frame after expiry.
+func (h *Handler) frameCaller(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (caller, error) {
+	c, ok := callerOf(req)
+	if !ok {
+		return c, errNoCaller
+	}
+	if c.Expires.IsZero() || h.now().Before(c.Expires) {
+		return c, nil
+	}
+	h.log().InfoContext(ctx, "token expired: closing the connection", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "expired", c.Expires)
+	if h.Pusher != nil {
+		frame, _ := json.Marshal(wire.NewError(errTokenExpired, c.RequestID, ""))
+		_ = h.push(ctx, c.Connection, frame)
+	}
+	if h.Disconnector != nil {
+		if err := h.Disconnector.Disconnect(ctx, c.Connection); err != nil {
+			h.log().WarnContext(ctx, "closing an expired connection failed", "err", err.Error(), "connectionId", c.Connection)
+		}
+	}
+	return c, errTokenExpired
 }
 
 // reply answers the caller through the route response.

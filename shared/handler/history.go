@@ -17,9 +17,9 @@ type Histories interface {
 // History pages back through a conversation's log (1:1, or a group the
 // caller is or was a member of), which is kept longer than inboxes ({"action":"history","conversationId":…,"before":N}).
 func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionHistory, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
 	f, err := wire.DecodeHistory(req.Body)
 	if err != nil {

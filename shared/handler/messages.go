@@ -23,9 +23,9 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // once and each within the push deadline, so a recipient that stopped
 // reading delays neither the ACK nor anyone else's push.
 func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.failPushed(ctx, c, wire.ActionSend, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.failPushed(ctx, c, wire.ActionSend, err, "")
 	}
 	draft, clientMsgID, err := wire.DecodeSend(req.Body, c.User)
 	if err != nil {
@@ -163,9 +163,9 @@ func (h *Handler) notify(ctx context.Context, conn im.Connection) {
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
 func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.failOneWay(ctx, c, wire.ActionAck, errNoCaller)
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	upTo, err := wire.DecodeAck(req.Body)
 	if err != nil {
@@ -246,9 +246,9 @@ func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.Conversat
 // Sync answers a cursor pull with one page. A new sync (not the continuation
 // of this device's unfinished one) is admitted once per user per SyncInterval.
 func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionSync, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
 	cursor, limit, err := wire.DecodeSync(req.Body)
 	if err != nil {

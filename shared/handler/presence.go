@@ -26,13 +26,13 @@ type PresenceStore interface {
 // {"action":"presence.query","users":[…]} (what others may see of those
 // users: invisible users and users without a live connection show offline).
 func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
+	c, err := h.frameCaller(ctx, req)
 	route := req.RequestContext.RouteKey
 	if route == "" {
 		route = wire.ActionPresence
 	}
-	if !ok {
-		return h.fail(ctx, c, route, errNoCaller, "")
+	if err != nil {
+		return h.fail(ctx, c, route, err, "")
 	}
 	now := h.now()
 	var users []im.UserID

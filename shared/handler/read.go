@@ -30,9 +30,9 @@ type Reads interface {
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
 func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.failOneWay(ctx, c, wire.ActionRead, errNoCaller)
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	conv, upTo, err := wire.DecodeRead(req.Body)
 	if err != nil {

@@ -23,9 +23,9 @@ type ConversationIndex interface {
 // DynamoDB Query page per answer, whatever the inbox holds, so a login
 // shows it before pulling anything.
 func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionSummary, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionSummary, err, "")
 	}
 	f, err := wire.DecodeSummary(req.Body)
 	if err != nil {
@@ -47,9 +47,9 @@ func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketPro
 // their devices acked it) and read. Both derive from per-member watermarks,
 // so they only move forward and cost no write per message.
 func (h *Handler) Receipts(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, ok := callerOf(req)
-	if !ok {
-		return h.fail(ctx, c, wire.ActionReceipts, errNoCaller, "")
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}
 	conv, seq, _, err := wire.DecodeReceipts(req.Body)
 	if err != nil {

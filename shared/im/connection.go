@@ -1,6 +1,10 @@
 package im
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+)
 
 // Connection is one live (or recently live) WebSocket of a user's device.
 // A connection record is a routing hint, never proof that the socket lives.
@@ -10,6 +14,33 @@ type Connection struct {
 	Device      DeviceID
 	ConnectedAt time.Time
 	LastSeenAt  time.Time
+}
+
+// DefaultMaxConnections is how many connections one user may hold at once
+// unless configured otherwise: ten devices' worth. Opening one more closes
+// the oldest.
+const DefaultMaxConnections = 10
+
+// Oldest returns the connections of conns beyond the newest max, oldest
+// first (by ConnectedAt, then id), never keep: those to close so that at
+// most max remain, keep among them.
+func Oldest(conns []Connection, max int, keep ConnectionID) []Connection {
+	if max < 1 || len(conns) <= max {
+		return nil
+	}
+	sorted := slices.Clone(conns)
+	slices.SortFunc(sorted, func(a, b Connection) int {
+		if c := a.ConnectedAt.Compare(b.ConnectedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.ID), string(b.ID))
+	})
+	sorted = slices.DeleteFunc(sorted, func(c Connection) bool { return c.ID == keep })
+	n := len(sorted) - (max - 1) // keep itself is the max-th
+	if n <= 0 {
+		return nil
+	}
+	return sorted[:n]
 }
 
 // ConnectionTTL is how long a connection record outlives its last sign of

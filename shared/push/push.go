@@ -38,3 +38,16 @@ func (g *Gateway) Push(ctx context.Context, id im.ConnectionID, data []byte) err
 	}
 	return nil
 }
+
+// Disconnect closes the connection (DeleteConnection). One already gone
+// (410) is not an error.
+func (g *Gateway) Disconnect(ctx context.Context, id im.ConnectionID) error {
+	_, err := g.client.DeleteConnection(ctx, &apigatewaymanagementapi.DeleteConnectionInput{ConnectionId: aws.String(string(id))})
+	if _, ok := errors.AsType[*types.GoneException](err); ok {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("disconnect %s: %w", id, err)
+	}
+	return nil
+}

@@ -28,6 +28,14 @@ const (
 	// server's data was reset, restored or re-created): the frame carries
 	// the head and epoch; forget the local position and sync from 0.
 	CodeResync Code = "resync"
+	// CodeConnectionLimit: pushed to a connection the server is about to
+	// close because its user opened more than the per-user connection limit
+	// (the oldest go). Do not reconnect at once: another device of the
+	// user would be closed in turn.
+	CodeConnectionLimit Code = "connection_limit"
+	// CodeUnauthorized: the connection's token has expired; the server
+	// closes the connection. Reconnect with a fresh token.
+	CodeUnauthorized Code = "unauthorized"
 )
 
 // Error is the server frame {"type":"error",...}.
