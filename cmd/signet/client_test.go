@@ -26,6 +26,7 @@ func startLocal(t *testing.T, concurrency ...int) *devstack.Stack {
 	quick := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, time.Second, time.Second}}
 	o := devstack.Options{
 		Prefix: fmt.Sprintf("cli%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
+		RateLimits: "off",
 	}
 	if len(concurrency) > 0 {
 		o.Concurrency = concurrency[0]

@@ -23,6 +23,7 @@ import (
 	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/push"
 	"github.com/signet-im/signet/shared/queue"
+	"github.com/signet-im/signet/shared/ratelimit"
 )
 
 // Clients are the AWS SDK clients a handler uses.
@@ -47,17 +48,20 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	store.Retention = cfg.InboxRetention
 	store.HistoryRetention = cfg.HistoryRetention
 	h := &handler.Handler{
-		Inbox:            store,
-		Connections:      store,
-		Tracer:           store,
-		Reads:            store,
-		Histories:        store,
-		Groups:           store,
-		Fanouts:          store,
-		Index:            store,
-		Presences:        store,
-		MemberLimit:      cfg.MemberLimit,
-		MaxConnections:   cfg.MaxConnections,
+		Inbox:          store,
+		Connections:    store,
+		Tracer:         store,
+		Reads:          store,
+		Histories:      store,
+		Groups:         store,
+		Fanouts:        store,
+		Index:          store,
+		Presences:      store,
+		MemberLimit:    cfg.MemberLimit,
+		MaxConnections: cfg.MaxConnections,
+		Limits: &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
+			log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
+		}},
 		FanoutBatch:      cfg.FanoutBatch,
 		PresenceStale:    cfg.PresenceStale,
 		PresenceDebounce: cfg.PresenceDebounce,

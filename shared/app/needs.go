@@ -19,7 +19,7 @@ var Needs = map[string][]string{
 		signetcfg.EnvRedeliveryQueue, signetcfg.EnvWebSocketAPI, signetcfg.EnvPushTimeout, signetcfg.EnvBackoff, signetcfg.EnvInboxRetention,
 		signetcfg.EnvFanoutQueue, signetcfg.EnvHistoryRetention},
 	"AckFunction":      {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvTraceTable, signetcfg.EnvWebSocketAPI},
-	"HistoryFunction":  {signetcfg.EnvMessagesTable, signetcfg.EnvWebSocketAPI},
+	"HistoryFunction":  {signetcfg.EnvMessagesTable, signetcfg.EnvInboxTable, signetcfg.EnvWebSocketAPI},
 	"SyncFunction":     {signetcfg.EnvInboxTable, signetcfg.EnvWebSocketAPI},
 	"PingFunction":     {signetcfg.EnvConnectionsTable, signetcfg.EnvInboxTable, signetcfg.EnvPresenceQueue, signetcfg.EnvWebSocketAPI},
 	"GroupFunction":    {signetcfg.EnvMessagesTable, signetcfg.EnvInboxTable, signetcfg.EnvMemberLimit, signetcfg.EnvWebSocketAPI},

@@ -41,7 +41,7 @@ func startStack(t *testing.T, concurrency ...int) *devstack.Stack {
 func startStackWith(t *testing.T, o devstack.Options) *devstack.Stack {
 	t.Helper()
 	o.Prefix = fmt.Sprintf("cl%d", time.Now().UnixNano())
-	o.Redelivery, o.SyncInterval, o.PollWait = &quick, time.Millisecond, 200*time.Millisecond
+	o.Redelivery, o.SyncInterval, o.PollWait, o.RateLimits = &quick, time.Millisecond, 200*time.Millisecond, "off"
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -635,7 +635,7 @@ func TestThrottledSendIsRetriedBySDKAndStoredOnce(t *testing.T) {
 	release := make(chan struct{})
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Prefix: fmt.Sprintf("th%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
-		Concurrency: 3,
+		Concurrency: 3, RateLimits: "off",
 		Configure: func(fn string, h *handler.Handler) {
 			if fn == "SendFunction" {
 				h.Inbox = holdInbox{Inbox: h.Inbox, release: release}

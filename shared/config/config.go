@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 )
 
 // Config is the typed configuration of every Signet function.
@@ -49,6 +50,8 @@ type Config struct {
 	MemberLimit, FanoutBatch int
 	// MaxConnections bounds one user's connections (the oldest are closed).
 	MaxConnections int
+	// RateLimits are the per-user limits per action (nil: none).
+	RateLimits map[ratelimit.Action]ratelimit.Limit
 	// PresenceStale is how long a connection counts as live after its last
 	// sign of life; PresenceDebounce delays presence pushes.
 	PresenceStale, PresenceDebounce time.Duration
@@ -84,6 +87,7 @@ const (
 	EnvHistoryRetention = "SIGNET_HISTORY_RETENTION"
 	EnvMemberLimit      = "SIGNET_GROUP_MEMBER_LIMIT"
 	EnvMaxConnections   = "SIGNET_MAX_CONNECTIONS"
+	EnvRateLimits       = "SIGNET_RATE_LIMITS"
 	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
 	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
 	EnvPresenceDebounce = "SIGNET_PRESENCE_DEBOUNCE"
@@ -112,6 +116,7 @@ var Vars = []Var{
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
 	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
+	{EnvRateLimits, "send=120/1m,group=60/1m,query=300/1m,presence=60/1m", "per-user limits per action (query: history, receipts, summary, presence.query); off disables them"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
@@ -187,6 +192,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxConnections, err = positive(EnvMaxConnections, get(EnvMaxConnections)); err != nil {
 		return Config{}, err
+	}
+	if c.RateLimits, err = ratelimit.Parse(get(EnvRateLimits)); err != nil {
+		return Config{}, fmt.Errorf("%s: %w", EnvRateLimits, err)
 	}
 	if c.PresenceStale, err = duration(EnvPresenceStale, get(EnvPresenceStale)); err != nil {
 		return Config{}, err

@@ -197,3 +197,55 @@ func waitClosed(t *testing.T, c *wsClient) {
 		}
 	})
 }
+
+// Issue 11 finding 3: only sync had a per-user limit; one user could spend
+// the stage-wide throttles everyone shares. Each action now has its own.
+func TestPerUserRateLimitsPerAction(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvRateLimits: "send=10/1m,query=9/1m,group=9/1m,presence=9/1m"}})
+	mallory := dial(t, st, "mallory", "laptop")
+	alice := dial(t, st, "alice", "laptop")
+	for i := range 10 {
+		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
+		mallory.next("sent", 5*time.Second)
+	}
+	mallory.send("m10", "alice", 10)
+	e := mallory.next("error", 5*time.Second)
+	if e.Code != string(wire.CodeRateLimited) || e.RetryAfterMs <= 0 || e.ClientMsgID != "m10" {
+		t.Fatalf("send beyond the limit: %+v, want rate_limited with retryAfterMs", e)
+	}
+	if head, _, err := st.Store.Head(context.Background(), "alice"); err != nil || head != 10 {
+		t.Fatalf("alice's inbox head = %d, %v; want the 10 admitted sends", head, err)
+	}
+	// Another user is not affected.
+	alice.send("a1", "mallory", "hi")
+	alice.next("sent", 5*time.Second)
+	for name, frame := range map[string]map[string]any{
+		"history":        {"action": "history", "conversationId": "d:alice:mallory"},
+		"presence.query": {"action": "presence.query", "users": []string{"alice"}},
+		"group members":  {"action": "group", "op": "members", "conversationId": "g:none"},
+		"presence":       {"action": "presence", "status": "away"},
+	} {
+		codes := map[string]int{}
+		for range 10 {
+			raw, m := mallory.answerTo(frame)
+			code, _ := m["code"].(string)
+			codes[code]++
+			if code == string(wire.CodeRateLimited) && !strings.Contains(raw, "retryAfterMs") {
+				t.Errorf("%s: %s without retryAfterMs", name, raw)
+			}
+		}
+		if codes[string(wire.CodeRateLimited)] < 1 {
+			t.Errorf("%s: 10 frames answered %v, want the last rate_limited", name, codes)
+		}
+	}
+}
+
+// answerTo writes frame with a fresh ref and returns its answer.
+func (c *wsClient) answerTo(frame map[string]any) (string, map[string]any) {
+	c.t.Helper()
+	ref := fmt.Sprintf("r%d", refs.Add(1))
+	frame["ref"] = ref
+	c.write(frame)
+	return c.answer(ref, 10*time.Second)
+}

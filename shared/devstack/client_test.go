@@ -280,6 +280,9 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 	if o.PollWait == 0 {
 		o.PollWait = 200 * time.Millisecond
 	}
+	if o.RateLimits == "" {
+		o.RateLimits = "off" // these tests burst; the rate limit tests set their own
+	}
 	o.DynamoDBEndpoint, o.SQSEndpoint = testEndpoints()
 	o.Log = testLog()
 	st, err := devstack.Start(context.Background(), o)

@@ -92,6 +92,10 @@ type Options struct {
 	// WriteTimeout is how long the gateway waits for a client to take a
 	// frame before it disconnects it (default gateway.DefaultWriteTimeout).
 	WriteTimeout time.Duration
+	// RateLimits replaces the template's per-user limits (SIGNET_RATE_LIMITS,
+	// e.g. "send=10/1m" or "off"); "" keeps them. Throughput tests and
+	// benchmarks turn them off.
+	RateLimits string
 	// HTTPReadTimeout is how long the HTTP API waits for a whole request
 	// (default gateway.HTTPReadTimeout).
 	HTTPReadTimeout time.Duration
@@ -526,6 +530,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.MemberLimit > 0 {
 		env[config.EnvMemberLimit] = strconv.Itoa(o.MemberLimit)
+	}
+	if o.RateLimits != "" {
+		env[config.EnvRateLimits] = o.RateLimits
 	}
 	if o.PresenceDebounce > 0 {
 		env[config.EnvPresenceDebounce] = o.PresenceDebounce.String()

@@ -24,7 +24,7 @@ func BenchmarkSummary1000Conversations(b *testing.B) {
 	dynamoEndpoint, sqsEndpoint := testEndpoints()
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Prefix: fmt.Sprintf("sum%d", time.Now().UnixNano()), DynamoDBEndpoint: dynamoEndpoint, SQSEndpoint: sqsEndpoint,
-		APIOptions: counter.APIOptions(),
+		APIOptions: counter.APIOptions(), RateLimits: "off",
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -245,6 +245,24 @@ func (st *Store) TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, i
 	return 0, fmt.Errorf("sync slot %s: %w", u, err)
 }
 
+// AddUsage adds n to u's rate counter key ("rl#<key>" in the inbox table,
+// removed by TTL after expires) and returns the new total: the global half
+// of ratelimit.Limiter, called once per Flush frames of a busy user.
+func (st *Store) AddUsage(ctx context.Context, u im.UserID, key string, n64 int64, expires time.Time) (int64, error) {
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, "rl#"+key),
+		UpdateExpression:          aws.String("ADD #n :n SET #ttl = :ttl"),
+		ExpressionAttributeNames:  map[string]string{"#n": "n", "#ttl": attrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": n(n64), ":ttl": n(expires.Unix())},
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rate counter %s/%s: %w", u, key, err)
+	}
+	return getN(out.Attributes, "n"), nil
+}
+
 // ExpireEntry removes one inbox entry as DynamoDB TTL does when retention
 // ends. Emulators without TTL (minidyn) never expire entries; tests and
 // maintenance tools use this to reproduce retention.

@@ -333,3 +333,24 @@ func TestPageAfterExpiredEntriesIsTruncatedNotEmpty(t *testing.T) {
 		t.Fatalf("page after the gap = %+v, %v", p, err)
 	}
 }
+
+// AddUsage is the global counter of ratelimit.Limiter: it adds and returns
+// the running total per user and key.
+func TestAddUsageCountsPerUserAndKey(t *testing.T) {
+	t.Parallel()
+	st, ctx, exp := newStore(t), context.Background(), time.Now().Add(time.Hour)
+	for i, want := range []int64{8, 16, 24} {
+		if got, err := st.AddUsage(ctx, "alice", "send#1", 8, exp); err != nil || got != want {
+			t.Fatalf("add %d: %d, %v; want %d", i, got, err, want)
+		}
+	}
+	if got, err := st.AddUsage(ctx, "alice", "send#2", 3, exp); err != nil || got != 3 {
+		t.Fatalf("another window: %d, %v", got, err)
+	}
+	if got, err := st.AddUsage(ctx, "bob", "send#1", 1, exp); err != nil || got != 1 {
+		t.Fatalf("another user: %d, %v", got, err)
+	}
+	if head, _, err := st.Head(ctx, "alice"); err != nil || head != 0 {
+		t.Fatalf("counters touched the inbox head: %d, %v", head, err)
+	}
+}

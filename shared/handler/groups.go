@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -35,6 +36,9 @@ func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxy
 	}
 	f, err := wire.DecodeGroup(req.Body)
 	if err != nil {
+		return h.fail(ctx, c, wire.ActionGroup, err, "")
+	}
+	if err := h.limit(ctx, c, ratelimit.Group); err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
 	conv := im.ConversationID(f.ConversationID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -93,6 +95,9 @@ type Handler struct {
 	MaxConnections int
 	// Disconnector closes connections (nil: only their records go).
 	Disconnector Disconnector
+	// Limits bounds each user's sends, group changes, queries and presence
+	// changes per window (nil: no per-user limits).
+	Limits *ratelimit.Limiter
 	// FanoutBatch is how many members one fan-out invocation fills
 	// (default im.DefaultFanoutBatch).
 	FanoutBatch int
@@ -163,6 +168,20 @@ func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
 		}
 	}
 	return c, c.User.Valid() && c.Device.Valid() && c.Connection != ""
+}
+
+// limit admits one frame of action for c, or returns the rate_limited
+// problem with when to retry.
+func (h *Handler) limit(ctx context.Context, c caller, action ratelimit.Action) error {
+	if h.Limits == nil {
+		return nil
+	}
+	wait, ok := h.Limits.Allow(ctx, c.User, action, h.now())
+	if ok {
+		return nil
+	}
+	l := h.Limits.Limits[action]
+	return wire.RateLimited(fmt.Sprintf("at most %d %s frames per user every %s", l.Per, action, l.Window), wait.Milliseconds()+1)
 }
 
 // errTokenExpired refuses a frame on a connection whose token has expired.

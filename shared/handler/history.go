@@ -6,6 +6,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -23,6 +24,9 @@ func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketPro
 	}
 	f, err := wire.DecodeHistory(req.Body)
 	if err != nil {
+		return h.fail(ctx, c, wire.ActionHistory, err, "")
+	}
+	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
 	conv := im.ConversationID(f.ConversationID)

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -29,6 +30,9 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	draft, clientMsgID, err := wire.DecodeSend(req.Body, c.User)
 	if err != nil {
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
+	}
+	if err := h.limit(ctx, c, ratelimit.Send); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	if draft.Conversation.IsGroup() {

@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -32,6 +33,13 @@ func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketPr
 		route = wire.ActionPresence
 	}
 	if err != nil {
+		return h.fail(ctx, c, route, err, "")
+	}
+	action := ratelimit.Presence
+	if route == wire.ActionPresenceQuery {
+		action = ratelimit.Query
+	}
+	if err := h.limit(ctx, c, action); err != nil {
 		return h.fail(ctx, c, route, err, "")
 	}
 	now := h.now()

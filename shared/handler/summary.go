@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -31,6 +32,9 @@ func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketPro
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
 	}
+	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
+		return h.fail(ctx, c, wire.ActionSummary, err, "")
+	}
 	states, next, err := h.Index.Conversations(ctx, c.User, im.ConversationID(f.After), f.Limit)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
@@ -53,6 +57,9 @@ func (h *Handler) Receipts(ctx context.Context, req events.APIGatewayWebsocketPr
 	}
 	conv, seq, _, err := wire.DecodeReceipts(req.Body)
 	if err != nil {
+		return h.fail(ctx, c, wire.ActionReceipts, err, "")
+	}
+	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}
 	var recipients []im.UserID

@@ -1,0 +1,195 @@
+// Package ratelimit bounds what one user may do per window, per action
+// (send, group changes, queries, presence), so that no user can spend the
+// capacity everyone shares.
+//
+// It costs no DynamoDB call on the happy path. Each Lambda container counts
+// a user's frames in memory; only every Flush-th frame of a user in a
+// window does it add its count to the user's global counter (one UpdateItem
+// returning the new total). A container that sees the total beyond the
+// limit refuses that user until the window ends. So a user within the limit
+// costs nothing per frame, and a user beyond it is stopped after at most
+// Flush−1 extra frames per warm container (and at once, without any call,
+// once one container alone has counted more than the limit).
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Action names what is limited.
+type Action string
+
+// Limited actions.
+const (
+	Send     Action = "send"     // messages (1:1 and group)
+	Group    Action = "group"    // group create, add, remove, leave, role, members
+	Query    Action = "query"    // history, receipts, summary, presence.query
+	Presence Action = "presence" // presence status changes
+)
+
+// Limit is a budget: at most Per per Window.
+type Limit struct {
+	Per    int
+	Window time.Duration
+}
+
+func (l Limit) String() string { return fmt.Sprintf("%d/%s", l.Per, l.Window) }
+
+// Defaults are the limits unless configured otherwise (SIGNET_RATE_LIMITS).
+var Defaults = map[Action]Limit{
+	Send:     {Per: 120, Window: time.Minute},
+	Group:    {Per: 60, Window: time.Minute},
+	Query:    {Per: 300, Window: time.Minute},
+	Presence: {Per: 60, Window: time.Minute},
+}
+
+// DefaultFlush is how many frames of a user a container counts before it
+// adds them to the global counter.
+const DefaultFlush = 8
+
+// Parse reads "send=120/1m,group=60/1m": any action not named keeps its
+// default; "off" as the whole value turns every limit off (nil map).
+func Parse(s string) (map[Action]Limit, error) {
+	out := map[Action]Limit{}
+	for a, l := range Defaults {
+		out[a] = l
+	}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return out, nil
+	}
+	if s == "off" {
+		return nil, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		name, spec, ok := strings.Cut(strings.TrimSpace(part), "=")
+		per, window, ok2 := strings.Cut(spec, "/")
+		a := Action(name)
+		if _, known := Defaults[a]; !ok || !ok2 || !known {
+			return nil, fmt.Errorf("rate limit %q: want action=N/window with action one of send, group, query, presence", part)
+		}
+		n, err := strconv.Atoi(per)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("rate limit %q: N must be a positive integer", part)
+		}
+		d, err := time.ParseDuration(window)
+		if err != nil || d < time.Second || d > time.Hour {
+			return nil, fmt.Errorf("rate limit %q: window must be a duration from 1s to 1h", part)
+		}
+		out[a] = Limit{Per: n, Window: d}
+	}
+	return out, nil
+}
+
+// Counter is the global count of a user's frames per action and window.
+type Counter interface {
+	// AddUsage adds n to the counter named key of user u (created if
+	// absent, kept until expires) and returns the new total.
+	AddUsage(ctx context.Context, u im.UserID, key string, n int64, expires time.Time) (int64, error)
+}
+
+// Limiter applies Limits to the users of one container. The zero Limits
+// allow everything. Safe for concurrent use.
+type Limiter struct {
+	Limits  map[Action]Limit
+	Counter Counter // nil: each container enforces the limit alone
+	Flush   int     // 0: DefaultFlush
+	// OnError is told when the global counter fails (the frame is admitted).
+	OnError func(error)
+
+	mu        sync.Mutex
+	counts    map[key]*count
+	lastSweep time.Time
+}
+
+type key struct {
+	user   im.UserID
+	action Action
+	window int64 // window start, Unix ms
+}
+
+type count struct {
+	local     int  // frames this container admitted in the window
+	unflushed int  // of those, not yet added to the global counter
+	blocked   bool // the user is beyond the limit for the rest of the window
+}
+
+// Allow admits one frame of action by u at now, or returns how long until
+// the window ends and the user may try again (ok false).
+func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now time.Time) (retryAfter time.Duration, ok bool) {
+	lim, limited := l.Limits[action]
+	if !limited || lim.Per <= 0 || lim.Window <= 0 {
+		return 0, true
+	}
+	start := now.Truncate(lim.Window)
+	end := start.Add(lim.Window)
+	k := key{u, action, start.UnixMilli()}
+	flushAt := l.Flush
+	if flushAt <= 0 {
+		flushAt = DefaultFlush
+	}
+
+	l.mu.Lock()
+	if l.counts == nil {
+		l.counts = map[key]*count{}
+	}
+	c := l.counts[k]
+	if c == nil {
+		l.sweep(now)
+		c = &count{}
+		l.counts[k] = c
+	}
+	if c.blocked || c.local >= lim.Per {
+		c.blocked = true
+		l.mu.Unlock()
+		return end.Sub(now), false
+	}
+	c.local++
+	c.unflushed++
+	var flush int
+	if c.unflushed >= flushAt && l.Counter != nil {
+		flush, c.unflushed = c.unflushed, 0
+	}
+	l.mu.Unlock()
+	if flush == 0 {
+		return 0, true
+	}
+
+	name := fmt.Sprintf("%s#%d", action, k.window)
+	total, err := l.Counter.AddUsage(ctx, u, name, int64(flush), end.Add(time.Minute))
+	if err != nil {
+		if l.OnError != nil {
+			l.OnError(fmt.Errorf("rate counter of %s %s: %w", u, name, err))
+		}
+		return 0, true // fail open: a counter outage must not stop messaging
+	}
+	if total > int64(lim.Per) {
+		l.mu.Lock()
+		c.blocked = true
+		l.mu.Unlock()
+		return end.Sub(now), false
+	}
+	return 0, true
+}
+
+// sweep drops counts of windows that have ended, at most once a second
+// (called with l.mu held when a count is created: the map holds only live
+// windows, and stays as small as the users active in them).
+func (l *Limiter) sweep(now time.Time) {
+	if now.Sub(l.lastSweep) < time.Second {
+		return
+	}
+	l.lastSweep = now
+	for k := range l.counts {
+		if lim := l.Limits[k.action]; time.UnixMilli(k.window).Add(lim.Window).Before(now) {
+			delete(l.counts, k)
+		}
+	}
+}

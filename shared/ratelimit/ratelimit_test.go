@@ -1,0 +1,143 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// sharedCounter is a hand-written in-memory Counter: the one global count
+// several containers (Limiters) share; calls counts its round trips.
+type sharedCounter struct {
+	mu     sync.Mutex
+	totals map[string]int64
+	calls  int
+	fail   bool
+}
+
+func (s *sharedCounter) AddUsage(_ context.Context, u im.UserID, key string, n int64, _ time.Time) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls++
+	if s.fail {
+		return 0, errors.New("throttled")
+	}
+	if s.totals == nil {
+		s.totals = map[string]int64{}
+	}
+	s.totals[string(u)+"/"+key] += n
+	return s.totals[string(u)+"/"+key], nil
+}
+
+func TestAUserWithinTheLimitCostsNoCounterCall(t *testing.T) {
+	t.Parallel()
+	ctr := &sharedCounter{}
+	l := &Limiter{Limits: map[Action]Limit{Send: {Per: 100, Window: time.Minute}}, Counter: ctr, Flush: 8}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := range 7 {
+		if _, ok := l.Allow(context.Background(), "alice", Send, now.Add(time.Duration(i)*time.Second)); !ok {
+			t.Fatalf("frame %d refused", i+1)
+		}
+	}
+	if ctr.calls != 0 {
+		t.Fatalf("%d counter calls for 7 frames, want 0 (one per 8)", ctr.calls)
+	}
+	if _, ok := l.Allow(context.Background(), "bob", Query, now); !ok {
+		t.Fatal("an action without a limit was refused")
+	}
+}
+
+func TestTheLimitHoldsAcrossContainers(t *testing.T) {
+	t.Parallel()
+	ctr := &sharedCounter{}
+	lim := map[Action]Limit{Send: {Per: 40, Window: time.Minute}}
+	containers := []*Limiter{{Limits: lim, Counter: ctr, Flush: 4}, {Limits: lim, Counter: ctr, Flush: 4}, {Limits: lim, Counter: ctr, Flush: 4}}
+	now := time.Date(2026, 12, 1, 10, 0, 10, 0, time.UTC)
+	admitted := 0
+	var wait time.Duration
+	for i := range 300 {
+		if w, ok := containers[i%3].Allow(context.Background(), "mallory", Send, now); ok {
+			admitted++
+		} else {
+			wait = w
+		}
+	}
+	// At most Flush−1 unflushed frames per container beyond the limit.
+	if admitted < 40 || admitted > 40+3*3 {
+		t.Fatalf("admitted %d of 300 across 3 containers, want 40..49", admitted)
+	}
+	if wait != 50*time.Second {
+		t.Fatalf("retry after %s, want the 50 s left in the window", wait)
+	}
+	if ctr.calls > 300/4+3 {
+		t.Fatalf("%d counter calls for 300 frames", ctr.calls)
+	}
+	// The next window starts afresh; another user was never affected.
+	if _, ok := containers[0].Allow(context.Background(), "mallory", Send, now.Add(time.Minute)); !ok {
+		t.Fatal("refused in the next window")
+	}
+	if _, ok := containers[1].Allow(context.Background(), "alice", Send, now); !ok {
+		t.Fatal("another user refused")
+	}
+}
+
+func TestOneContainerAloneStopsAUserWithoutACounter(t *testing.T) {
+	t.Parallel()
+	l := &Limiter{Limits: map[Action]Limit{Group: {Per: 5, Window: 10 * time.Second}}}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for i := range 5 {
+		if _, ok := l.Allow(context.Background(), "alice", Group, now); !ok {
+			t.Fatalf("frame %d refused", i+1)
+		}
+	}
+	if _, ok := l.Allow(context.Background(), "alice", Group, now); ok {
+		t.Fatal("6th group op in 10 s admitted")
+	}
+}
+
+func TestACounterOutageFailsOpen(t *testing.T) {
+	t.Parallel()
+	var errs int
+	l := &Limiter{Limits: map[Action]Limit{Send: {Per: 100, Window: time.Minute}}, Counter: &sharedCounter{fail: true}, Flush: 2, OnError: func(error) { errs++ }}
+	for range 10 {
+		if _, ok := l.Allow(context.Background(), "alice", Send, time.Now()); !ok {
+			t.Fatal("refused while the counter fails")
+		}
+	}
+	if errs != 5 {
+		t.Fatalf("%d errors reported, want 5", errs)
+	}
+}
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	got, err := Parse("send=10/1s, query=5/1m")
+	if err != nil || got[Send] != (Limit{10, time.Second}) || got[Query] != (Limit{5, time.Minute}) || got[Group] != Defaults[Group] {
+		t.Fatalf("Parse = %v, %v", got, err)
+	}
+	if off, err := Parse("off"); err != nil || off != nil {
+		t.Fatalf("off = %v, %v", off, err)
+	}
+	for _, bad := range []string{"send", "send=0/1m", "send=5/1ms", "teleport=1/1m", "send=5/2h"} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("Parse(%q) accepted", bad)
+		}
+	}
+}
+
+func BenchmarkAllowWithinTheLimit(b *testing.B) {
+	l := &Limiter{Limits: Defaults, Counter: &sharedCounter{}}
+	now := time.Now()
+	users := make([]im.UserID, 1000)
+	for i := range users {
+		users[i] = im.UserID("u" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)))
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		l.Allow(context.Background(), users[i%len(users)], Query, now)
+	}
+}
