@@ -75,6 +75,10 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		h.AlertStore = store
 		h.Validator = validator
 	}
+	if cfg.OIDCIssuer != "" {
+		h.OIDC = &auth.OIDC{Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, UserClaim: cfg.OIDCUserClaim, JWKSURL: cfg.OIDCJWKSURL,
+			Policy: auth.Policy{MaxLifetime: cfg.MaxTokenLifetime}}
+	}
 	if cfg.AdminKey != "" {
 		h.AdminKeyHash = im.HashSecret(cfg.AdminKey)
 	}

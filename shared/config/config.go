@@ -35,6 +35,10 @@ type Config struct {
 	// "aud"; MaxTokenLifetime bounds a token's exp − iat (default 24h).
 	JWTIssuer, JWTAudience string
 	MaxTokenLifetime       time.Duration
+	// OIDCIssuer, when set, admits RS256/ES256 tokens of that OpenID
+	// Connect provider with audience OIDCAudience (required then), the user
+	// in claim OIDCUserClaim (default sub); OIDCJWKSURL skips discovery.
+	OIDCIssuer, OIDCAudience, OIDCUserClaim, OIDCJWKSURL string
 	// Redelivery is the push timeout and backoff schedule.
 	Redelivery im.Redelivery
 	// InboxRetention is how long inbox entries live (DynamoDB TTL).
@@ -78,6 +82,10 @@ const (
 	EnvJWTIssuer        = "SIGNET_JWT_ISSUER"
 	EnvJWTAudience      = "SIGNET_JWT_AUDIENCE"
 	EnvMaxTokenLifetime = "SIGNET_MAX_TOKEN_LIFETIME"
+	EnvOIDCIssuer       = "SIGNET_OIDC_ISSUER"
+	EnvOIDCAudience     = "SIGNET_OIDC_AUDIENCE"
+	EnvOIDCUserClaim    = "SIGNET_OIDC_USER_CLAIM"
+	EnvOIDCJWKSURL      = "SIGNET_OIDC_JWKS_URL"
 	EnvPushTimeout      = "SIGNET_PUSH_TIMEOUT"
 	EnvBackoff          = "SIGNET_REDELIVERY_BACKOFF"
 	EnvInboxRetention   = "SIGNET_INBOX_RETENTION"
@@ -107,6 +115,10 @@ var Vars = []Var{
 	{EnvJWTIssuer, "", "when set, a client token's iss must equal it"},
 	{EnvJWTAudience, "", "when set, a client token's aud must contain it"},
 	{EnvMaxTokenLifetime, "24h", "longest a client token may be valid (exp - iat); longer ones are refused"},
+	{EnvOIDCIssuer, "", "OpenID Connect issuer whose RS256/ES256 tokens are accepted (e.g. https://cognito-idp.<region>.amazonaws.com/<pool id>); empty: none"},
+	{EnvOIDCAudience, "", "required with SIGNET_OIDC_ISSUER: the token's aud must contain it (Cognito: the app client id)"},
+	{EnvOIDCUserClaim, "sub", "claim of an OpenID Connect token that names the Signet user"},
+	{EnvOIDCJWKSURL, "", "JWKS URL of the issuer (default: from its /.well-known/openid-configuration)"},
 	{EnvPushTimeout, "5s", "how long a pushed message may stay unacked before its first re-push"},
 	{EnvBackoff, "2s,4s,8s,16s", "delays between further re-pushes (at most 4; whole window ≤ 60s)"},
 	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
@@ -149,6 +161,13 @@ func Load(getenv func(string) string) (Config, error) {
 		JWTSecret:          get(EnvJWTSecret),
 		JWTIssuer:          get(EnvJWTIssuer),
 		JWTAudience:        get(EnvJWTAudience),
+		OIDCIssuer:         get(EnvOIDCIssuer),
+		OIDCAudience:       get(EnvOIDCAudience),
+		OIDCUserClaim:      get(EnvOIDCUserClaim),
+		OIDCJWKSURL:        get(EnvOIDCJWKSURL),
+	}
+	if c.OIDCIssuer != "" && c.OIDCAudience == "" {
+		return Config{}, fmt.Errorf("%s is set but %s is not: without an audience any token the provider issues, for any application, would be accepted", EnvOIDCIssuer, EnvOIDCAudience)
 	}
 	var err error
 	if c.MaxTokenLifetime, err = duration(EnvMaxTokenLifetime, get(EnvMaxTokenLifetime)); err != nil {

@@ -2,14 +2,23 @@ package devstack_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/devstack"
@@ -248,4 +257,62 @@ func (c *wsClient) answerTo(frame map[string]any) (string, map[string]any) {
 	frame["ref"] = ref
 	c.write(frame)
 	return c.answer(ref, 10*time.Second)
+}
+
+// Issue 11, enterprise sign-in: a token from an OpenID Connect provider
+// (here a local one serving discovery and a JWKS) connects as the user its
+// configured claim names; one for another audience does not.
+func TestOpenIDConnectTokensSignIn(t *testing.T) {
+	t.Parallel()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var idp *httptest.Server
+	idp = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/.well-known/openid-configuration":
+			_ = json.NewEncoder(w).Encode(map[string]string{"issuer": idp.URL, "jwks_uri": idp.URL + "/keys"})
+		case "/keys":
+			_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{{"kty": "RSA", "kid": "k1", "use": "sig",
+				"n": base64.RawURLEncoding.EncodeToString(key.N.Bytes()), "e": "AQAB"}}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer idp.Close()
+	st := startStack(t, devstack.Options{Env: map[string]string{
+		config.EnvOIDCIssuer: idp.URL, config.EnvOIDCAudience: "signet-web", config.EnvOIDCUserClaim: "email"}})
+	idToken := func(aud string) string {
+		now := time.Now()
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"iss": idp.URL, "aud": aud, "sub": "7d0c-uuid", "email": "ann@corp.example",
+			"iat": now.Unix(), "exp": now.Add(time.Hour).Unix()})
+		tok.Header["kid"] = "k1"
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c, resp, err := websocket.Dial(ctx, st.URL+"?token="+idToken("other-app"), nil); err == nil {
+		c.CloseNow()
+		t.Fatal("a token for another audience connected")
+	} else if resp == nil || resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("another audience: %v %v, want 403", resp, err)
+	}
+	ann := dialToken(t, st, "ann@corp.example", "laptop", idToken("signet-web"))
+	ann.t = t
+	t.Cleanup(func() { ann.conn.CloseNow() })
+	bob := dial(t, st, "bob", "phone")
+	ann.send("o1", "bob", "signed in with the company's IdP")
+	ann.next("sent", 5*time.Second)
+	if _, from, _ := bob.next("message", 5*time.Second).pushed(t); from != "ann@corp.example" {
+		t.Fatalf("message from %q, want ann@corp.example", from)
+	}
+	// HS256 tokens still work beside the provider's.
+	alice := dial(t, st, "alice", "laptop")
+	alice.write(`{"action":"ping"}`)
+	alice.next("pong", 5*time.Second)
 }

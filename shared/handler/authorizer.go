@@ -35,7 +35,13 @@ func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuth
 	if token == "" {
 		token = bearer(req.Headers)
 	}
-	claims, err := h.TokenPolicy.Verify(h.Secret, token, h.now())
+	var claims auth.Claims
+	var err error
+	if h.OIDC != nil && token != "" && auth.Algorithm(token) != "HS256" {
+		claims, err = h.OIDC.Verify(ctx, token, h.now())
+	} else {
+		claims, err = h.TokenPolicy.Verify(h.Secret, token, h.now())
+	}
 	if errors.Is(err, auth.ErrNoToken) {
 		return events.APIGatewayCustomAuthorizerResponse{}, ErrUnauthorized
 	}

@@ -114,6 +114,9 @@ type Handler struct {
 	// satisfy (issuer, audience, lifetime).
 	Secret      []byte
 	TokenPolicy auth.Policy
+	// OIDC, when set, verifies RS256/ES256 tokens of an OpenID Connect
+	// provider (HS256 tokens still go through Secret).
+	OIDC *auth.OIDC
 	// Redelivery is the push timeout and backoff policy.
 	Redelivery im.Redelivery
 	// PushDeadline bounds one PostToConnection, SDK retries included
