@@ -115,6 +115,7 @@ type draft struct {
 	sent    client.Sent
 	acked   bool
 	refused bool
+	lastErr string // why the last settling attempt failed (converge)
 }
 
 func (d *draft) done() bool {
@@ -564,11 +565,11 @@ func (r *runner) act(ctx context.Context, d *device) {
 			if n > int64(r.cfg.Messages) {
 				return
 			}
-			r.send(ctx, d, r.newDraft(d.user, n))
+			_ = r.send(ctx, d, r.newDraft(d.user, n))
 		case p < 0.88:
 			if dr := r.pastDraft(d.user); dr != nil {
 				r.count(func(res *Result) { res.Retries++ })
-				r.send(ctx, d, dr)
+				_ = r.send(ctx, d, dr)
 			}
 		case p < 0.93:
 			d.stop()
@@ -614,18 +615,21 @@ func (r *runner) pastDraft(user string) *draft {
 	return mine[r.intn(len(mine))]
 }
 
-// send sends (or re-sends) a draft from device d and records the answer.
-func (r *runner) send(ctx context.Context, d *device, dr *draft) {
+// send sends (or re-sends) a draft from device d and records the answer;
+// it returns why the draft is still not settled, if it is not.
+func (r *runner) send(ctx context.Context, d *device, dr *draft) error {
 	c := d.client()
 	if c == nil {
-		return
+		return errors.New("device not running")
 	}
 	sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	s, err := c.SendDraft(sctx, dr.d)
 	if err == nil || errors.As(err, new(*client.ServerError)) {
 		dr.settle(s, err)
+		return nil
 	}
+	return err
 }
 
 // churn adds or removes a member of a group this user owns.
@@ -683,12 +687,35 @@ func (r *runner) converge(ctx context.Context) {
 		wg.Go(func() {
 			defer func() { <-slots }()
 			for !dr.done() && time.Now().Before(deadline) {
-				r.send(ctx, r.byUser[dr.user][0], dr)
+				// A send that fails at once (a device restarting, its client
+				// closing) waits a second: spinning would starve the stack
+				// whose fan-out the run is waiting for.
+				start := time.Now()
+				if err := r.send(ctx, r.byUser[dr.user][0], dr); err != nil {
+					dr.mu.Lock()
+					dr.lastErr = err.Error()
+					dr.mu.Unlock()
+					if time.Since(start) < time.Second {
+						time.Sleep(time.Second)
+					}
+				}
 			}
 		})
 	}
 	wg.Wait()
-	// Wait until each device shows its inbox head and heads stay put.
+	// Wait until every group's fan-out has reached every member it owes
+	// (the queue may still hold jobs: inbox heads alone would look settled),
+	// then until each device shows its inbox head and heads stay put.
+	for last := time.Now(); time.Now().Before(deadline); time.Sleep(time.Second) {
+		behind := r.fanoutBehind(ctx)
+		if len(behind) == 0 {
+			break
+		}
+		if time.Since(last) > 30*time.Second {
+			last = time.Now()
+			r.progress("chaos: waiting for group fan-out: %s", strings.Join(behind, "; "))
+		}
+	}
 	stable := 0
 	for time.Now().Before(deadline) && stable < 3 {
 		time.Sleep(time.Second)
@@ -711,12 +738,53 @@ func (r *runner) converge(ctx context.Context) {
 	}
 }
 
+// fanoutBehind describes each group whose fan-out has not reached every
+// member it owes: its head, fan-out mark and the members behind.
+func (r *runner) fanoutBehind(ctx context.Context) []string {
+	var out []string
+	for _, g := range r.groups {
+		conv := im.ConversationID(g)
+		head, marked, err := r.st.Store.FanoutMark(ctx, conv)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", g, err))
+			continue
+		}
+		members, err := r.st.Store.Members(ctx, conv)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", g, err))
+			continue
+		}
+		users := make([]im.UserID, len(members))
+		for i, m := range members {
+			users[i] = m.User
+		}
+		pos, err := r.st.Store.Positions(ctx, conv, users)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", g, err))
+			continue
+		}
+		var behind []string
+		for _, m := range members {
+			if from, to := m.Range(pos[m.User].Last, head); from < to {
+				behind = append(behind, fmt.Sprintf("%s at %d (owed to %d)", m.User, pos[m.User].Last, to))
+			}
+		}
+		if len(behind) > 0 {
+			out = append(out, fmt.Sprintf("%s: head %d, fan-out mark %d, %d members behind: %s", g, head, marked, len(behind), strings.Join(behind[:min(len(behind), 5)], ", ")))
+		}
+	}
+	return out
+}
+
 // verify reconciles every device and every ACKed message.
 func (r *runner) verify(ctx context.Context) {
 	problem := func(format string, a ...any) {
 		if len(r.res.Problems) < 50 {
 			r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, a...))
 		}
+	}
+	for _, b := range r.fanoutBehind(ctx) {
+		problem("fan-out incomplete: %s", b)
 	}
 	inboxes := map[string]map[string]int{} // user → messageId → count
 	for user := range r.byUser {
@@ -767,7 +835,7 @@ func (r *runner) verify(ctx context.Context) {
 			continue
 		case !dr.acked:
 			r.res.Unacked++
-			problem("send %s never ACKed", dr.d.ClientMsgID)
+			problem("send %s never ACKed (last attempt: %s)", dr.d.ClientMsgID, dr.lastErr)
 			continue
 		}
 		r.res.Acked++
