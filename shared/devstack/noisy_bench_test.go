@@ -94,7 +94,7 @@ func benchNoisy(b *testing.B, noisy bool, limits string) {
 		alice.send(fmt.Sprintf("a%d", i), "bob", i)
 		for {
 			f := bob.next("message", 30*time.Second)
-			if f.ConvSeq == int64(i+1) {
+			if f.Seq == int64(i+1) {
 				break
 			}
 		}
