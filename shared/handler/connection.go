@@ -52,16 +52,8 @@ func (h *Handler) closeOldest(ctx context.Context, c caller) {
 		return
 	}
 	for _, old := range im.Oldest(conns, limit, c.Connection) {
-		if h.Pusher != nil {
-			frame, _ := json.Marshal(wire.NewError(wire.Problemf(wire.CodeConnectionLimit,
-				"%s opened more than %d connections: this, the oldest, is closed", c.User, limit), c.RequestID, ""))
-			_ = h.push(ctx, old.ID, frame)
-		}
-		if h.Disconnector != nil {
-			if err := h.Disconnector.Disconnect(ctx, old.ID); err != nil {
-				h.log().WarnContext(ctx, "closing an excess connection failed", "err", err.Error(), "userId", c.User, "connectionId", old.ID)
-			}
-		}
+		h.closeConnection(ctx, old.ID, c.RequestID, wire.Problemf(wire.CodeConnectionLimit,
+			"%s opened more than %d connections: this, the oldest, is closed", c.User, limit))
 		if err := h.Connections.RemoveConnection(ctx, c.User, old.ID); err != nil {
 			h.log().WarnContext(ctx, "removing an excess connection record failed", "err", err.Error(), "userId", c.User, "connectionId", old.ID)
 		}
@@ -132,4 +124,19 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+// closeConnection tells a connection why it is closed (an error frame of
+// problem) and closes it from the server side; the frame is accepted before
+// the delete, so it is delivered first. Failures are logged.
+func (h *Handler) closeConnection(ctx context.Context, id im.ConnectionID, requestID string, problem *wire.Problem) {
+	if h.Pusher != nil {
+		frame, _ := json.Marshal(wire.NewError(problem, requestID, ""))
+		_ = h.push(ctx, id, frame)
+	}
+	if h.Disconnector != nil {
+		if err := h.Disconnector.Disconnect(ctx, id); err != nil {
+			h.log().WarnContext(ctx, "closing a connection failed", "err", err.Error(), "connectionId", id, "code", problem.Code)
+		}
+	}
 }

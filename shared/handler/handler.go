@@ -204,15 +204,7 @@ func (h *Handler) frameCaller(ctx context.Context, req events.APIGatewayWebsocke
 		return c, nil
 	}
 	h.log().InfoContext(ctx, "token expired: closing the connection", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "expired", c.Expires)
-	if h.Pusher != nil {
-		frame, _ := json.Marshal(wire.NewError(errTokenExpired, c.RequestID, ""))
-		_ = h.push(ctx, c.Connection, frame)
-	}
-	if h.Disconnector != nil {
-		if err := h.Disconnector.Disconnect(ctx, c.Connection); err != nil {
-			h.log().WarnContext(ctx, "closing an expired connection failed", "err", err.Error(), "connectionId", c.Connection)
-		}
-	}
+	h.closeConnection(ctx, c.Connection, c.RequestID, errTokenExpired)
 	return c, errTokenExpired
 }
 
