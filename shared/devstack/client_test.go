@@ -214,15 +214,24 @@ func (c *wsClient) quiet(typ string, d time.Duration) {
 
 // awaitSent waits until every id in bodies has its "sent", resending (with
 // the same clientMsgId, so idempotently) those refused with rate_limited or
-// internal, as a client must when frames are dispatched concurrently.
+// internal, as a client must when frames are dispatched concurrently, and,
+// as the SDK does after Options.ResendAfter, those with no answer at all
+// (a "sent" is posted to the connection, and a post can fail under load).
 func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Duration) {
 	c.t.Helper()
-	left := map[string]bool{}
+	const resendAfter = 10 * time.Second // the SDK's default
+	left := map[string]time.Time{}       // id -> when it was last (re)sent or refused
 	for id := range bodies {
-		left[id] = true
+		left[id] = time.Now()
 	}
 	deadline := time.After(timeout)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	var resentAll time.Time
+	resend := func(id string, after time.Duration) {
+		left[id] = time.Now().Add(after)
+		time.AfterFunc(after, func() { c.send(id, to, bodies[id]) })
+	}
 	for len(left) > 0 {
 		select {
 		case f, ok := <-c.frames:
@@ -230,6 +239,7 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 				c.t.Errorf("connection closed with %d sends unacknowledged", len(left))
 				return
 			}
+			_, waiting := left[f.ClientMsgID]
 			switch {
 			case f.Type == "sent":
 				delete(left, f.ClientMsgID)
@@ -243,18 +253,22 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 				}
 				resentAll = time.Now()
 				for id := range left {
-					time.AfterFunc(time.Duration(rand.IntN(500))*time.Millisecond, func() { c.send(id, to, bodies[id]) })
+					resend(id, time.Duration(rand.IntN(500))*time.Millisecond)
 				}
-			case f.Type == "error" && left[f.ClientMsgID] && (f.Code == "rate_limited" || f.Code == "internal"):
+			case f.Type == "error" && waiting && (f.Code == "rate_limited" || f.Code == "internal"):
 				// As the server asks, with jitter so that contenders spread.
-				wait := time.Duration(max(f.RetryAfterMs, 100))*time.Millisecond + time.Duration(rand.IntN(200))*time.Millisecond
-				id := f.ClientMsgID
-				time.AfterFunc(wait, func() { c.send(id, to, bodies[id]) })
-			case f.Type == "error" && left[f.ClientMsgID]:
+				resend(f.ClientMsgID, time.Duration(max(f.RetryAfterMs, 100))*time.Millisecond+time.Duration(rand.IntN(200))*time.Millisecond)
+			case f.Type == "error" && waiting:
 				c.t.Errorf("send %s refused: %s %s", f.ClientMsgID, f.Code, f.Message)
 				return
 			default:
 				c.backlog = append(c.backlog, f)
+			}
+		case <-tick.C:
+			for id, at := range left {
+				if time.Since(at) >= resendAfter {
+					resend(id, 0)
+				}
 			}
 		case <-deadline:
 			c.t.Errorf("%d sends unacknowledged after %s", len(left), timeout)
