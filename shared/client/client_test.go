@@ -22,6 +22,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -41,7 +42,10 @@ func startStack(t *testing.T, concurrency ...int) *devstack.Stack {
 func startStackWith(t *testing.T, o devstack.Options) *devstack.Stack {
 	t.Helper()
 	o.Prefix = fmt.Sprintf("cl%d", time.Now().UnixNano())
-	o.Redelivery, o.SyncInterval, o.PollWait, o.RateLimits = &quick, time.Millisecond, 200*time.Millisecond, "off"
+	o.Redelivery, o.SyncInterval, o.PollWait = &quick, time.Millisecond, 200*time.Millisecond
+	if o.RateLimits == "" {
+		o.RateLimits = "off"
+	}
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -539,8 +543,9 @@ func dropFrames(d Dialer, typ string) Dialer {
 
 type filterConn struct {
 	Conn
-	drop string
-	acks *atomic.Int64
+	drop  string
+	count string // frames written with this action are counted in acks
+	acks  *atomic.Int64
 }
 
 func (f *filterConn) Read(ctx context.Context) ([]byte, error) {
@@ -563,19 +568,69 @@ func (f *filterConn) Write(ctx context.Context, b []byte) error {
 	var env struct {
 		Action string `json:"action"`
 	}
-	if f.acks != nil && json.Unmarshal(b, &env) == nil && env.Action == "ack" {
+	if f.acks != nil && json.Unmarshal(b, &env) == nil && env.Action == f.count {
 		f.acks.Add(1)
 	}
 	return f.Conn.Write(ctx, b)
 }
 
-func countAcks(d Dialer, n *atomic.Int64) Dialer {
+func countAcks(d Dialer, n *atomic.Int64) Dialer { return countFrames(d, "ack", n) }
+
+// countFrames wraps a dialer so that frames written with action are counted.
+func countFrames(d Dialer, action string, n *atomic.Int64) Dialer {
 	return func(ctx context.Context, url string, h http.Header) (Conn, error) {
 		c, err := d(ctx, url, h)
 		if err != nil {
 			return nil, err
 		}
-		return &filterConn{Conn: c, acks: n}, nil
+		return &filterConn{Conn: c, count: action, acks: n}, nil
+	}
+}
+
+// The send limit is the user's: once one send is refused rate_limited, the
+// SDK holds every send (other conversations too) until retryAfterMs, so it
+// never keeps sending into a refusal (which the server answers by closing
+// the connection: rate_limit_ignored).
+func TestARateLimitedSendHoldsEverySendUntilRetryAfter(t *testing.T) {
+	t.Parallel()
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < time.Minute {
+		time.Sleep(left + time.Second) // the limit's hour must outlast the test
+	}
+	st := startStackWith(t, devstack.Options{RateLimits: "send=2/1h"})
+	var sends, dials atomic.Int64
+	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
+		counted := countFrames(WebSocket, "send", &sends)
+		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
+			dials.Add(1)
+			return counted(ctx, url, h)
+		}
+		o.ResendAfter = 2 * time.Second // a held send is not resent either
+	})
+	sendN(t, alice, "bob", 0, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := alice.Send(ctx, "carol", 1); err == nil {
+		t.Fatal("a send beyond the limit was acknowledged")
+	}
+	waitFor(t, "the third send to be written", func() bool { return sends.Load() >= 3 })
+	time.Sleep(time.Second) // its rate_limited arrives
+	before := sends.Load()
+	// Sends to other conversations while held, past the server's grace.
+	for i := range 12 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		alice.Send(ctx, fmt.Sprintf("user%d", i), i)
+		cancel()
+	}
+	time.Sleep(ratelimit.Grace + 2*time.Second)
+	if n := sends.Load() - before; n != 0 {
+		t.Fatalf("%d send frames written while the user's send limit was spent, want 0 (held until retryAfterMs)", n)
+	}
+	// The connection is still the first: never closed for ignoring.
+	if _, err := alice.QueryPresence(context.Background(), "bob"); err != nil {
+		t.Fatalf("presence query on the held connection: %v", err)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("%d dials, want 1 (the connection was closed)", n)
 	}
 }
 

@@ -20,7 +20,11 @@
 //     and process restarts — until the server's "sent" ACK arrives. The server
 //     is idempotent per clientMsgId, so the peer gets it exactly once.
 //   - Reconnect with capped exponential backoff and full jitter, honouring
-//     retryAfterMs.
+//     retryAfterMs. A send refused rate_limited holds every send (the limit
+//     is the user's) until retryAfterMs, so the server never sees this
+//     client ignore its limit; if it closes the connection anyway
+//     (rate_limit_ignored: the app's own calls kept coming), the client
+//     waits retryAfterMs before reconnecting.
 //
 // A Client is safe for concurrent use.
 package client

@@ -127,6 +127,10 @@ type session struct {
 	// connection ends (set when the server closes it for the user's
 	// connection limit).
 	reconnectAfter time.Duration
+	// sendHold is when sends may go again after one was refused
+	// rate_limited: the limit is the user's, so every other send would be
+	// refused too, and a client that keeps sending is closed.
+	sendHold time.Time
 }
 
 // incoming is one frame read from the connection.
@@ -551,6 +555,9 @@ func (s *session) flushOutbox(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
+	if now.Before(s.sendHold) {
+		return nil
+	}
 	busy := map[string]bool{}
 	for _, it := range items {
 		conv := it.conversation()
@@ -576,6 +583,9 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 			// Retry with the same id once the server asks (or after a second).
 			wait := time.Duration(max(e.RetryAfterMs, 1000)) * time.Millisecond
 			s.sentAt[e.ClientMsgID] = time.Now().Add(wait - s.c.opts.ResendAfter)
+			if e.Code == wire.CodeRateLimited {
+				s.sendHold = time.Now().Add(wait)
+			}
 			return nil
 		}
 		delete(s.sentAt, e.ClientMsgID)
@@ -596,6 +606,15 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		// another of the user's devices, which would do the same.
 		s.c.log.Warn("closed by the server: too many connections for this user; waiting before reconnecting", "message", e.Message, "wait", s.c.opts.EvictedWait)
 		s.reconnectAfter = s.c.opts.EvictedWait
+		return nil
+	}
+	if e.Code == wire.CodeRateLimitIgnored {
+		// Frames kept coming after a rate_limited (this app's own calls:
+		// the SDK's sends wait as told) and the server closes this
+		// connection; new connections are refused until retryAfterMs.
+		wait := time.Duration(e.RetryAfterMs) * time.Millisecond
+		s.c.log.Error("closed by the server: frames kept coming after rate_limited; waiting before reconnecting", "message", e.Message, "wait", wait)
+		s.reconnectAfter = wait
 		return nil
 	}
 	if e.Code == wire.CodeResync {

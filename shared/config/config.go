@@ -128,7 +128,7 @@ var Vars = []Var{
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
 	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
-	{EnvRateLimits, "send=120/1m,group=60/1m,query=300/1m,presence=60/1m", "per-user limits per action (query: history, receipts, summary, presence.query); off disables them"},
+	{EnvRateLimits, "send=120/1m,group=60/1m,query=300/1m,presence=60/1m,connect=60/1m", "per-user limits per action (query: history, receipts, summary, presence.query; connect: new connections); off disables them"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},

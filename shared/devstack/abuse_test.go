@@ -24,6 +24,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -248,6 +249,82 @@ func TestPerUserRateLimitsPerAction(t *testing.T) {
 			t.Errorf("%s: 10 frames answered %v, want the last rate_limited", name, codes)
 		}
 	}
+}
+
+// Issue 11, noisy neighbour: a refusal is cheap, but a client that ignores
+// it and keeps sending still spends invocations and pushes. A connection
+// that keeps sending an action more than ratelimit.Grace after its refusal
+// is told rate_limit_ignored and closed, and the user's new connections
+// are refused (HTTP 429) for the rest of the connect window; frames in
+// flight when the refusal came (within the grace) are not held against it.
+func TestAConnectionThatIgnoresItsRateLimitIsClosedAndMayNotReconnect(t *testing.T) {
+	t.Parallel()
+	// Hour-long windows, entered well before their end, so that the
+	// penalty cannot run out while the test checks it.
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < time.Minute {
+		time.Sleep(left + time.Second)
+	}
+	// 17 frames pipelined at once: more than a new account's 10 concurrent
+	// executions, so the standard account quota.
+	st := startStack(t, devstack.Options{RateLimits: "send=3/1h,connect=20/1h", Concurrency: 1000})
+	mallory := dial(t, st, "mallory", "laptop")
+	other := dial(t, st, "mallory", "phone")
+	for i := range 3 {
+		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
+		mallory.next("sent", 10*time.Second)
+	}
+	// Frames in flight at the first refusal: refused (a few admitted by
+	// other warm containers, each allowed up to the limit before it
+	// consults the global count), and the connection stays.
+	for i := 3; i < 20; i++ {
+		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
+	}
+	admitted := int64(3)
+	for range 17 {
+		f := mallory.nextOf(10*time.Second, "sent", "error")
+		switch {
+		case f.Type == "sent":
+			admitted++
+		case f.Code != string(wire.CodeRateLimited):
+			t.Fatalf("send beyond the limit: %+v, want rate_limited", f)
+		}
+	}
+	time.Sleep(ratelimit.Grace + time.Second)
+	var ignored frame
+	for i := 20; ; i++ {
+		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
+		e := mallory.next("error", 10*time.Second)
+		if e.Code == string(wire.CodeRateLimitIgnored) {
+			ignored = e
+			break
+		}
+		if e.Code != string(wire.CodeRateLimited) || i > 20+ratelimit.EjectAfter {
+			t.Fatalf("send %d after the grace: %+v; want rate_limited, then rate_limit_ignored at the %dth", i, e, ratelimit.EjectAfter)
+		}
+	}
+	if ignored.RetryAfterMs < 30_000 {
+		t.Errorf("rate_limit_ignored asks to wait %d ms, want the rest of the connect window", ignored.RetryAfterMs)
+	}
+	waitClosed(t, mallory)
+	// The user's other connection, which kept to the limit, stays.
+	other.write(`{"action":"ping"}`)
+	other.next("pong", 10*time.Second)
+	// A new connection is refused before anything is stored.
+	_, resp, err := websocket.Dial(context.Background(), st.URL+"?token="+token(t, "mallory", "tablet"), nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("dial after rate_limit_ignored: %v (status %v), want 429", err, resp)
+	}
+	cs, err := st.Store.Connections(context.Background(), "mallory")
+	if err != nil || slices.ContainsFunc(cs, func(c im.Connection) bool { return c.Device == "tablet" }) {
+		t.Fatalf("mallory's connections %+v, %v: the refused one was recorded", cs, err)
+	}
+	if head, _, err := st.Store.Head(context.Background(), "alice"); err != nil || head != admitted {
+		t.Fatalf("alice's inbox head = %d, %v; want the %d admitted sends", head, err, admitted)
+	}
+	// Another user connects and sends as ever.
+	bob := dial(t, st, "bob", "laptop")
+	bob.send("b1", "alice", "hi")
+	bob.next("sent", 10*time.Second)
 }
 
 // answerTo writes frame with a fresh ref and returns its answer.

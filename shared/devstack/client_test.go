@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,9 +164,15 @@ func (c *wsClient) write(v any) {
 // in the backlog for later calls.
 func (c *wsClient) next(typ string, timeout time.Duration) frame {
 	c.t.Helper()
+	return c.nextOf(timeout, typ)
+}
+
+// nextOf returns the next frame of any of the given types (as next).
+func (c *wsClient) nextOf(timeout time.Duration, types ...string) frame {
+	c.t.Helper()
 	timeout = max(timeout, 30*time.Second)
 	for i, f := range c.backlog {
-		if f.Type == typ {
+		if slices.Contains(types, f.Type) {
 			c.backlog = append(c.backlog[:i:i], c.backlog[i+1:]...)
 			return f
 		}
@@ -175,14 +182,14 @@ func (c *wsClient) next(typ string, timeout time.Duration) frame {
 		select {
 		case f, ok := <-c.frames:
 			if !ok {
-				c.t.Fatalf("connection closed while waiting for %q", typ)
+				c.t.Fatalf("connection closed while waiting for %q", types)
 			}
-			if f.Type == typ {
+			if slices.Contains(types, f.Type) {
 				return f
 			}
 			c.backlog = append(c.backlog, f)
 		case <-deadline:
-			c.t.Fatalf("no %q frame within %s", typ, timeout)
+			c.t.Fatalf("no %q frame within %s", types, timeout)
 		}
 	}
 }

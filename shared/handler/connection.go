@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -19,6 +22,14 @@ func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketPro
 		return events.APIGatewayProxyResponse{StatusCode: 403}, nil
 	}
 	now := h.now()
+	if h.Limits != nil {
+		if wait, ok := h.Limits.Allow(ctx, c.User, ratelimit.Connect, now); !ok {
+			// API Gateway refuses the handshake with this status.
+			h.log().InfoContext(ctx, "connect refused: rate limited", "userId", c.User, "deviceId", c.Device, "retryAfter", wait)
+			return events.APIGatewayProxyResponse{StatusCode: http.StatusTooManyRequests,
+				Headers: map[string]string{"Retry-After": strconv.Itoa(int(wait.Seconds()) + 1)}}, nil
+		}
+	}
 	connectedAt := now
 	if ms := req.RequestContext.ConnectedAt; ms > 0 {
 		connectedAt = time.UnixMilli(ms).UTC()

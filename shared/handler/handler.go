@@ -179,12 +179,34 @@ func (h *Handler) limit(ctx context.Context, c caller, action ratelimit.Action) 
 	if h.Limits == nil {
 		return nil
 	}
-	wait, ok := h.Limits.Allow(ctx, c.User, action, h.now())
+	now := h.now()
+	wait, ok := h.Limits.Allow(ctx, c.User, action, now)
 	if ok {
 		return nil
 	}
 	l := h.Limits.Limits[action]
+	if h.Limits.Ignoring(c.User, action, now) {
+		h.ejectIgnoring(ctx, c, action, now)
+	}
 	return wire.RateLimited(fmt.Sprintf("at most %d %s frames per user every %s", l.Per, action, l.Window), wait.Milliseconds()+1)
+}
+
+// ejectIgnoring closes a connection that keeps sending action after being
+// refused it, and refuses the user's new connections for the rest of the
+// connect window: refusals are cheap, but a flood of them still spends
+// invocations, pushes and sockets that every user shares.
+func (h *Handler) ejectIgnoring(ctx context.Context, c caller, action ratelimit.Action, now time.Time) {
+	h.log().WarnContext(ctx, "closing a connection that ignores its rate limit", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "action", action)
+	if err := h.Limits.Penalize(ctx, c.User, ratelimit.Connect, now); err != nil {
+		h.log().WarnContext(ctx, "connect penalty not recorded", "err", err.Error(), "userId", c.User)
+	}
+	retry := time.Minute
+	if l, ok := h.Limits.Limits[ratelimit.Connect]; ok {
+		retry = now.Truncate(l.Window).Add(l.Window).Sub(now)
+	}
+	p := wire.Problemf(wire.CodeRateLimitIgnored, "this connection kept sending %s frames after being told to wait: it is closed, and new connections of %s are refused for a while", action, c.User)
+	p.RetryAfterMs = retry.Milliseconds() + 1
+	h.closeConnection(ctx, c.Connection, c.RequestID, p)
 }
 
 // errTokenExpired refuses a frame on a connection whose token has expired.

@@ -10,6 +10,13 @@
 // costs nothing per frame, and a user beyond it is stopped after at most
 // Flush−1 extra frames per warm container (and at once, without any call,
 // once one container alone has counted more than the limit).
+//
+// A refusal tells the client how long to wait. A client that keeps sending
+// the refused action regardless (EjectAfter frames more than Grace after
+// its first refusal) is ignoring the limit: Ignoring reports it, and the
+// handler closes that connection and uses Penalize to refuse the user's new
+// connections (action Connect) for the rest of the connect window, so that a
+// flood of refusals cannot spend the capacity everyone shares either.
 package ratelimit
 
 import (
@@ -32,7 +39,22 @@ const (
 	Group    Action = "group"    // group create, add, remove, leave, role, members
 	Query    Action = "query"    // history, receipts, summary, presence.query
 	Presence Action = "presence" // presence status changes
+	Connect  Action = "connect"  // new WebSocket connections ($connect)
 )
+
+// Grace is how long after a user's first refusal in a window frames of the
+// refused action still count as in flight (sent before the refusal
+// arrived) rather than as ignoring it.
+const Grace = 5 * time.Second
+
+// EjectAfter is how many frames of a refused action, sent after Grace,
+// make a user one who ignores the limit.
+const EjectAfter = 10
+
+// everyCall names the actions whose every call consults the global counter
+// (no container allowance): a $connect already costs DynamoDB writes, and a
+// penalty (Penalize) must stop the next connection, in any container.
+var everyCall = map[Action]bool{Connect: true}
 
 // Limit is a budget: at most Per per Window.
 type Limit struct {
@@ -48,6 +70,7 @@ var Defaults = map[Action]Limit{
 	Group:    {Per: 60, Window: time.Minute},
 	Query:    {Per: 300, Window: time.Minute},
 	Presence: {Per: 60, Window: time.Minute},
+	Connect:  {Per: 60, Window: time.Minute},
 }
 
 // DefaultFlush is how many frames of a user a container counts before it
@@ -73,7 +96,7 @@ func Parse(s string) (map[Action]Limit, error) {
 		per, window, ok2 := strings.Cut(spec, "/")
 		a := Action(name)
 		if _, known := Defaults[a]; !ok || !ok2 || !known {
-			return nil, fmt.Errorf("rate limit %q: want action=N/window with action one of send, group, query, presence", part)
+			return nil, fmt.Errorf("rate limit %q: want action=N/window with action one of send, group, query, presence, connect", part)
 		}
 		n, err := strconv.Atoi(per)
 		if err != nil || n < 1 {
@@ -116,9 +139,11 @@ type key struct {
 }
 
 type count struct {
-	local     int  // frames this container admitted in the window
-	unflushed int  // of those, not yet added to the global counter
-	blocked   bool // the user is beyond the limit for the rest of the window
+	local     int       // frames this container admitted in the window
+	unflushed int       // of those, not yet added to the global counter
+	blocked   bool      // the user is beyond the limit for the rest of the window
+	refused   time.Time // the first refusal in the window
+	ignored   int       // frames refused more than Grace after it
 }
 
 // Allow admits one frame of action by u at now, or returns how long until
@@ -148,13 +173,14 @@ func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now tim
 	}
 	if c.blocked || c.local >= lim.Per {
 		c.blocked = true
+		c.refuse(now)
 		l.mu.Unlock()
 		return end.Sub(now), false
 	}
 	c.local++
 	c.unflushed++
 	var flush int
-	if c.unflushed >= flushAt && l.Counter != nil {
+	if (c.unflushed >= flushAt || everyCall[action]) && l.Counter != nil {
 		flush, c.unflushed = c.unflushed, 0
 	}
 	l.mu.Unlock()
@@ -173,10 +199,65 @@ func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now tim
 	if total > int64(lim.Per) {
 		l.mu.Lock()
 		c.blocked = true
+		c.refuse(now)
 		l.mu.Unlock()
 		return end.Sub(now), false
 	}
 	return 0, true
+}
+
+// refuse records a refusal at now (called with l.mu held).
+func (c *count) refuse(now time.Time) {
+	switch {
+	case c.refused.IsZero():
+		c.refused = now
+	case now.Sub(c.refused) > Grace:
+		c.ignored++
+	}
+}
+
+// Ignoring reports whether u, refused action in the current window, has
+// kept sending it: EjectAfter or more frames refused more than Grace after
+// the first refusal, in this container. A client that waits as it is told
+// (retryAfterMs) never is.
+func (l *Limiter) Ignoring(u im.UserID, action Action, now time.Time) bool {
+	lim, limited := l.Limits[action]
+	if !limited || lim.Window <= 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.counts[key{u, action, now.Truncate(lim.Window).UnixMilli()}]
+	return c != nil && c.ignored >= EjectAfter
+}
+
+// Penalize spends u's whole budget of action for the current window, in
+// this container and in the global counter, so that every container refuses
+// the action until the window ends (for Connect, at the next $connect).
+// Without a limit on action it does nothing.
+func (l *Limiter) Penalize(ctx context.Context, u im.UserID, action Action, now time.Time) error {
+	lim, limited := l.Limits[action]
+	if !limited || lim.Per <= 0 || lim.Window <= 0 {
+		return nil
+	}
+	start := now.Truncate(lim.Window)
+	k := key{u, action, start.UnixMilli()}
+	l.mu.Lock()
+	if l.counts == nil {
+		l.counts = map[key]*count{}
+	}
+	c := l.counts[k]
+	if c == nil {
+		c = &count{}
+		l.counts[k] = c
+	}
+	c.blocked = true
+	l.mu.Unlock()
+	if l.Counter == nil {
+		return nil
+	}
+	_, err := l.Counter.AddUsage(ctx, u, fmt.Sprintf("%s#%d", action, k.window), int64(lim.Per), start.Add(lim.Window).Add(time.Minute))
+	return err
 }
 
 // sweep drops counts of windows that have ended, at most once a second

@@ -141,3 +141,75 @@ func BenchmarkAllowWithinTheLimit(b *testing.B) {
 		l.Allow(context.Background(), users[i%len(users)], Query, now)
 	}
 }
+
+func TestAClientThatKeepsSendingAfterItsRefusalIsIgnoringTheLimit(t *testing.T) {
+	t.Parallel()
+	lim := map[Action]Limit{Send: {Per: 5, Window: time.Minute}}
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		after    time.Duration // when the frames beyond the limit are sent, after the first refusal
+		frames   int
+		ignoring bool
+	}{
+		{"in flight when refused", 0, 100, false},
+		{"within the grace", Grace, 100, false},
+		{"a few late", Grace + time.Second, EjectAfter - 1, false},
+		{"ignoring", Grace + time.Second, EjectAfter, true},
+	} {
+		l := &Limiter{Limits: lim}
+		for range 5 {
+			l.Allow(context.Background(), "mallory", Send, now)
+		}
+		if _, ok := l.Allow(context.Background(), "mallory", Send, now); ok {
+			t.Fatal("the sixth frame was admitted")
+		}
+		for range tc.frames {
+			l.Allow(context.Background(), "mallory", Send, now.Add(tc.after))
+		}
+		if got := l.Ignoring("mallory", Send, now.Add(tc.after)); got != tc.ignoring {
+			t.Errorf("%s: Ignoring = %v, want %v", tc.name, got, tc.ignoring)
+		}
+		if l.Ignoring("alice", Send, now) || l.Ignoring("mallory", Query, now) {
+			t.Errorf("%s: another user or action counted as ignoring", tc.name)
+		}
+		// A new window starts clean.
+		if l.Ignoring("mallory", Send, now.Add(time.Minute)) {
+			t.Errorf("%s: still ignoring in the next window", tc.name)
+		}
+	}
+}
+
+func TestPenalizeRefusesTheActionInEveryContainerAtItsNextCall(t *testing.T) {
+	t.Parallel()
+	ctr := &sharedCounter{}
+	lim := map[Action]Limit{Connect: {Per: 60, Window: time.Minute}, Send: {Per: 100, Window: time.Minute}}
+	sender, connector := &Limiter{Limits: lim, Counter: ctr}, &Limiter{Limits: lim, Counter: ctr}
+	now := time.Date(2026, 12, 1, 10, 0, 30, 0, time.UTC)
+	if _, ok := connector.Allow(context.Background(), "mallory", Connect, now); !ok {
+		t.Fatal("first connect refused")
+	}
+	calls := ctr.calls
+	if calls != 1 {
+		t.Fatalf("%d counter calls for a connect, want 1 (connects are counted globally each time)", calls)
+	}
+	if err := sender.Penalize(context.Background(), "mallory", Connect, now); err != nil {
+		t.Fatal(err)
+	}
+	wait, ok := connector.Allow(context.Background(), "mallory", Connect, now.Add(time.Second))
+	if ok || wait != 29*time.Second {
+		t.Fatalf("connect after a penalty: ok %v, retry after %s; want refused for the 29 s left", ok, wait)
+	}
+	if _, ok := sender.Allow(context.Background(), "mallory", Connect, now); ok {
+		t.Fatal("the penalizing container admitted a connect")
+	}
+	if _, ok := connector.Allow(context.Background(), "alice", Connect, now); !ok {
+		t.Fatal("another user's connect was refused")
+	}
+	if _, ok := connector.Allow(context.Background(), "mallory", Connect, now.Add(time.Minute)); !ok {
+		t.Fatal("the next window's connect was refused")
+	}
+	if err := (&Limiter{}).Penalize(context.Background(), "mallory", Connect, now); err != nil {
+		t.Fatal("penalizing without limits:", err)
+	}
+}

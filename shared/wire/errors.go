@@ -36,6 +36,11 @@ const (
 	// CodeUnauthorized: the connection's token has expired; the server
 	// closes the connection. Reconnect with a fresh token.
 	CodeUnauthorized Code = "unauthorized"
+	// CodeRateLimitIgnored: the connection kept sending an action after it
+	// was refused rate_limited, and the server closes it; new connections
+	// of the user are refused (HTTP 429) for up to a minute. Reconnect after
+	// retryAfterMs, and wait as rate_limited asks.
+	CodeRateLimitIgnored Code = "rate_limit_ignored"
 )
 
 // Error is the server frame {"type":"error",...}.
