@@ -10,6 +10,7 @@
 #   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
 #   make test-memdyn  the end-to-end suites again on memdyn, the B-tree DynamoDB emulator
 #   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
+#   make bench-cost   a delivered message priced at AWS list prices (signet bench cost)
 #   make chaos      seeded chaos run reconciled at the end (CHAOS_SEED, CHAOS_MESSAGES; CI size by default)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
 #   make fuzz-go    the Go fuzz targets (frame decoders, bodies, HTTP body decoder), FUZZTIME each (10s)
@@ -33,7 +34,7 @@ FUZZTIME ?= 10s
 # Go fuzz targets: package and target.
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody
 
-.PHONY: all build test test-burst chaos test-stores test-memdyn bench-100k test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-burst chaos test-stores test-memdyn bench-100k bench-cost test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -155,6 +156,12 @@ test-memdyn:
 # Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
 bench-100k:
 	GOGC=400 SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -run '^$$' -bench 'DirectMessagesAt100k' -benchtime 3000x -timeout 30m ./shared/devstack/
+
+# Every billed unit of a delivered message, priced (issue 12; --help lists
+# the scenarios). COST_FLAGS adds flags, e.g. "--json" or "--pairs 8".
+COST_FLAGS ?=
+bench-cost:
+	SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) run ./cmd/signet bench cost $(COST_FLAGS)
 
 # The 9:00 login of 500 users with 200 waiting messages each, against moto
 # (minidyn's cost grows with table size). BENCH_USERS / BENCH_WAITING scale it;

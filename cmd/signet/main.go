@@ -32,6 +32,7 @@ var commands = []command{
 	{"netem", "weak-network proxy for any client: signet netem --profile subway (or --loss 0.2 --delay 200ms±100ms)", runNetem},
 	{"chaos", "seeded chaos run of the whole system, reconciled at the end: signet chaos --seed 7 --messages 2000", runChaos},
 	{"reconcile", "compare a user's server inbox with a device journal: signet reconcile --user bob --journal bob.jsonl", runReconcile},
+	{"bench", "price a delivered message at AWS list prices through the local stack: signet bench cost", runBench},
 }
 
 func usage(w io.Writer) {

@@ -4,7 +4,10 @@
 //
 // Write units are estimated from request payloads by DynamoDB's rules: an
 // item's size is the sum of its attribute names and values; each write costs
-// one unit per started KB; transactional writes cost double. For UpdateItem
+// one unit per started KB; transactional writes cost double. Read units
+// come from the items a read returned: one unit per started 4 KB (of each
+// item for GetItem and batch gets, of the page for Query and Scan), half for
+// an eventually consistent read, double in a transaction. For UpdateItem
 // and transactional Updates the size is that of the key plus the values the
 // update sets, which is exact for Signet's updated items (small counters) and
 // a lower bound in general.
@@ -17,6 +20,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -25,13 +29,15 @@ import (
 
 // Counter counts calls; safe for concurrent use.
 type Counter struct {
-	mu    sync.Mutex
-	calls map[string]int // "Service.Operation" → count
-	wcu   int
+	mu     sync.Mutex
+	calls  map[string]int // "Service.Operation" → count
+	wcu    int
+	rru    float64
+	stored map[string]int64 // table → bytes of items put (with DynamoDB's 100-byte overhead)
 }
 
 // New returns an empty counter.
-func New() *Counter { return &Counter{calls: map[string]int{}} }
+func New() *Counter { return &Counter{calls: map[string]int{}, stored: map[string]int64{}} }
 
 // APIOptions returns the SDK option that installs the counting middleware.
 func (c *Counter) APIOptions() []func(*middleware.Stack) error {
@@ -39,7 +45,11 @@ func (c *Counter) APIOptions() []func(*middleware.Stack) error {
 		return s.Initialize.Add(middleware.InitializeMiddlewareFunc("signet-callcount",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				c.record(awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx), in.Parameters)
-				return next.HandleInitialize(ctx, in)
+				out, md, err := next.HandleInitialize(ctx, in)
+				if err == nil {
+					c.recordRead(in.Parameters, out.Result)
+				}
+				return out, md, err
 			}), middleware.After)
 	}}
 }
@@ -50,12 +60,30 @@ func (c *Counter) record(service, op string, params any) {
 	defer c.mu.Unlock()
 	c.calls[service+"."+op]++
 	c.wcu += wcu
+	putBytes(params, func(table string, n int) { c.stored[table] += int64(n) + itemOverhead })
 }
+
+func (c *Counter) recordRead(params, result any) {
+	rru := readUnits(params, result)
+	if rru == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.rru += rru
+	c.mu.Unlock()
+}
+
+// itemOverhead is what DynamoDB adds to each stored item for billing.
+const itemOverhead = 100
 
 // Snapshot is a copy of the counts at one moment.
 type Snapshot struct {
 	Calls map[string]int
 	WCU   int
+	RRU   float64
+	// Stored is bytes of items put, by table name (overwrites included:
+	// an upper bound on what a table grows by).
+	Stored map[string]int64
 }
 
 // Snapshot returns the counts so far.
@@ -66,15 +94,24 @@ func (c *Counter) Snapshot() Snapshot {
 	for k, v := range c.calls {
 		calls[k] = v
 	}
-	return Snapshot{Calls: calls, WCU: c.wcu}
+	stored := make(map[string]int64, len(c.stored))
+	for k, v := range c.stored {
+		stored[k] = v
+	}
+	return Snapshot{Calls: calls, WCU: c.wcu, RRU: c.rru, Stored: stored}
 }
 
 // Sub returns the counts of s minus those of earlier.
 func (s Snapshot) Sub(earlier Snapshot) Snapshot {
-	out := Snapshot{Calls: map[string]int{}, WCU: s.WCU - earlier.WCU}
+	out := Snapshot{Calls: map[string]int{}, WCU: s.WCU - earlier.WCU, RRU: s.RRU - earlier.RRU, Stored: map[string]int64{}}
 	for k, v := range s.Calls {
 		if d := v - earlier.Calls[k]; d != 0 {
 			out.Calls[k] = d
+		}
+	}
+	for k, v := range s.Stored {
+		if d := v - earlier.Stored[k]; d != 0 {
+			out.Stored[k] = d
 		}
 	}
 	return out
@@ -148,6 +185,89 @@ func writeUnits(params any) int {
 }
 
 func units(bytes int) int { return max(1, (bytes+1023)/1024) }
+
+// putBytes reports the size of every item a request puts, by table.
+func putBytes(params any, f func(table string, n int)) {
+	switch in := params.(type) {
+	case *dynamodb.PutItemInput:
+		f(aws.ToString(in.TableName), itemSize(in.Item))
+	case *dynamodb.BatchWriteItemInput:
+		for table, reqs := range in.RequestItems {
+			for _, r := range reqs {
+				if r.PutRequest != nil {
+					f(table, itemSize(r.PutRequest.Item))
+				}
+			}
+		}
+	case *dynamodb.TransactWriteItemsInput:
+		for _, it := range in.TransactItems {
+			if it.Put != nil {
+				f(aws.ToString(it.Put.TableName), itemSize(it.Put.Item))
+			}
+		}
+	}
+}
+
+func totalSize(items []map[string]types.AttributeValue) int {
+	n := 0
+	for _, it := range items {
+		n += itemSize(it)
+	}
+	return n
+}
+
+// readUnits computes the read capacity units of a DynamoDB read from the
+// items it returned.
+func readUnits(params, result any) float64 {
+	rate := func(consistent *bool) float64 {
+		if aws.ToBool(consistent) {
+			return 1
+		}
+		return 0.5
+	}
+	pages := func(n int) float64 { return float64(max(1, (n+4095)/4096)) }
+	switch out := result.(type) {
+	case *dynamodb.GetItemOutput:
+		in, _ := params.(*dynamodb.GetItemInput)
+		var consistent *bool
+		if in != nil {
+			consistent = in.ConsistentRead
+		}
+		return pages(itemSize(out.Item)) * rate(consistent)
+	case *dynamodb.QueryOutput:
+		in, _ := params.(*dynamodb.QueryInput)
+		if in == nil {
+			in = &dynamodb.QueryInput{}
+		}
+		return pages(totalSize(out.Items)) * rate(in.ConsistentRead)
+	case *dynamodb.ScanOutput:
+		in, _ := params.(*dynamodb.ScanInput)
+		if in == nil {
+			in = &dynamodb.ScanInput{}
+		}
+		return pages(totalSize(out.Items)) * rate(in.ConsistentRead)
+	case *dynamodb.BatchGetItemOutput:
+		in, _ := params.(*dynamodb.BatchGetItemInput)
+		u := 0.0
+		for table, items := range out.Responses {
+			var consistent *bool
+			if in != nil {
+				consistent = in.RequestItems[table].ConsistentRead
+			}
+			for _, it := range items {
+				u += pages(itemSize(it)) * rate(consistent)
+			}
+		}
+		return u
+	case *dynamodb.TransactGetItemsOutput:
+		u := 0.0
+		for _, r := range out.Responses {
+			u += 2 * pages(itemSize(r.Item))
+		}
+		return u
+	}
+	return 0
+}
 
 func itemSize(item map[string]types.AttributeValue) int {
 	n := 0

@@ -356,7 +356,7 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 	if err != nil {
 		return nil, fmt.Errorf("function %s failed its init (as it would in Lambda): %w", id, err)
 	}
-	fn := &function{id: id, timeout: time.Duration(tmpl.Functions[id].Timeout) * time.Second, env: env, policy: policy,
+	fn := &function{id: id, timeout: time.Duration(tmpl.Functions[id].Timeout) * time.Second, memoryMB: tmpl.Functions[id].MemorySize, env: env, policy: policy,
 		arn: fmt.Sprintf("arn:aws:lambda:%s:%s:function:%s-%s", o.Region, accountID, o.Prefix, id)}
 	transport := &enforcer{function: id, policy: policy, next: st.transport(),
 		arn:       arns{partition: "aws", region: o.Region, account: accountID, apiID: res.apiID},
@@ -400,13 +400,14 @@ func (st *Stack) transport() http.RoundTripper {
 
 // function is one Lambda function of the template as the stack runs it.
 type function struct {
-	id      string
-	arn     string
-	timeout time.Duration
-	env     map[string]string
-	policy  iam.Policy
-	handler *handler.Handler
-	sqs     *sqs.Client
+	id       string
+	arn      string
+	timeout  time.Duration
+	memoryMB int
+	env      map[string]string
+	policy   iam.Policy
+	handler  *handler.Handler
+	sqs      *sqs.Client
 }
 
 func (st *Stack) recordDenial(function string, r iam.Request) {
@@ -446,6 +447,23 @@ func (st *Stack) Running() int { return int(st.runtime.running.Load()) }
 
 // Limits reports the invocations the Lambda runtime throttled or timed out.
 func (st *Stack) Limits() Limits { return st.runtime.limits() }
+
+// Metering is what the stack's API Gateway and Lambda would bill, counted
+// so far (DynamoDB and SQS are counted from the SDK calls: callcount).
+type Metering struct {
+	// Invocations by function logical id.
+	Invocations map[string]Invocations
+	// WebSocketMessages both directions, per started 32 KB.
+	WebSocketMessages int64
+	ConnectionMinutes float64
+}
+
+// Metered returns what has been metered so far.
+func (st *Stack) Metered() Metering {
+	m := Metering{Invocations: st.runtime.invocations()}
+	m.WebSocketMessages, m.ConnectionMinutes = st.Gateway.Metered()
+	return m
+}
 
 // FunctionEnv returns the environment function id runs with.
 func (st *Stack) FunctionEnv(id string) map[string]string {

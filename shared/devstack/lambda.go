@@ -27,7 +27,15 @@ type runtime struct {
 	mu        sync.Mutex
 	throttles map[string]int
 	timeouts  map[string]int
+	metered   map[string]Invocations
 	running   atomic.Int64
+}
+
+// Invocations is what Lambda bills for one function: requests, and
+// duration (rounded up to the millisecond) times configured memory.
+type Invocations struct {
+	Requests  int64
+	GBSeconds float64
 }
 
 func newRuntime(concurrency int, log func(string, ...any)) *runtime {
@@ -68,7 +76,12 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 			return zero, &ThrottleError{Function: fn.id}
 		}
 		rt.running.Add(1)
-		release := sync.OnceFunc(func() { rt.running.Add(-1); <-rt.slots })
+		started := time.Now()
+		release := sync.OnceFunc(func() {
+			rt.running.Add(-1)
+			<-rt.slots
+			rt.meter(fn, time.Since(started))
+		})
 		deadline := time.Now().Add(fn.timeout)
 		ictx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		ictx = lambdacontext.NewContext(ictx, &lambdacontext.LambdaContext{
@@ -109,6 +122,31 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 			return zero, &TimeoutError{Function: fn.id, Timeout: fn.timeout}
 		}
 	}
+}
+
+// meter records one invocation of fn that ran for d.
+func (rt *runtime) meter(fn *function, d time.Duration) {
+	ms := (d + time.Millisecond - 1) / time.Millisecond
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if rt.metered == nil {
+		rt.metered = map[string]Invocations{}
+	}
+	m := rt.metered[fn.id]
+	m.Requests++
+	m.GBSeconds += float64(ms) / 1000 * float64(fn.memoryMB) / 1024
+	rt.metered[fn.id] = m
+}
+
+// invocations returns a copy of the metered invocations by function.
+func (rt *runtime) invocations() map[string]Invocations {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	out := make(map[string]Invocations, len(rt.metered))
+	for k, v := range rt.metered {
+		out[k] = v
+	}
+	return out
 }
 
 // wrap puts a handler method of any Lambda shape Signet uses under the

@@ -119,6 +119,29 @@ type Stats struct {
 	// SlowConsumers are clients disconnected because they did not take a
 	// frame within the write timeout (not a backend fault).
 	SlowConsumers atomic.Int64
+	// Messages are what API Gateway bills as messages, both directions:
+	// each client message and each frame sent to a client (route response
+	// or PostToConnection), per started 32 KB.
+	Messages atomic.Int64
+	// ConnectionMs is how long connections were open, in total.
+	ConnectionMs atomic.Int64
+}
+
+// MeterUnit is the size API Gateway meters WebSocket messages in.
+const MeterUnit = 32 << 10
+
+func meterUnits(n int) int64 { return max(1, int64((n+MeterUnit-1)/MeterUnit)) }
+
+// Metered returns the billed messages (both directions, per 32 KB) and
+// connection minutes so far.
+func (g *Gateway) Metered() (messages int64, connectionMinutes float64) {
+	ms := g.stats.ConnectionMs.Load()
+	g.mu.Lock()
+	for _, c := range g.conns {
+		ms += time.Since(c.connectedAt).Milliseconds() // still open
+	}
+	g.mu.Unlock()
+	return g.stats.Messages.Load(), float64(ms) / 60000
 }
 
 // SlowConsumers counts clients disconnected for not reading.
@@ -327,6 +350,7 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	cancel()
 	g.mu.Lock()
 	delete(g.conns, c.id)
+	g.stats.ConnectionMs.Add(time.Since(c.connectedAt).Milliseconds())
 	g.mu.Unlock()
 	g.disconnect(c, "closed")
 }
@@ -376,6 +400,7 @@ func (g *Gateway) readLoop(ctx context.Context, c *conn) {
 			return
 		}
 		idle.Reset(g.idle())
+		g.stats.Messages.Add(meterUnits(len(data)))
 		c.mu.Lock()
 		c.lastActive = time.Now()
 		c.mu.Unlock()
@@ -468,6 +493,7 @@ func (g *Gateway) enqueue(c *conn, data []byte) bool {
 	}
 	select {
 	case c.out <- data:
+		g.stats.Messages.Add(meterUnits(len(data)))
 		return true
 	case <-c.gone:
 		return false

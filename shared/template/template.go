@@ -96,6 +96,9 @@ type Function struct {
 	// Timeout is the function's timeout in seconds (Globals or its own;
 	// Lambda's default of 3 when neither sets it).
 	Timeout int
+	// MemorySize is the function's memory in MB (Globals or its own;
+	// Lambda's default of 128 when neither sets it).
+	MemorySize int
 	// MaximumConcurrency is the ScalingConfig.MaximumConcurrency of each
 	// SQS event mapping, by queue logical id (0: unset).
 	MaximumConcurrency map[string]int
@@ -155,6 +158,10 @@ func Parse(b []byte) (*Template, error) {
 	if err != nil {
 		globalTimeout = 3 // Lambda's default
 	}
+	globalMemory, err := strconv.Atoi(scalar(get(globals, "MemorySize")))
+	if err != nil {
+		globalMemory = 128 // Lambda's default
+	}
 	resources := get(root, "Resources")
 	if resources == nil {
 		return nil, fmt.Errorf("parse template: no Resources")
@@ -199,6 +206,10 @@ func Parse(b []byte) (*Template, error) {
 				MaximumConcurrency: map[string]int{}, BatchSize: map[string]int{}, envNodes: map[string]*yaml.Node{}, policies: get(props, "Policies")}
 			if v, err := strconv.Atoi(scalar(get(props, "Timeout"))); err == nil {
 				f.Timeout = v
+			}
+			f.MemorySize = globalMemory
+			if v, err := strconv.Atoi(scalar(get(props, "MemorySize"))); err == nil {
+				f.MemorySize = v
 			}
 			ownVars := get(get(props, "Environment"), "Variables")
 			for _, vars := range []*yaml.Node{globalVars, ownVars} {

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/signet-im/signet/shared/cost"
+)
+
+// signet bench cost meters what each delivered message spends. Pinned here:
+// the counts a 1:1 message must at least make (its send frame in, the
+// pushes out, a send invocation, its stored writes) and the pricing of
+// those counts; the figures themselves are in the README.
+func TestBenchCostMetersEveryComponentOfADeliveredMessage(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	args := []string{"bench", "cost", "--scenario", "chat-1dev", "--pairs", "1", "--messages", "3", "--json"}
+	if code := run(context.Background(), args, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+	var got cost.Priced
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("not one JSON line: %v\n%s", err, out.String())
+	}
+	if got.Scenario != "chat-1dev" || got.Delivered != 3 {
+		t.Fatalf("scenario %q, %d delivered; want chat-1dev, 3", got.Scenario, got.Delivered)
+	}
+	per := func(v float64) float64 { return v / float64(got.Delivered) }
+	// A send frame in, a "sent" and a push to the recipient out, an ack in.
+	if m := per(float64(got.WebSocketMessages)); m < 3 {
+		t.Errorf("%.2f API Gateway messages per message, want at least 3", m)
+	}
+	if got.Invocations["SendFunction"] != 3 || got.Invocations["AckFunction"] < 3 {
+		t.Errorf("invocations %v: want 3 sends and an ack per message at chat pace", got.Invocations)
+	}
+	if per(got.WriteUnits) < 3 || got.ReadUnits <= 0 || got.SQSRequests < 3 || got.StoredGBMonths <= 0 || got.LogBytes <= 0 || got.LambdaGBSeconds <= 0 {
+		t.Errorf("a component was not metered: %+v", got.Usage)
+	}
+	sum := 0.0
+	for _, l := range got.Lines {
+		sum += l.PerMillion
+	}
+	if len(got.Lines) != 9 || sum != got.PerMillion || got.PerMillion <= 0 {
+		t.Errorf("%d lines summing to %.4f, total %.4f", len(got.Lines), sum, got.PerMillion)
+	}
+	want := float64(got.WebSocketMessages) / 3 * cost.ListPrices.WebSocketMessage * 1e6
+	if l := got.Lines[0]; l.Component != "API Gateway messages" || l.PerMillion != want {
+		t.Errorf("first line %+v, want API Gateway messages at $%.2f per million", l, want)
+	}
+}
+
+func TestBenchCostRefusesUnknownScenarios(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "cost", "--scenario", "nope"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `no scenario "nope"`) {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}

@@ -1,0 +1,46 @@
+package cost
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestPriceDividesEachComponentByTheDeliveredMessages(t *testing.T) {
+	t.Parallel()
+	u := Usage{Scenario: "s", Delivered: 1000, WebSocketMessages: 7000, LambdaRequests: 4000, LambdaGBSeconds: 10,
+		WriteUnits: 40000, ReadUnits: 11000, SQSRequests: 5000, StoredGBMonths: 0.02, LogBytes: 3_000_000, ConnectionMinutes: 60}
+	p := u.Price(ListPrices)
+	want := map[string]float64{
+		"API Gateway messages":                7,   // 7 per message at $1/M
+		"Lambda requests":                     0.8, // 4 at $0.20/M
+		"Lambda GB-seconds":                   10.0 / 1000 * 0.0000133334 * 1e6,
+		"DynamoDB write units":                25,                       // 40 at $0.625/M
+		"DynamoDB read units":                 1.375,                    // 11 at $0.125/M
+		"SQS requests":                        2,                        // 5 at $0.40/M
+		"DynamoDB storage + PITR (GB-months)": 0.02 / 1000 * 0.45 * 1e6, // $9 per million
+		"CloudWatch Logs (GB)":                3e-3 / 1000 * 0.5 * 1e6,  // 3 KB a message
+		"API Gateway connection minutes":      60.0 / 1000 * 0.25,
+	}
+	total := 0.0
+	for _, l := range p.Lines {
+		w, ok := want[l.Component]
+		if !ok {
+			t.Errorf("unexpected component %q", l.Component)
+			continue
+		}
+		if math.Abs(l.PerMillion-w) > 1e-9 {
+			t.Errorf("%s: $%.6f per million, want $%.6f", l.Component, l.PerMillion, w)
+		}
+		total += w
+	}
+	if len(p.Lines) != len(want) || math.Abs(p.PerMillion-total) > 1e-9 {
+		t.Errorf("%d lines, total $%.4f; want %d, $%.4f", len(p.Lines), p.PerMillion, len(want), total)
+	}
+	var b bytes.Buffer
+	p.Print(&b)
+	if !strings.Contains(b.String(), "s: 1000 messages delivered") || !strings.Contains(b.String(), "total") {
+		t.Errorf("table:\n%s", b.String())
+	}
+}
