@@ -226,7 +226,9 @@ func (c *wsClient) quiet(typ string, d time.Duration) {
 // (a "sent" is posted to the connection, and a post can fail under load).
 func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Duration) {
 	c.t.Helper()
-	const resendAfter = 10 * time.Second // the SDK's default
+	// Past the send function's 10 s timeout: an attempt still running is
+	// not doubled.
+	const resendAfter = 15 * time.Second
 	left := map[string]time.Time{}       // id -> when it was last (re)sent or refused
 	for id := range bodies {
 		left[id] = time.Now()
