@@ -74,10 +74,7 @@ Flags:
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err
 	}
-	usageErr := func(msg string) error {
-		fmt.Fprintf(stderr, "signet bench cost: %s\n", msg)
-		return errUsage
-	}
+	usageErr := func(msg string) error { return fmt.Errorf("%w: cost: %s", errUsage, msg) }
 	if *pairs < 1 || *messages < 1 {
 		return usageErr("--pairs and --messages must be at least 1")
 	}

@@ -59,3 +59,13 @@ func TestBenchCostRefusesUnknownScenarios(t *testing.T) {
 		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
 	}
 }
+
+// A usage error says what was wrong, not only the usage text.
+func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	args := []string{"send", "--user", "alice", "--url", "ws://127.0.0.1:1", "--to", "bob", "--json", "{"}
+	if code := run(context.Background(), args, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "signet send: --json text is not valid JSON") {
+		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -65,6 +66,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case errors.Is(err, flag.ErrHelp):
 				return 0
 			case errors.Is(err, errUsage):
+				// A bare errUsage was explained already (flag errors,
+				// usage text); a wrapped one carries what was wrong.
+				if err != errUsage {
+					fmt.Fprintf(stderr, "signet %s: %s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+				}
 				return 2
 			case err != nil:
 				fmt.Fprintf(stderr, "signet %s: %v\n", c.name, err)
