@@ -49,6 +49,7 @@ type OIDC struct {
 	mu        sync.Mutex
 	keys      map[string]crypto.PublicKey // issuer + "|" + kid
 	fetchedAt time.Time
+	fetching  chan struct{} // closed when the fetch under way ends (nil: none)
 }
 
 // RefreshInterval is the least time between two fetches of the keys: a
@@ -119,26 +120,52 @@ func (o *OIDC) Verify(ctx context.Context, token string, now time.Time) (Claims,
 }
 
 // key returns the issuer's key kid, fetching the keys when it is unknown
-// and the last fetch is older than RefreshInterval.
+// and the last fetch is older than RefreshInterval. The fetch runs without
+// the lock, so tokens with cached keys verify while it is under way; one
+// fetch is in flight at a time, and callers that need it wait for it.
 func (o *OIDC) key(ctx context.Context, kid string, now time.Time) (crypto.PublicKey, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if k, ok := o.keys[o.Issuer+"|"+kid]; ok {
-		return k, nil
+	id := o.Issuer + "|" + kid
+	for {
+		o.mu.Lock()
+		if k, ok := o.keys[id]; ok {
+			o.mu.Unlock()
+			return k, nil
+		}
+		if wait := o.fetching; wait != nil {
+			o.mu.Unlock()
+			select {
+			case <-wait:
+				continue // look again: the fetch may have brought it
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		if !o.fetchedAt.IsZero() && now.Sub(o.fetchedAt) < RefreshInterval {
+			o.mu.Unlock()
+			return nil, fmt.Errorf("unknown key id %q (keys fetched %s ago)", kid, now.Sub(o.fetchedAt).Round(time.Second))
+		}
+		o.fetchedAt = now
+		done := make(chan struct{})
+		o.fetching = done
+		o.mu.Unlock()
+
+		keys, err := o.fetch(ctx)
+		o.mu.Lock()
+		o.fetching = nil
+		if err == nil {
+			o.keys = keys
+		}
+		k, ok := o.keys[id]
+		o.mu.Unlock()
+		close(done)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			return k, nil
+		}
+		return nil, fmt.Errorf("unknown key id %q", kid)
 	}
-	if !o.fetchedAt.IsZero() && now.Sub(o.fetchedAt) < RefreshInterval {
-		return nil, fmt.Errorf("unknown key id %q (keys fetched %s ago)", kid, now.Sub(o.fetchedAt).Round(time.Second))
-	}
-	o.fetchedAt = now
-	keys, err := o.fetch(ctx)
-	if err != nil {
-		return nil, err
-	}
-	o.keys = keys
-	if k, ok := o.keys[o.Issuer+"|"+kid]; ok {
-		return k, nil
-	}
-	return nil, fmt.Errorf("unknown key id %q", kid)
 }
 
 // fetch reads the issuer's JWKS (discovering its URL unless JWKSURL is set).

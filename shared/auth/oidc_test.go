@@ -147,3 +147,66 @@ func TestAlgorithmReadsTheHeader(t *testing.T) {
 		t.Fatalf("Algorithm(garbage) = %q", a)
 	}
 }
+
+// Issue 11: the key cache was locked during a JWKS fetch, so a slow
+// provider stalled every sign-in. A cached key verifies while a fetch for
+// an unknown one hangs, and callers needing the fetch share it.
+func TestACachedKeyVerifiesWhileAFetchIsUnderWay(t *testing.T) {
+	t.Parallel()
+	rk, _ := rsa.GenerateKey(rand.Reader, 2048)
+	rk2, _ := rsa.GenerateKey(rand.Reader, 2048)
+	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	defer unblock()
+	var fetches atomic.Int32
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if fetches.Add(1) > 1 {
+			<-release // the second fetch (for the rotated key) hangs
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"keys": []map[string]string{rsaJWK("r1", rk), rsaJWK("r2", rk2)}})
+	}))
+	defer srv.Close()
+	o := &OIDC{Issuer: "https://idp.example", Audience: "signet", JWKSURL: srv.URL}
+	now := time.Now()
+	claims := jwt.MapClaims{"iss": "https://idp.example", "aud": "signet", "sub": "ann", "iat": now.Unix(), "exp": now.Add(time.Hour).Unix()}
+	ctx := context.Background()
+	// Only r1 is cached at first (the first fetch is for it).
+	if _, err := o.Verify(ctx, signWith(t, jwt.SigningMethodRS256, "r1", rk, claims), now); err != nil {
+		t.Fatal(err)
+	}
+	delete(o.keys, o.Issuer+"|r2")
+	later := now.Add(RefreshInterval + time.Second)
+	waiting := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := o.Verify(ctx, signWith(t, jwt.SigningMethodRS256, "r2", rk2, claims), later)
+			waiting <- err
+		}()
+	}
+	for fetches.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := o.Verify(ctx, signWith(t, jwt.SigningMethodRS256, "r1", rk, claims), later)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cached key: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a token with a cached key waited for the JWKS fetch")
+	}
+	unblock()
+	for range 2 {
+		if err := <-waiting; err != nil {
+			t.Errorf("token with the fetched key: %v", err)
+		}
+	}
+	if n := fetches.Load(); n != 2 {
+		t.Errorf("%d fetches, want 2 (the two callers share one)", n)
+	}
+}
