@@ -26,10 +26,36 @@ import (
 // costScenarios are the scenarios `signet bench cost` runs, in order.
 var costScenarios = []struct {
 	name, about string
-	devices     int
+	run         func(ctx context.Context, f costFlags) (cost.Usage, error)
 }{
-	{"chat-1dev", "1:1 at chat pace, 1 device per user: each message is delivered and acked before the next", 1},
-	{"chat-2dev", "1:1 at chat pace, 2 devices per user", 2},
+	{"chat-1dev", "1:1 at chat pace, 1 device per user: each message is delivered and acked before the next",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return chatCost(ctx, "chat-1dev", 1, f.pairs, f.messages, f.emulator)
+		}},
+	{"chat-2dev", "1:1 at chat pace, 2 devices per user",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return chatCost(ctx, "chat-2dev", 2, f.pairs, f.messages, f.emulator)
+		}},
+	{"group-online", "a group of --members at chat pace, every member connected; per group message",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return groupCost(ctx, "group-online", f.members, f.members, f.groupMessages, f.emulator)
+		}},
+	{"group-30pct", "the same group with 30 % of the members connected",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return groupCost(ctx, "group-30pct", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator)
+		}},
+	{"login", "--logins users connect for the first time to --waiting messages each (the 9:00 login); per login",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return loginCost(ctx, f.logins, f.waiting, f.emulator)
+		}},
+	{"idle-day", "a connected device with nothing to receive for a day (keep-alive pings), scaled from a short run; per device-day",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) { return idleCost(ctx, f.emulator) }},
+}
+
+// costFlags are the sizes of the scenarios.
+type costFlags struct {
+	pairs, messages, members, groupMessages, logins, waiting int
+	emulator                                                 string
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -41,11 +67,16 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 		return errUsage
 	}
 	fs := flag.NewFlagSet("signet bench cost", flag.ContinueOnError)
-	pairs := fs.Int("pairs", 4, "sender/receiver pairs (users) per scenario")
-	messages := fs.Int("messages", 25, "messages each sender sends")
+	var f costFlags
+	fs.IntVar(&f.pairs, "pairs", 4, "1:1 scenarios: sender/receiver pairs")
+	fs.IntVar(&f.messages, "messages", 25, "1:1 scenarios: messages each sender sends")
+	fs.IntVar(&f.members, "members", 200, "group scenarios: members of the group")
+	fs.IntVar(&f.groupMessages, "group-messages", 5, "group scenarios: messages sent to the group")
+	fs.IntVar(&f.logins, "logins", 5, "login: users logging in")
+	fs.IntVar(&f.waiting, "waiting", 200, "login: messages waiting for each")
 	only := fs.String("scenario", "", "run only this scenario")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
-	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
+	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		var names []string
 		for _, s := range costScenarios {
@@ -75,8 +106,8 @@ Flags:
 		return err
 	}
 	usageErr := func(msg string) error { return fmt.Errorf("%w: cost: %s", errUsage, msg) }
-	if *pairs < 1 || *messages < 1 {
-		return usageErr("--pairs and --messages must be at least 1")
+	if f.pairs < 1 || f.messages < 1 || f.members < 2 || f.groupMessages < 1 || f.logins < 1 || f.waiting < 1 {
+		return usageErr("--pairs, --messages, --group-messages, --logins and --waiting must be at least 1, --members at least 2")
 	}
 	known := *only == ""
 	for _, sc := range costScenarios {
@@ -90,9 +121,9 @@ Flags:
 			continue
 		}
 		if !*asJSON {
-			fmt.Fprintf(stderr, "bench cost: %s: %d pairs × %d messages...\n", sc.name, *pairs, *messages)
+			fmt.Fprintf(stderr, "bench cost: %s...\n", sc.name)
 		}
-		u, err := chatCost(ctx, sc.name, sc.devices, *pairs, *messages, *emulator)
+		u, err := sc.run(ctx, f)
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
@@ -117,99 +148,174 @@ func (w *countingWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); 
 // and REPORT lines), about 330 bytes.
 const platformLogBytes = 330
 
-// chatCost runs pairs sender→receiver conversations at chat pace, each user
-// with devices devices, and returns what the messages were metered.
-func chatCost(ctx context.Context, scenario string, devices, pairs, messages int, emulator string) (cost.Usage, error) {
-	counter := callcount.New()
-	logs := &countingWriter{}
+// costRun is one scenario's local stack with its meters.
+type costRun struct {
+	st      *devstack.Stack
+	counter *callcount.Counter
+	logs    *countingWriter
+	dir     string
+	clients []*client.Client
+
+	calls      callcount.Snapshot
+	stack      devstack.Metering
+	logsBefore int64
+}
+
+func newCostRun(ctx context.Context, emulator string) (*costRun, error) {
+	r := &costRun{counter: callcount.New(), logs: &countingWriter{}}
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	st, err := devstack.Start(ctx, devstack.Options{
 		Prefix: fmt.Sprintf("cost%d", time.Now().UnixNano()), DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Emulator: emulator,
-		Concurrency: 1000, APIOptions: counter.APIOptions(), RateLimits: "off",
+		Concurrency: 1000, APIOptions: r.counter.APIOptions(), RateLimits: "off",
 		// What the functions log at the template's level, as CloudWatch
 		// would ingest it.
-		Log: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Log: slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
-		return cost.Usage{}, err
+		return nil, err
 	}
-	defer st.Close()
-	dir, err := os.MkdirTemp("", "signet-bench-cost-")
+	r.st = st
+	if r.dir, err = os.MkdirTemp("", "signet-bench-cost-"); err != nil {
+		st.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *costRun) close() {
+	for _, c := range r.clients {
+		c.Close()
+	}
+	r.st.Close()
+	os.RemoveAll(r.dir)
+}
+
+// dial connects device d of user with the SDK.
+func (r *costRun) dial(ctx context.Context, user string, d int) (*client.Client, error) {
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	c, err := client.Dial(dctx, client.Options{
+		URL: r.st.URL, Device: fmt.Sprintf("d%d", d), Path: filepath.Join(r.dir, fmt.Sprintf("%s-d%d.db", user, d)),
+		Token: func(context.Context) (string, error) {
+			return auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), "", time.Now(), time.Hour)
+		},
+	})
+	if err == nil {
+		r.clients = append(r.clients, c)
+	}
+	return c, err
+}
+
+// start begins metering (after the scenario's set-up).
+func (r *costRun) start() {
+	r.calls, r.stack, r.logsBefore = r.counter.Snapshot(), r.st.Metered(), r.logs.n.Load()
+}
+
+// usage waits for the redelivery checks of the run to come due and run,
+// and returns what was metered since start.
+func (r *costRun) usage(scenario string, delivered int) cost.Usage {
+	first, _ := r.st.Config.Redelivery.CheckDelay(0)
+	time.Sleep(first + 3*time.Second)
+	calls := r.counter.Snapshot().Sub(r.calls)
+	stack := r.st.Metered()
+	u := cost.Usage{
+		Scenario: scenario, Delivered: delivered,
+		WebSocketMessages: stack.WebSocketMessages - r.stack.WebSocketMessages,
+		ConnectionMinutes: stack.ConnectionMinutes - r.stack.ConnectionMinutes,
+		WriteUnits:        float64(calls.WCU), ReadUnits: calls.RRU,
+		SQSRequests: int64(calls.Service("SQS")),
+		Invocations: map[string]int64{},
+	}
+	for fn, inv := range stack.Invocations {
+		was := r.stack.Invocations[fn]
+		if n := inv.Requests - was.Requests; n > 0 {
+			u.Invocations[fn] = n
+			u.LambdaRequests += n
+			u.LambdaGBSeconds += inv.GBSeconds - was.GBSeconds
+		}
+	}
+	u.LogBytes = r.logs.n.Load() - r.logsBefore + u.LambdaRequests*platformLogBytes
+	cfg := r.st.Config
+	history := cfg.HistoryRetention
+	if history == 0 {
+		history = 365 * 24 * time.Hour // kept forever: price a year
+	}
+	retention := map[string]time.Duration{cfg.InboxTable: cfg.InboxRetention, cfg.MessagesTable: history, cfg.TraceTable: dynamo.TraceRetention}
+	for table, bytes := range calls.Stored {
+		u.StoredGBMonths += float64(bytes) / 1e9 * retention[table].Hours() / 24 / 30
+	}
+	return u
+}
+
+// awaitAll waits until each client has shown one more message.
+func awaitAll(clients []*client.Client, what string) error {
+	for _, c := range clients {
+		select {
+		case <-c.Messages():
+		case <-time.After(time.Minute):
+			return fmt.Errorf("%s not delivered within a minute", what)
+		}
+	}
+	return nil
+}
+
+// chatPace is the gap between two messages of one conversation: past the
+// SDK's 100 ms ack batching, so each message is acked alone.
+const chatPace = 300 * time.Millisecond
+
+// body is a message of about 1 KB.
+func body(n int) map[string]any { return map[string]any{"text": strings.Repeat("x", 900), "n": n} }
+
+// chatCost runs pairs sender→receiver conversations at chat pace, each user
+// with devices devices, and returns what the messages were metered.
+func chatCost(ctx context.Context, scenario string, devices, pairs, messages int, emulator string) (cost.Usage, error) {
+	r, err := newCostRun(ctx, emulator)
 	if err != nil {
 		return cost.Usage{}, err
 	}
-	defer os.RemoveAll(dir)
-
-	dial := func(user string, d int) (*client.Client, error) {
-		dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		return client.Dial(dctx, client.Options{
-			URL: st.URL, Device: fmt.Sprintf("d%d", d), Path: filepath.Join(dir, fmt.Sprintf("%s-d%d.db", user, d)),
-			Token: func(context.Context) (string, error) {
-				return auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), "", time.Now(), time.Hour)
-			},
-		})
-	}
+	defer r.close()
 	type pair struct {
-		sender   *client.Client
-		others   []*client.Client // the sender's other devices
-		receiver []*client.Client
-		to       string
+		sender *client.Client
+		shown  []*client.Client // every device of both users: each gets the message
+		to     string
 	}
-	var all []*client.Client
-	defer func() {
-		for _, c := range all {
-			c.Close()
-		}
-	}()
 	ps := make([]pair, pairs)
 	for i := range ps {
 		ps[i].to = fmt.Sprintf("bob%d", i)
 		for d := range devices {
-			s, err := dial(fmt.Sprintf("alice%d", i), d)
+			s, err := r.dial(ctx, fmt.Sprintf("alice%d", i), d)
 			if err != nil {
 				return cost.Usage{}, err
 			}
-			r, err := dial(ps[i].to, d)
+			rc, err := r.dial(ctx, ps[i].to, d)
 			if err != nil {
 				return cost.Usage{}, err
 			}
-			all = append(all, s, r)
 			if d == 0 {
 				ps[i].sender = s
-			} else {
-				ps[i].others = append(ps[i].others, s)
 			}
-			ps[i].receiver = append(ps[i].receiver, r)
+			// The sender's own devices get it too: it is in the
+			// sender's inbox.
+			ps[i].shown = append(ps[i].shown, s, rc)
 		}
 	}
-
-	beforeCalls, beforeStack, beforeLogs := counter.Snapshot(), st.Metered(), logs.n.Load()
+	r.start()
 	var wg sync.WaitGroup
 	errs := make(chan error, pairs)
 	for _, p := range ps {
 		wg.Go(func() {
 			for m := range messages {
 				sctx, cancel := context.WithTimeout(ctx, time.Minute)
-				_, err := p.sender.Send(sctx, p.to, map[string]any{"text": strings.Repeat("x", 900), "n": m})
+				_, err := p.sender.Send(sctx, p.to, body(m))
 				cancel()
+				if err == nil {
+					err = awaitAll(p.shown, fmt.Sprintf("message %d", m))
+				}
 				if err != nil {
 					errs <- err
 					return
 				}
-				// Chat pace: every device has it (and acks it alone)
-				// before the next message.
-				// (the sender's own devices get it too: it is in the
-				// sender's inbox).
-				for _, c := range append(append([]*client.Client{p.sender}, p.receiver...), p.others...) {
-					select {
-					case <-c.Messages():
-					case <-time.After(time.Minute):
-						errs <- fmt.Errorf("message %d not delivered within a minute", m)
-						return
-					}
-				}
-				time.Sleep(300 * time.Millisecond) // past the SDK's 100 ms ack batching
+				time.Sleep(chatPace)
 			}
 		})
 	}
@@ -218,39 +324,174 @@ func chatCost(ctx context.Context, scenario string, devices, pairs, messages int
 	if err := <-errs; err != nil {
 		return cost.Usage{}, err
 	}
-	// Let every redelivery check of the run come due and run.
-	first, _ := st.Config.Redelivery.CheckDelay(0)
-	time.Sleep(first + 3*time.Second)
+	return r.usage(scenario, pairs*messages), nil
+}
 
-	calls := counter.Snapshot().Sub(beforeCalls)
-	stack := st.Metered()
-	u := cost.Usage{
-		Scenario: scenario, Delivered: pairs * messages,
-		WebSocketMessages: stack.WebSocketMessages - beforeStack.WebSocketMessages,
-		ConnectionMinutes: stack.ConnectionMinutes - beforeStack.ConnectionMinutes,
-		WriteUnits:        float64(calls.WCU), ReadUnits: calls.RRU,
-		SQSRequests: int64(calls.Service("SQS")),
-		Invocations: map[string]int64{},
+// groupCost sends messages to a group of members users, of whom online
+// (the owner among them) are connected, at chat pace; the cost is per
+// group message.
+func groupCost(ctx context.Context, scenario string, members, online, messages int, emulator string) (cost.Usage, error) {
+	r, err := newCostRun(ctx, emulator)
+	if err != nil {
+		return cost.Usage{}, err
 	}
-	for fn, inv := range stack.Invocations {
-		was := beforeStack.Invocations[fn]
-		if n := inv.Requests - was.Requests; n > 0 {
-			u.Invocations[fn] = n
-			u.LambdaRequests += n
-			u.LambdaGBSeconds += inv.GBSeconds - was.GBSeconds
+	defer r.close()
+	owner, err := r.dial(ctx, "owner", 0)
+	if err != nil {
+		return cost.Usage{}, err
+	}
+	var users []string
+	for i := 1; i < members; i++ {
+		users = append(users, fmt.Sprintf("m%03d", i))
+	}
+	gctx, cancel := context.WithTimeout(ctx, time.Minute)
+	g, err := owner.CreateGroup(gctx, "all hands", users...)
+	cancel()
+	if err != nil {
+		return cost.Usage{}, fmt.Errorf("create group: %w", err)
+	}
+	shown := []*client.Client{owner}
+	for _, u := range users[:online-1] {
+		c, err := r.dial(ctx, u, 0)
+		if err != nil {
+			return cost.Usage{}, err
+		}
+		shown = append(shown, c)
+	}
+	r.start()
+	for m := range messages {
+		sctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := owner.SendDraft(sctx, client.Draft{ConversationID: g.ConversationID, Body: mustJSON(body(m))})
+		cancel()
+		if err == nil {
+			err = awaitAll(shown, fmt.Sprintf("group message %d", m))
+		}
+		if err != nil {
+			return cost.Usage{}, err
+		}
+		time.Sleep(chatPace)
+	}
+	u := r.usage(scenario, messages)
+	u.Unit = "group message"
+	return u, nil
+}
+
+// loginCost has a sender leave waiting messages for each of logins users
+// who never connected, then meters their first connection: sync, pushes of
+// what is left, acks.
+func loginCost(ctx context.Context, logins, waiting int, emulator string) (cost.Usage, error) {
+	r, err := newCostRun(ctx, emulator)
+	if err != nil {
+		return cost.Usage{}, err
+	}
+	defer r.close()
+	ops, err := r.dial(ctx, "ops", 0)
+	if err != nil {
+		return cost.Usage{}, err
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, logins)
+	for u := range logins {
+		wg.Go(func() {
+			for m := range waiting {
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				_, err := ops.Send(sctx, fmt.Sprintf("user%d", u), body(m))
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return cost.Usage{}, err
+	}
+	drain(ops, logins*waiting)
+	time.Sleep(6 * time.Second) // the sender's own redelivery checks are set-up, not the login
+	r.start()
+	for u := range logins {
+		c, err := r.dial(ctx, fmt.Sprintf("user%d", u), 0)
+		if err != nil {
+			return cost.Usage{}, err
+		}
+		for m := range waiting {
+			if err := awaitAll([]*client.Client{c}, fmt.Sprintf("waiting message %d", m)); err != nil {
+				return cost.Usage{}, err
+			}
 		}
 	}
-	u.LogBytes = logs.n.Load() - beforeLogs + u.LambdaRequests*platformLogBytes
-	history := st.Config.HistoryRetention
-	if history == 0 {
-		history = 365 * 24 * time.Hour // kept forever: price a year
-	}
-	retention := map[string]time.Duration{
-		st.Config.InboxTable: st.Config.InboxRetention, st.Config.MessagesTable: history, st.Config.TraceTable: dynamo.TraceRetention,
-	}
-	for table, bytes := range calls.Stored {
-		months := retention[table].Hours() / 24 / 30
-		u.StoredGBMonths += float64(bytes) / 1e9 * months
-	}
+	u := r.usage("login", logins)
+	u.Unit = "login"
 	return u, nil
+}
+
+// drain takes n messages a client was shown, as far as they have come.
+func drain(c *client.Client, n int) {
+	for range n {
+		select {
+		case <-c.Messages():
+		case <-time.After(10 * time.Second):
+			return
+		}
+	}
+}
+
+// idleCost meters connected devices that receive nothing, pinging every
+// idlePing instead of the SDK's 5 minutes, and scales it to a day at 5
+// minutes: the keep-alive components by the pings a day takes, connection
+// minutes by the day.
+func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
+	const devices, idlePing, window = 4, time.Second, 12 * time.Second
+	r, err := newCostRun(ctx, emulator)
+	if err != nil {
+		return cost.Usage{}, err
+	}
+	defer r.close()
+	for d := range devices {
+		dctx, cancel := context.WithTimeout(ctx, time.Minute)
+		user := fmt.Sprintf("idle%d", d)
+		c, err := client.Dial(dctx, client.Options{
+			URL: r.st.URL, Device: "d0", Path: filepath.Join(r.dir, user+".db"), PingInterval: idlePing,
+			Token: func(context.Context) (string, error) {
+				return auth.Mint([]byte(devstack.DefaultSecret), im.UserID(user), "", time.Now(), time.Hour)
+			},
+		})
+		cancel()
+		if err != nil {
+			return cost.Usage{}, err
+		}
+		r.clients = append(r.clients, c)
+	}
+	time.Sleep(3 * time.Second) // past the connect's sync
+	r.start()
+	time.Sleep(window)
+	u := r.usage("idle-day", devices)
+	u.Unit = "device-day"
+	pings := u.Invocations["PingFunction"]
+	if pings == 0 {
+		return cost.Usage{}, fmt.Errorf("no keep-alive ping in %s", window)
+	}
+	// Per device: a day holds 288 pings of 5 minutes.
+	scale := float64(devices) * 288 / float64(pings)
+	u.WebSocketMessages = int64(float64(u.WebSocketMessages) * scale)
+	u.LambdaRequests = int64(float64(u.LambdaRequests) * scale)
+	u.LambdaGBSeconds *= scale
+	u.WriteUnits *= scale
+	u.ReadUnits *= scale
+	u.SQSRequests = int64(float64(u.SQSRequests) * scale)
+	u.StoredGBMonths *= scale
+	u.LogBytes = int64(float64(u.LogBytes) * scale)
+	for fn, n := range u.Invocations {
+		u.Invocations[fn] = int64(float64(n) * scale)
+	}
+	u.ConnectionMinutes = float64(devices) * 24 * 60
+	return u, nil
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, _ := json.Marshal(v)
+	return b
 }

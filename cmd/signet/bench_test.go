@@ -69,3 +69,51 @@ func TestUsageErrorsSayWhatWasWrong(t *testing.T) {
 		t.Fatalf("exit %d: %s%s", code, out.String(), errOut.String())
 	}
 }
+
+// The group, login and idle scenarios meter their own unit.
+func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args      []string
+		unit      string
+		delivered int
+		check     func(cost.Priced) string
+	}{
+		{[]string{"--scenario", "group-online", "--members", "4", "--group-messages", "2"}, "group message", 2, func(p cost.Priced) string {
+			// The send in, the sent out, a push to each of the 4 members.
+			if float64(p.WebSocketMessages)/2 < 6 {
+				return "fewer API Gateway messages than a push per member"
+			}
+			return ""
+		}},
+		{[]string{"--scenario", "login", "--logins", "2", "--waiting", "30"}, "login", 2, func(p cost.Priced) string {
+			if p.Invocations["SyncFunction"] < 2 || p.ReadUnits <= 0 {
+				return "a login that did not sync"
+			}
+			return ""
+		}},
+		{[]string{"--scenario", "idle-day"}, "device-day", 4, func(p cost.Priced) string {
+			// 288 pings of 5 minutes a day per device, 1,440 minutes.
+			if p.Invocations["PingFunction"] < 4*288-8 || p.Invocations["PingFunction"] > 4*288+8 || p.ConnectionMinutes != 4*1440 {
+				return "not scaled to 288 pings and 1,440 connection minutes per device"
+			}
+			return ""
+		}},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"bench", "cost", "--json"}, tc.args...)
+		if code := run(context.Background(), args, &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d: %s%s", tc.args, code, out.String(), errOut.String())
+		}
+		var got cost.Priced
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			t.Fatalf("%v: %v\n%s", tc.args, err, out.String())
+		}
+		if got.Unit != tc.unit || got.Delivered != tc.delivered || got.PerMillion <= 0 {
+			t.Errorf("%v: %d × %q at $%.2f per million; want %d × %q", tc.args, got.Delivered, got.Unit, got.PerMillion, tc.delivered, tc.unit)
+		}
+		if msg := tc.check(got); msg != "" {
+			t.Errorf("%v: %s: %+v", tc.args, msg, got.Usage)
+		}
+	}
+}

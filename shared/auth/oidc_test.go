@@ -159,8 +159,7 @@ func TestACachedKeyVerifiesWhileAFetchIsUnderWay(t *testing.T) {
 	unblock := sync.OnceFunc(func() { close(release) })
 	defer unblock()
 	var fetches atomic.Int32
-	var srv *httptest.Server
-	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if fetches.Add(1) > 1 {
 			<-release // the second fetch (for the rotated key) hangs
 		}

@@ -11,7 +11,8 @@ import (
 // they were spent on.
 type Usage struct {
 	Scenario  string `json:"scenario"`
-	Delivered int    `json:"delivered"` // messages delivered (the unit costs are divided by)
+	Delivered int    `json:"delivered"` // units delivered (what the costs are divided by)
+	Unit      string `json:"unit"`      // what one of them is ("message" when empty)
 
 	WebSocketMessages int64   `json:"webSocketMessages"`
 	ConnectionMinutes float64 `json:"connectionMinutes"`
@@ -31,8 +32,8 @@ type Usage struct {
 // Line is one priced component.
 type Line struct {
 	Component  string  `json:"component"`
-	Units      float64 `json:"units"`      // total
-	PerMessage float64 `json:"perMessage"` // units per delivered message
+	Units      float64 `json:"units"`   // total
+	PerMessage float64 `json:"perUnit"` // per delivered unit (a message, unless Usage.Unit says otherwise)
 	PerMillion float64 `json:"usdPerMillion"`
 }
 
@@ -64,20 +65,29 @@ func (u Usage) Price(p Prices) Priced {
 	return out
 }
 
+// UnitName is what one delivered unit is.
+func (u Usage) UnitName() string {
+	if u.Unit == "" {
+		return "message"
+	}
+	return u.Unit
+}
+
 // Print writes the priced usage as a table: a line per component.
 func (pr Priced) Print(w io.Writer) {
-	fmt.Fprintf(w, "%s: %d messages delivered\n", pr.Scenario, pr.Delivered)
-	fmt.Fprintf(w, "  %-38s %12s %12s %10s\n", "component", "units", "per msg", "$/1M msgs")
+	unit := pr.UnitName()
+	fmt.Fprintf(w, "%s: %d × %s\n", pr.Scenario, pr.Delivered, unit)
+	fmt.Fprintf(w, "  %-38s %12s %12s %12s\n", "component", "units", "per "+unit, "$ per 1M")
 	for _, l := range pr.Lines {
-		fmt.Fprintf(w, "  %-38s %12s %12s %10.2f\n", l.Component, number(l.Units), number(l.PerMessage), l.PerMillion)
+		fmt.Fprintf(w, "  %-38s %12s %12s %12.2f\n", l.Component, number(l.Units), number(l.PerMessage), l.PerMillion)
 	}
-	fmt.Fprintf(w, "  %-38s %12s %12s %10.2f\n", "total", "", "", pr.PerMillion)
+	fmt.Fprintf(w, "  %-38s %12s %12s %12.2f   ($%.6f per %s)\n", "total", "", "", pr.PerMillion, pr.PerMillion/1e6, unit)
 	if len(pr.Invocations) > 0 {
 		var parts []string
 		for _, fn := range sortedKeys(pr.Invocations) {
 			parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimSuffix(fn, "Function"), float64(pr.Invocations[fn])/float64(max(pr.Delivered, 1))))
 		}
-		fmt.Fprintf(w, "  invocations per message: %s\n", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  invocations per %s: %s\n", unit, strings.Join(parts, ", "))
 	}
 }
 

@@ -40,7 +40,7 @@ func TestPriceDividesEachComponentByTheDeliveredMessages(t *testing.T) {
 	}
 	var b bytes.Buffer
 	p.Print(&b)
-	if !strings.Contains(b.String(), "s: 1000 messages delivered") || !strings.Contains(b.String(), "total") {
+	if !strings.Contains(b.String(), "s: 1000 × message") || !strings.Contains(b.String(), "total") {
 		t.Errorf("table:\n%s", b.String())
 	}
 }

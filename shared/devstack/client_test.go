@@ -229,7 +229,7 @@ func (c *wsClient) awaitSent(to string, bodies map[string]any, timeout time.Dura
 	// Past the send function's 10 s timeout: an attempt still running is
 	// not doubled.
 	const resendAfter = 15 * time.Second
-	left := map[string]time.Time{}       // id -> when it was last (re)sent or refused
+	left := map[string]time.Time{} // id -> when it was last (re)sent or refused
 	for id := range bodies {
 		left[id] = time.Now()
 	}
