@@ -76,6 +76,7 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	fs.IntVar(&f.waiting, "waiting", 200, "login: messages waiting for each")
 	only := fs.String("scenario", "", "run only this scenario")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
+	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
 	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		var names []string
@@ -116,6 +117,7 @@ Flags:
 	if !known {
 		return usageErr(fmt.Sprintf("no scenario %q (see --help)", *only))
 	}
+	var perMessage []cost.Priced
 	for _, sc := range costScenarios {
 		if *only != "" && sc.name != *only {
 			continue
@@ -128,6 +130,9 @@ Flags:
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
 		priced := u.Price(cost.ListPrices)
+		if u.Unit == "" {
+			perMessage = append(perMessage, priced)
+		}
 		if *asJSON {
 			b, _ := json.Marshal(priced)
 			fmt.Fprintln(stdout, string(b))
@@ -135,6 +140,19 @@ Flags:
 		}
 		priced.Print(stdout)
 		fmt.Fprintln(stdout)
+	}
+	if *chart != "" {
+		var b strings.Builder
+		title := fmt.Sprintf("Signet: $ per million delivered 1:1 messages (%s list prices, %s)", cost.ListPrices.Region, cost.ListPrices.Date)
+		if err := cost.Chart(&b, title, perMessage, cost.Anchors); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*chart, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+		if !*asJSON {
+			fmt.Fprintf(stderr, "bench cost: chart written to %s\n", *chart)
+		}
 	}
 	return nil
 }
