@@ -144,6 +144,7 @@ type count struct {
 	blocked   bool      // the user is beyond the limit for the rest of the window
 	refused   time.Time // the first refusal in the window
 	ignored   int       // frames refused more than Grace after it
+	penalized bool      // Penalize has spent the budget globally
 }
 
 // Allow admits one frame of action by u at now, or returns how long until
@@ -234,7 +235,8 @@ func (l *Limiter) Ignoring(u im.UserID, action Action, now time.Time) bool {
 // Penalize spends u's whole budget of action for the current window, in
 // this container and in the global counter, so that every container refuses
 // the action until the window ends (for Connect, at the next $connect).
-// Without a limit on action it does nothing.
+// Without a limit on action it does nothing; a second call in the same
+// window and container makes no counter call.
 func (l *Limiter) Penalize(ctx context.Context, u im.UserID, action Action, now time.Time) error {
 	lim, limited := l.Limits[action]
 	if !limited || lim.Per <= 0 || lim.Window <= 0 {
@@ -252,8 +254,12 @@ func (l *Limiter) Penalize(ctx context.Context, u im.UserID, action Action, now 
 		l.counts[k] = c
 	}
 	c.blocked = true
+	again := c.penalized
+	c.penalized = true
 	l.mu.Unlock()
-	if l.Counter == nil {
+	if l.Counter == nil || again {
+		// Once per window and container: every later frame of an
+		// ignoring user would otherwise cost a write.
 		return nil
 	}
 	_, err := l.Counter.AddUsage(ctx, u, fmt.Sprintf("%s#%d", action, k.window), int64(lim.Per), start.Add(lim.Window).Add(time.Minute))

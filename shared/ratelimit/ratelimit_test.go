@@ -196,6 +196,9 @@ func TestPenalizeRefusesTheActionInEveryContainerAtItsNextCall(t *testing.T) {
 	if err := sender.Penalize(context.Background(), "mallory", Connect, now); err != nil {
 		t.Fatal(err)
 	}
+	if err := sender.Penalize(context.Background(), "mallory", Connect, now); err != nil || ctr.calls != calls+1 {
+		t.Fatalf("a second penalty in the window: %v, %d counter calls; want one call in all", err, ctr.calls-calls)
+	}
 	wait, ok := connector.Allow(context.Background(), "mallory", Connect, now.Add(time.Second))
 	if ok || wait != 29*time.Second {
 		t.Fatalf("connect after a penalty: ok %v, retry after %s; want refused for the 29 s left", ok, wait)
