@@ -77,6 +77,7 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	only := fs.String("scenario", "", "run only this scenario")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
+	check := fs.Bool("check", false, "hold each scenario's figures against issue 12's goals and ceilings (shared/cost.Goals, calibrated at the default sizes); exit status 1 if one regressed past its ceiling")
 	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		var names []string
@@ -110,6 +111,9 @@ Flags:
 	if f.pairs < 1 || f.messages < 1 || f.members < 2 || f.groupMessages < 1 || f.logins < 1 || f.waiting < 1 {
 		return usageErr("--pairs, --messages, --group-messages, --logins and --waiting must be at least 1, --members at least 2")
 	}
+	if *check && f != (costFlags{pairs: 4, messages: 25, members: 200, groupMessages: 5, logins: 5, waiting: 200, emulator: f.emulator}) {
+		return usageErr("--check holds the default sizes to their ceilings: drop --pairs, --messages, --members, --group-messages, --logins and --waiting")
+	}
 	known := *only == ""
 	for _, sc := range costScenarios {
 		known = known || sc.name == *only
@@ -118,6 +122,7 @@ Flags:
 		return usageErr(fmt.Sprintf("no scenario %q (see --help)", *only))
 	}
 	var perMessage []cost.Priced
+	var verdicts []cost.Verdict
 	for _, sc := range costScenarios {
 		if *only != "" && sc.name != *only {
 			continue
@@ -130,6 +135,9 @@ Flags:
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
 		priced := u.Price(cost.ListPrices)
+		if *check {
+			verdicts = append(verdicts, cost.Check(priced, cost.Goals[sc.name])...)
+		}
 		if u.Unit == "" {
 			perMessage = append(perMessage, priced)
 		}
@@ -153,6 +161,23 @@ Flags:
 		if !*asJSON {
 			fmt.Fprintf(stderr, "bench cost: chart written to %s\n", *chart)
 		}
+	}
+	if !*check {
+		return nil
+	}
+	var regressed bool
+	if *asJSON {
+		for _, v := range verdicts {
+			b, _ := json.Marshal(v)
+			fmt.Fprintln(stdout, string(b))
+			regressed = regressed || v.Regressed
+		}
+	} else {
+		fmt.Fprintln(stdout, "goals (issue 12) and ceilings (today's figures; a change may not raise them):")
+		regressed = cost.PrintVerdicts(stdout, verdicts)
+	}
+	if regressed {
+		return fmt.Errorf("cost regressed: %s", cost.Regressions(verdicts))
 	}
 	return nil
 }

@@ -1,0 +1,120 @@
+package cost
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// A Bound is one figure of a scenario held against issue 12: the goal it
+// must reach, and the ceiling it may not regress past. Ceilings are today's
+// figures (at the benchmark's default sizes) plus a margin for the
+// GB-second line, which is timed; each change that lowers a figure lowers
+// its ceiling, until ceiling and goal meet.
+type Bound struct {
+	Figure  string  // "total" or a component's Line.Component
+	PerUnit bool    // the bound is on units per delivered unit, not dollars per million
+	Goal    float64 // 0: none stated (the figure is to be cut, not to a number)
+	Ceiling float64
+}
+
+// Goals are the bounds of each scenario of `signet bench cost`, keyed by
+// scenario name. Dollars are per million delivered units (messages, group
+// messages, logins, device-days).
+var Goals = map[string][]Bound{
+	"chat-1dev": {
+		{Figure: "total", Goal: 10, Ceiling: 55},
+		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 8},
+		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 4.2},
+		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 46},
+		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 6.5},
+	},
+	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 73}},
+	"group-online": {{Figure: "total", Goal: 600, Ceiling: 3400}},
+	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 2200}},
+	"login":        {{Figure: "total", Goal: 30, Ceiling: 227}},
+	"idle-day":     {{Figure: "total", Ceiling: 1640}},
+}
+
+// Verdict is one bound checked against a run.
+type Verdict struct {
+	Scenario  string  `json:"scenario"`
+	Figure    string  `json:"figure"`
+	PerUnit   bool    `json:"perUnit"`
+	Value     float64 `json:"value"`
+	Goal      float64 `json:"goal,omitempty"`
+	Ceiling   float64 `json:"ceiling"`
+	GoalMet   bool    `json:"goalMet"`
+	Regressed bool    `json:"regressed"` // above the ceiling
+}
+
+// Check holds a priced scenario against its bounds. A bound whose figure
+// the scenario does not have is reported as regressed (a renamed component
+// must not silently escape its ceiling).
+func Check(pr Priced, bounds []Bound) []Verdict {
+	var out []Verdict
+	for _, b := range bounds {
+		v := Verdict{Scenario: pr.Scenario, Figure: b.Figure, PerUnit: b.PerUnit, Goal: b.Goal, Ceiling: b.Ceiling}
+		value, ok := pr.figure(b)
+		v.Value = value
+		v.Regressed = !ok || value > b.Ceiling
+		v.GoalMet = ok && b.Goal > 0 && value <= b.Goal
+		out = append(out, v)
+	}
+	return out
+}
+
+func (pr Priced) figure(b Bound) (float64, bool) {
+	if b.Figure == "total" && !b.PerUnit {
+		return pr.PerMillion, true
+	}
+	for _, l := range pr.Lines {
+		if l.Component == b.Figure {
+			if b.PerUnit {
+				return l.PerMessage, true
+			}
+			return l.PerMillion, true
+		}
+	}
+	return 0, false
+}
+
+// PrintVerdicts writes the verdicts as a table and reports whether any
+// figure regressed past its ceiling.
+func PrintVerdicts(w io.Writer, vs []Verdict) (regressed bool) {
+	fmt.Fprintf(w, "  %-14s %-38s %12s %12s %12s  %s\n", "scenario", "figure", "value", "goal", "ceiling", "")
+	for _, v := range vs {
+		figure := v.Figure
+		if v.PerUnit {
+			figure += " (per unit)"
+		} else {
+			figure = "$ per 1M, " + figure
+		}
+		goal, state := "-", "to be cut"
+		if v.Goal > 0 {
+			goal, state = number(v.Goal), "goal not met"
+		}
+		if v.GoalMet {
+			state = "goal met"
+		}
+		if v.Regressed {
+			state = "REGRESSED past its ceiling"
+			regressed = true
+		}
+		fmt.Fprintf(w, "  %-14s %-38s %12s %12s %12s  %s\n", v.Scenario, figure, number(round2(v.Value)), goal, number(v.Ceiling), state)
+	}
+	return regressed
+}
+
+// Regressions names the verdicts above their ceilings.
+func Regressions(vs []Verdict) string {
+	var parts []string
+	for _, v := range vs {
+		if v.Regressed {
+			parts = append(parts, fmt.Sprintf("%s %s %.2f > %s", v.Scenario, v.Figure, v.Value, number(v.Ceiling)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func round2(v float64) float64 { return float64(int64(v*100+0.5)) / 100 }
