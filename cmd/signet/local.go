@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/devstack"
 )
 
@@ -44,6 +45,8 @@ Environment:
   AWS_ENDPOINT_URL           both of the above (e.g. LocalStack, http://localhost:4566)
   SIGNET_PUSH_TIMEOUT, SIGNET_REDELIVERY_BACKOFF, SIGNET_SYNC_INTERVAL
                              redelivery and sync timings (see README)
+  SIGNET_LOG_LEVEL           debug adds a log line per push, redelivery check
+                             and ack (default info; --quiet is warn)
 
 Flags:
 `)
@@ -53,6 +56,11 @@ Flags:
 		return err
 	}
 	level := slog.LevelInfo
+	if v := os.Getenv(config.EnvLogLevel); v != "" {
+		if err := level.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("%w: %s=%q: want debug, info, warn or error", errUsage, config.EnvLogLevel, v)
+		}
+	}
 	if *quiet {
 		level = slog.LevelWarn
 	}

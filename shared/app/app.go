@@ -141,6 +141,6 @@ func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) 
 	if cfg.WebSocketEndpoint != "" {
 		c.Management = ManagementClient(awsCfg, cfg.WebSocketEndpoint)
 	}
-	log := slog.New(slog.NewJSONHandler(lambdaStdout{}, nil))
+	log := slog.New(slog.NewJSONHandler(lambdaStdout{}, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	return New(cfg, c, log), nil
 }

@@ -4,6 +4,7 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -59,6 +60,10 @@ type Config struct {
 	// PresenceStale is how long a connection counts as live after its last
 	// sign of life; PresenceDebounce delays presence pushes.
 	PresenceStale, PresenceDebounce time.Duration
+	// LogLevel is the lowest level logged: info keeps one line per stored
+	// message and every failure; debug adds a line per push, redelivery
+	// check and ack (the trace table records those either way).
+	LogLevel slog.Level
 }
 
 // Var documents one environment variable.
@@ -99,6 +104,7 @@ const (
 	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
 	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
 	EnvPresenceDebounce = "SIGNET_PRESENCE_DEBOUNCE"
+	EnvLogLevel         = "SIGNET_LOG_LEVEL"
 )
 
 // Vars lists every variable Signet reads, with its default.
@@ -132,6 +138,7 @@ var Vars = []Var{
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
+	{EnvLogLevel, "info", "lowest level logged: debug (adds a line per push, redelivery check and ack), info (a line per stored message, every failure), warn or error"},
 }
 
 // Load reads the configuration through getenv (os.Getenv in production).
@@ -220,6 +227,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.PresenceDebounce, err = duration(EnvPresenceDebounce, get(EnvPresenceDebounce)); err != nil {
 		return Config{}, err
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(get(EnvLogLevel))); err != nil {
+		return Config{}, fmt.Errorf("%s: %q is not debug, info, warn or error", EnvLogLevel, get(EnvLogLevel))
 	}
 	return c, nil
 }

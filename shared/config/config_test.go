@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"testing"
 	"time"
 
@@ -40,10 +41,17 @@ func TestLoadOverridesAndErrors(t *testing.T) {
 		"history < inbox": {EnvHistoryRetention: "10d"},
 		"zero members":    {EnvMemberLimit: "0"},
 		"bad batch":       {EnvFanoutBatch: "many"},
+		"bad log level":   {EnvLogLevel: "loud"},
 	} {
 		if _, err := Load(env(e)); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+	if c.LogLevel != slog.LevelInfo {
+		t.Errorf("default log level %v, want info", c.LogLevel)
+	}
+	if d, err := Load(env(map[string]string{EnvLogLevel: "debug"})); err != nil || d.LogLevel != slog.LevelDebug {
+		t.Errorf("SIGNET_LOG_LEVEL=debug: %v, %v", d.LogLevel, err)
 	}
 	if err := c.Require(EnvInboxTable, EnvPushTimeout); err != nil {
 		t.Errorf("require set/defaulted: %v", err)

@@ -128,7 +128,7 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 		log.WarnContext(ctx, "push_failed; left for redelivery", "err", err.Error())
 		event(im.EventPushFailed, "push error; left for redelivery", 0)
 	default:
-		log.InfoContext(ctx, "pushed")
+		log.DebugContext(ctx, "pushed")
 		event(im.EventPushed, "", 0)
 	}
 	delay, ok := h.Redelivery.CheckDelay(attempt)
@@ -144,7 +144,7 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 		event(im.EventAwaitingPull, "scheduling redelivery failed", 0)
 		return
 	}
-	log.InfoContext(ctx, "redelivery_scheduled", "delay", delay.String())
+	log.DebugContext(ctx, "redelivery_scheduled", "delay", delay.String())
 	event(im.EventRedeliveryScheduled, "", delay)
 }
 
@@ -180,7 +180,7 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	if moved {
-		h.log().InfoContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
+		h.log().DebugContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
 		h.afterAck(ctx, c, old, upTo)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
