@@ -150,6 +150,12 @@ func TestGatewayDisconnectsAClientThatStopsReading(t *testing.T) {
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
 	})
 	pusher := push.New(mgmt)
+	// The record is saved inside $connect; until the handler returns, the
+	// gateway answers a post 410 as API Gateway does. A small post that is
+	// accepted shows the handshake is over.
+	waitFor(t, "vic's connection open at the gateway", func() bool {
+		return pusher.Push(ctx, id, []byte(`{"type":"hello"}`)) == nil
+	})
 	frame := []byte(`{"type":"filler","pad":"` + strings.Repeat("x", 100<<10) + `"}`)
 	gone := false
 	for i := 0; i < 400 && !gone; i++ {
