@@ -52,6 +52,10 @@ var costScenarios = []struct {
 		func(ctx context.Context, f costFlags) (cost.Usage, error) { return idleCost(ctx, f.emulator) }},
 }
 
+// defaultCostFlags are the default sizes, at which shared/cost.Goals'
+// ceilings are calibrated.
+var defaultCostFlags = costFlags{pairs: 4, messages: 25, members: 200, groupMessages: 5, logins: 5, waiting: 200}
+
 // costFlags are the sizes of the scenarios.
 type costFlags struct {
 	pairs, messages, members, groupMessages, logins, waiting int
@@ -68,12 +72,13 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	}
 	fs := flag.NewFlagSet("signet bench cost", flag.ContinueOnError)
 	var f costFlags
-	fs.IntVar(&f.pairs, "pairs", 4, "1:1 scenarios: sender/receiver pairs")
-	fs.IntVar(&f.messages, "messages", 25, "1:1 scenarios: messages each sender sends")
-	fs.IntVar(&f.members, "members", 200, "group scenarios: members of the group")
-	fs.IntVar(&f.groupMessages, "group-messages", 5, "group scenarios: messages sent to the group")
-	fs.IntVar(&f.logins, "logins", 5, "login: users logging in")
-	fs.IntVar(&f.waiting, "waiting", 200, "login: messages waiting for each")
+	d := defaultCostFlags
+	fs.IntVar(&f.pairs, "pairs", d.pairs, "1:1 scenarios: sender/receiver pairs")
+	fs.IntVar(&f.messages, "messages", d.messages, "1:1 scenarios: messages each sender sends")
+	fs.IntVar(&f.members, "members", d.members, "group scenarios: members of the group")
+	fs.IntVar(&f.groupMessages, "group-messages", d.groupMessages, "group scenarios: messages sent to the group")
+	fs.IntVar(&f.logins, "logins", d.logins, "login: users logging in")
+	fs.IntVar(&f.waiting, "waiting", d.waiting, "login: messages waiting for each")
 	only := fs.String("scenario", "", "run only this scenario")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
@@ -111,7 +116,7 @@ Flags:
 	if f.pairs < 1 || f.messages < 1 || f.members < 2 || f.groupMessages < 1 || f.logins < 1 || f.waiting < 1 {
 		return usageErr("--pairs, --messages, --group-messages, --logins and --waiting must be at least 1, --members at least 2")
 	}
-	if *check && f != (costFlags{pairs: 4, messages: 25, members: 200, groupMessages: 5, logins: 5, waiting: 200, emulator: f.emulator}) {
+	if d.emulator = f.emulator; *check && f != d {
 		return usageErr("--check holds the default sizes to their ceilings: drop --pairs, --messages, --members, --group-messages, --logins and --waiting")
 	}
 	known := *only == ""

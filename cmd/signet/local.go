@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/devstack"
 )
 
@@ -55,20 +54,15 @@ Flags:
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	level := slog.LevelInfo
-	if v := os.Getenv(config.EnvLogLevel); v != "" {
-		if err := level.UnmarshalText([]byte(v)); err != nil {
-			return fmt.Errorf("%w: %s=%q: want debug, info, warn or error", errUsage, config.EnvLogLevel, v)
-		}
-	}
-	if *quiet {
-		level = slog.LevelWarn
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	cfg, err := loadTimings()
 	if err != nil {
 		return err
 	}
+	level := cfg.LogLevel // SIGNET_LOG_LEVEL, parsed with the rest of the configuration
+	if *quiet {
+		level = slog.LevelWarn
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	progress := func(format string, a ...any) { fmt.Fprintf(stdout, "  "+format+"\n", a...) }
 	fmt.Fprintln(stdout, "Starting Signet local stack...")
