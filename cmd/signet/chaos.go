@@ -32,6 +32,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dir := fs.String("dir", "", "directory for the device stores (default: a temporary directory, removed after; a tmpfs such as /dev/shm takes fsync out of large runs)")
 	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
+	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS: goaws (default) or memsqs, for large runs (env "+devstack.EnvSQSEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]
 
@@ -48,6 +49,8 @@ unACKed, idempotency violations. Exit status 1 if anything is found.
 Examples:
   signet chaos                                   # 200 messages, seed 1
   signet chaos --seed 7 --users 20 --messages 2000 --profile hell
+  signet chaos --messages 100000 --users 40 --groups 4 --seed 100 \
+      --dynamodb-emulator memdyn --sqs-emulator memsqs --dir /dev/shm   # make chaos-100k
 
 Flags:
 `)
@@ -68,7 +71,7 @@ Flags:
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: *seed, Users: *users, MaxDevices: *devices, Groups: *groups, Messages: *messages, Network: p,
 		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile,
-		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator},
+		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator, SQSEmulator: *sqsEmulator},
 		Progress: func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) },
 	})
 	if err != nil {

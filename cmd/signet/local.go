@@ -22,6 +22,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB when no endpoint is set: minidyn (default) or memdyn, the B-tree emulator for large tables (env "+devstack.EnvEmulator+")")
+	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS when no endpoint is set: goaws (default) or memsqs, for queues with large backlogs (env "+devstack.EnvSQSEmulator+")")
 	concurrency := fs.Int("concurrency", devstack.DefaultConcurrency, "account Lambda concurrency: invocations beyond it are throttled (a new AWS account has 10)")
 	var params paramFlags
 	fs.Var(&params, "parameter", "template parameter override Name=Value, as sam deploy --parameter-overrides (repeatable)")
@@ -70,6 +71,7 @@ Flags:
 		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
 		Concurrency: *concurrency, Parameters: params.values, Emulator: *emulator,
+		SQSEmulator: *sqsEmulator,
 	})
 	if err != nil {
 		return err

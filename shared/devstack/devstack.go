@@ -64,6 +64,10 @@ type Options struct {
 	// "minidyn" (the default) or "memdyn" (see StartDynamoDB); empty reads
 	// EnvEmulator.
 	Emulator string
+	// SQSEmulator picks the in-process SQS when no endpoint is given:
+	// "goaws" (the default) or "memsqs" (see StartSQS); empty reads
+	// EnvSQSEmulator.
+	SQSEmulator string
 	// Region of the SDK clients (default us-east-1).
 	Region string
 	// Prefix names the tables and queues (default "signet-local"); stacks
@@ -199,10 +203,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		o.Progress("dynamodb: %s", st.DynamoDBEndpoint)
 	}
 	if st.SQSEndpoint = o.SQSEndpoint; st.SQSEndpoint == "" {
-		if st.SQSEndpoint, err = StartGoaws(); err != nil {
-			return nil, fmt.Errorf("start goaws: %w", err)
+		var stop func()
+		kind := o.SQSEmulator
+		if kind == "" {
+			kind = os.Getenv(EnvSQSEmulator)
 		}
-		o.Progress("sqs: goaws in-process at %s", st.SQSEndpoint)
+		if st.SQSEndpoint, stop, kind, err = StartSQS(kind); err != nil {
+			return nil, fmt.Errorf("start sqs: %w", err)
+		}
+		st.stops = append(st.stops, stop)
+		o.Progress("sqs: %s in-process at %s", kind, st.SQSEndpoint)
 	} else {
 		o.Progress("sqs: %s", st.SQSEndpoint)
 	}

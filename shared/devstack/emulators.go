@@ -15,6 +15,7 @@ import (
 	miniserver "github.com/truora/minidyn/server"
 
 	"github.com/signet-im/signet/shared/memdyn"
+	"github.com/signet-im/signet/shared/memsqs"
 )
 
 // EnvEmulator names the in-process DynamoDB a stack (and the store
@@ -47,6 +48,26 @@ func StartMinidyn() (string, func(), error) {
 	srv := &http.Server{Handler: miniserver.NewServer(), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// EnvSQSEmulator names the in-process SQS a stack starts when no endpoint
+// is given: goaws or memsqs.
+const EnvSQSEmulator = "SIGNET_SQS_EMULATOR"
+
+// StartSQS starts the named in-process SQS ("" or "goaws": goaws, shared
+// by every stack of the process; "memsqs": Signet's heap-and-map emulator,
+// one per stack, for queues that grow past what goaws handles quickly) and
+// returns its endpoint, a stop function and the name it started.
+func StartSQS(kind string) (endpoint string, stop func(), started string, err error) {
+	switch kind {
+	case "", "goaws":
+		endpoint, err = StartGoaws()
+		return endpoint, func() {}, "goaws", err
+	case "memsqs":
+		endpoint, stop, err = memsqs.Start()
+		return endpoint, stop, "memsqs", err
+	}
+	return "", nil, "", fmt.Errorf("%s=%q: want goaws or memsqs", EnvSQSEmulator, kind)
 }
 
 // goaws keeps its queues in package-level state, so one process runs one
