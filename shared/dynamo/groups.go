@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,7 +44,13 @@ type groupHead struct {
 	seq           int64
 	name          string
 	count, owners int64
+	// pending is the token of a create still staging its members (see
+	// createStaged): until it commits, the group does not exist for anyone.
+	pending string
 }
+
+// live reports whether the head is a created group's.
+func (h groupHead) live() bool { return h.exists && h.name != "" && h.pending == "" }
 
 // headCond is the condition that the head item's seq is still old.
 func headCond(old int64, values map[string]types.AttributeValue) string {
@@ -54,55 +59,6 @@ func headCond(old int64, values map[string]types.AttributeValue) string {
 	}
 	values[":old"] = n(old)
 	return "#seq = :old"
-}
-
-// CreateGroup creates group c named name with owner as its owner and
-// members (deduplicated, without the owner; the caller checks the member
-// limit) as members, and returns the members it added. A group of up to
-// maxMembersPerChange members is created in one transaction: a create that
-// fails stores nothing. Larger groups get their first members in that
-// transaction and the rest through ChangeMembers, 45 at a time; should one
-// of those fail, the group exists with the members added so far (the answer
-// is an error, and a retry with add completes it). im.ErrGroupExists when
-// the id is taken.
-func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error) {
-	first, rest := members[:min(len(members), maxMembersPerChange)], members[min(len(members), maxMembersPerChange):]
-	items := []types.TransactWriteItem{
-		{Put: &types.Put{
-			TableName: aws.String(st.tables.Messages),
-			Item: map[string]types.AttributeValue{
-				attrConv: s(string(c)), attrSK: s(skHead), "name": s(name), "count": n(int64(1 + len(first))), "owners": n(1),
-				"createdAt": n(now.UnixMilli()), "createdBy": s(string(owner)),
-			},
-			ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-		}},
-		{Put: &types.Put{
-			TableName: aws.String(st.tables.Messages),
-			Item:      map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(memberSK(owner)), "role": s(string(im.RoleOwner)), "joined": n(0), "at": n(now.UnixMilli())},
-		}},
-		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0)},
-	}
-	added := []im.Member{{User: owner, Role: im.RoleOwner}}
-	for _, u := range first {
-		items = append(items,
-			types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: map[string]types.AttributeValue{
-				attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(im.RoleMember)), "joined": n(0), "at": n(now.UnixMilli()), "by": s(string(owner)),
-			}}},
-			types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, name, 0)})
-		added = append(added, im.Member{User: u, Role: im.RoleMember})
-	}
-	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
-		return nil, fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("create group %s: %w", c, err)
-	}
-	if len(rest) == 0 {
-		return added, nil
-	}
-	more, err := st.ChangeMembers(ctx, c, owner, im.OpAdd, rest, im.RoleMember, len(members)+1, now)
-	return append(added, more...), err
 }
 
 // joinIndexUpdate starts (or restarts) u's view of group c at head.
@@ -138,6 +94,9 @@ func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im
 		for _, it := range out.Responses[st.tables.Messages] {
 			if getS(it, attrSK) == skHead {
 				h = groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners")}
+				if p := getS(it, attrPending); p != stageCommitted {
+					h.pending = p
+				}
 				continue
 			}
 			m := memberFrom(it)
@@ -158,6 +117,9 @@ func (st *Store) headAndMember(ctx context.Context, c im.ConversationID, u im.Us
 	if err != nil {
 		return 0, im.Member{}, err
 	}
+	if h.pending != "" {
+		return 0, im.Member{}, nil // staged members are nobody's yet
+	}
 	return h.seq, members[u], nil
 }
 
@@ -168,7 +130,7 @@ func (st *Store) GroupInfo(ctx context.Context, c im.ConversationID) (name strin
 	if err != nil {
 		return "", 0, 0, err
 	}
-	if !h.exists || h.name == "" {
+	if !h.live() {
 		return "", 0, 0, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
 	}
 	return h.name, h.seq, h.count, nil
@@ -180,9 +142,12 @@ func (st *Store) Member(ctx context.Context, c im.ConversationID, u im.UserID) (
 	return m, err
 }
 
-// Members returns every member record of group c, removed members included.
+// Members returns every member record of group c, removed members included,
+// and none of a group whose create has not committed (member items written
+// by a staged create carry its token; only then is the head read).
 func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
 	var out []im.Member
+	staged := false
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND begins_with(#sk, :u)"),
@@ -197,6 +162,16 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 		}
 		for _, it := range page.Items {
 			out = append(out, memberFrom(it))
+			staged = staged || getS(it, attrStage) != ""
+		}
+	}
+	if staged {
+		h, _, err := st.groupState(ctx, c, nil)
+		if err != nil {
+			return nil, err
+		}
+		if !h.live() {
+			return []im.Member{}, nil
 		}
 	}
 	return out, nil
@@ -234,7 +209,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		if err != nil {
 			return nil, err
 		}
-		if !h.exists || h.name == "" {
+		if !h.live() {
 			return nil, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
 		}
 		by := members[actor]

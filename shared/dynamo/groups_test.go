@@ -151,7 +151,7 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 	ctx, now, g := context.Background(), time.Now(), im.Group("race")
 	var plain *dynamo.Store
 	var once sync.Once
-	plain, bobs := newStores(t, func(ctx context.Context, in any) {
+	plain, bobs := newStores(t, func(ctx context.Context, in any) error {
 		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok {
 			// Bob read his admin role; before his add commits, alice demotes him.
 			once.Do(func() {
@@ -160,6 +160,7 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 				}
 			})
 		}
+		return nil
 	})
 	if _, err := plain.CreateGroup(ctx, g, "Race", "alice", nil, now); err != nil {
 		t.Fatal(err)
@@ -199,5 +200,146 @@ func TestGroupChangesCountAUserNamedTwiceOnce(t *testing.T) {
 	}
 	if _, _, count, err := st.GroupInfo(ctx, g); err != nil || count != 2 {
 		t.Fatalf("count = %d, %v; want alice and carol", count, err)
+	}
+}
+
+// users returns n user ids with prefix.
+func users(prefix string, n int) []im.UserID {
+	out := make([]im.UserID, n)
+	for i := range out {
+		out[i] = im.UserID(fmt.Sprintf("%s%03d", prefix, i))
+	}
+	return out
+}
+
+// failingFrom returns a hook that fails the nth TransactWriteItems
+// (counting from 1) and, when alsoAfter, every call of any kind after it
+// too (a function that crashed there).
+func failingFrom(nth int, alsoAfter bool) func(context.Context, any) error {
+	var mu sync.Mutex
+	transactions, failed := 0, false
+	return func(_ context.Context, in any) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok {
+			transactions++
+			if transactions == nth {
+				failed = true
+				return errors.New("injected: DynamoDB unavailable")
+			}
+		}
+		if failed && alsoAfter {
+			return errors.New("injected: the function crashed")
+		}
+		return nil
+	}
+}
+
+// groupIsNowhere asserts that nobody can see or use group g.
+func groupIsNowhere(t *testing.T, st *dynamo.Store, g im.ConversationID, owner, member im.UserID) {
+	t.Helper()
+	ctx := context.Background()
+	if _, _, _, err := st.GroupInfo(ctx, g); !errors.Is(err, im.ErrNoSuchGroup) {
+		t.Errorf("GroupInfo: %v, want no such group", err)
+	}
+	if ms, err := st.Members(ctx, g); err != nil || len(ms) != 0 {
+		t.Errorf("Members = %d members, %v; want none", len(ms), err)
+	}
+	for _, u := range []im.UserID{owner, member} {
+		if m, err := st.Member(ctx, g, u); err != nil || m.Role.Valid() {
+			t.Errorf("Member(%s) = %+v, %v; want never a member", u, m, err)
+		}
+		convs, _, err := st.Conversations(ctx, u, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cs := range convs {
+			if cs.Conversation == g {
+				t.Errorf("%s's conversation list shows %s", u, g)
+			}
+		}
+	}
+	if _, err := st.SendGroup(ctx, im.Draft{From: owner, ClientMsgID: "m1", Conversation: g, Body: []byte(`{"text":"hi"}`)}, time.Now()); err == nil {
+		t.Error("the owner could send into it")
+	}
+	if _, err := st.ChangeMembers(ctx, g, owner, im.OpAdd, []im.UserID{"zed"}, im.RoleMember, 500, time.Now()); !errors.Is(err, im.ErrNoSuchGroup) {
+		t.Errorf("add: %v, want no such group", err)
+	}
+}
+
+// Issue 11 finding 7: a create of more members than one transaction holds
+// (45) stored its first members and then failed, leaving a group behind.
+func TestALargeGroupCreateThatFailsStoresNothingAnyoneCanSee(t *testing.T) {
+	t.Parallel()
+	ctx, now, g := context.Background(), time.Now(), im.Group("big-fail")
+	plain, failing := newStores(t, failingFrom(3, false)) // the head and one staging chunk pass, the next fails
+	_, err := failing.CreateGroup(ctx, g, "Big", "alice", users("m", 300), now)
+	if err == nil {
+		t.Fatal("the create succeeded through a failing DynamoDB")
+	}
+	groupIsNowhere(t, plain, g, "alice", "m250")
+	// What it staged is gone: the id is free at once, and only the new
+	// members are members.
+	added, err := plain.CreateGroup(ctx, g, "Big", "alice", users("n", 120), now)
+	if err != nil || len(added) != 121 {
+		t.Fatalf("create again = %d, %v", len(added), err)
+	}
+	ms, err := plain.Members(ctx, g)
+	if err != nil || len(ms) != 121 {
+		t.Fatalf("members = %d, %v; want alice and n000..n119 only", len(ms), err)
+	}
+	for _, m := range ms {
+		if m.User != "alice" && m.User[0] != 'n' {
+			t.Errorf("%s is a member, left from the failed create", m.User)
+		}
+	}
+}
+
+// A staged create that crashed (its clean-up failing too) leaves nothing
+// visible, keeps its id for a create that may still be under way, and
+// gives the id up once abandoned.
+func TestACrashedLargeGroupCreateIsInvisibleAndItsIdFreedWhenAbandoned(t *testing.T) {
+	t.Parallel()
+	ctx, now, g := context.Background(), time.Now(), im.Group("big-crash")
+	plain, crashing := newStores(t, failingFrom(3, true))
+	if _, err := crashing.CreateGroup(ctx, g, "Big", "alice", users("m", 300), now); err == nil {
+		t.Fatal("the create succeeded through a crash")
+	}
+	groupIsNowhere(t, plain, g, "alice", "m050")
+	if _, err := plain.CreateGroup(ctx, g, "Big", "bob", nil, now.Add(time.Minute)); !errors.Is(err, im.ErrGroupExists) {
+		t.Fatalf("a create a minute later: %v, want the id taken (the first may still be under way)", err)
+	}
+	later := now.Add(20 * time.Minute)
+	if _, err := plain.CreateGroup(ctx, g, "Mine", "bob", users("n", 2), later); err != nil {
+		t.Fatalf("a create after the crashed one was abandoned: %v", err)
+	}
+	ms, err := plain.Members(ctx, g)
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("members = %+v, %v; want bob, n000, n001", ms, err)
+	}
+	if name, _, count, err := plain.GroupInfo(ctx, g); err != nil || name != "Mine" || count != 3 {
+		t.Fatalf("GroupInfo = %q, %d, %v", name, count, err)
+	}
+}
+
+func TestALargeGroupCreateMakesEveryMemberAtOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx, now, g := newStore(t), context.Background(), time.Now(), im.Group("big")
+	added, err := st.CreateGroup(ctx, g, "Big", "alice", users("m", 250), now)
+	if err != nil || len(added) != 251 {
+		t.Fatalf("create = %d, %v", len(added), err)
+	}
+	if _, _, count, err := st.GroupInfo(ctx, g); err != nil || count != 251 {
+		t.Fatalf("count = %d, %v", count, err)
+	}
+	if ms, err := st.Members(ctx, g); err != nil || len(ms) != 251 {
+		t.Fatalf("members = %d, %v", len(ms), err)
+	}
+	convs, _, err := st.Conversations(ctx, "m249", "", 10)
+	if err != nil || len(convs) != 1 || convs[0].Conversation != g {
+		t.Fatalf("m249's conversations = %+v, %v", convs, err)
+	}
+	if _, err := st.SendGroup(ctx, im.Draft{From: "m249", ClientMsgID: "m1", Conversation: g, Body: []byte(`{"text":"hi"}`)}, now); err != nil {
+		t.Fatalf("the last member sends: %v", err)
 	}
 }

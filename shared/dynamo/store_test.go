@@ -34,8 +34,9 @@ func newStore(t *testing.T) *dynamo.Store {
 
 // newStores is newStore that also returns a second store on the same
 // tables whose DynamoDB client calls hook with each operation's input
-// before sending it (to interleave another writer deterministically).
-func newStores(t *testing.T, hook func(ctx context.Context, input any)) (plain, hooked *dynamo.Store) {
+// before sending it (to interleave another writer deterministically); an
+// error from hook fails that call, as a failing DynamoDB request would.
+func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (plain, hooked *dynamo.Store) {
 	t.Helper()
 	endpoint := os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT")
 	if endpoint == "" {
@@ -63,7 +64,9 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any)) (plain, 
 	hookedDB := dynamodb.New(db.Options(), func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("testHook", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-				hook(ctx, in.Parameters)
+				if err := hook(ctx, in.Parameters); err != nil {
+					return middleware.InitializeOutput{}, middleware.Metadata{}, err
+				}
 				return next.HandleInitialize(ctx, in)
 			}), middleware.Before)
 		})
