@@ -71,6 +71,12 @@ type Gateway struct {
 	mu    sync.Mutex
 	conns map[string]*conn
 	wg    sync.WaitGroup
+	// base is the parent of every connection's lifetime: Close cancels it,
+	// which ends connections still in their $connect handshake too; closed
+	// refuses connections that arrive after Close.
+	base       context.Context
+	cancelBase context.CancelFunc
+	closed     bool
 }
 
 type conn struct {
@@ -80,7 +86,6 @@ type conn struct {
 	lastActive  time.Time
 	sourceIP    string
 	authorizer  map[string]any
-	cancel      context.CancelFunc
 	mu          sync.Mutex // guards lastActive
 	// out queues frames for the connection's writer (route responses and
 	// pushes, in the order accepted); gone is closed when the connection
@@ -205,15 +210,22 @@ func (g *Gateway) Context(id string) map[string]any {
 }
 
 // Close closes every connection (each gets $disconnect) and waits for them.
+// A connection still in its $connect handshake is closed as it completes.
 func (g *Gateway) Close() {
 	g.mu.Lock()
-	for _, c := range g.conns {
-		if c.cancel != nil {
-			c.cancel()
-		}
-	}
+	g.closed = true
+	g.baseLocked()
+	g.cancelBase()
 	g.mu.Unlock()
 	g.wg.Wait()
+}
+
+// baseLocked returns the parent context of connection lifetimes; g.mu is held.
+func (g *Gateway) baseLocked() context.Context {
+	if g.base == nil {
+		g.base, g.cancelBase = context.WithCancel(context.Background())
+	}
+	return g.base
 }
 
 // Connections returns the ids of the open connections.
@@ -328,8 +340,9 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	close(c.connected)
-	life, cancel := context.WithTimeout(context.Background(), g.lifetime())
-	c.cancel = cancel
+	g.mu.Lock()
+	life, cancel := context.WithTimeout(g.baseLocked(), g.lifetime())
+	g.mu.Unlock()
 	ws, err := websocket.Accept(frameLimit{ResponseWriter: w, max: MaxFrameBytes}, r, &websocket.AcceptOptions{InsecureSkipVerify: true})
 	if err != nil {
 		forget()
@@ -342,8 +355,15 @@ func (g *Gateway) serveWebSocket(w http.ResponseWriter, r *http.Request) {
 	c.ws = ws
 	c.out, c.gone = make(chan []byte, OutboundFrames), make(chan struct{})
 	close(c.ready)
-	g.wg.Add(1)
-	defer g.wg.Done()
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		cancel() // the gateway closed during the handshake: the read loop ends at once
+	} else {
+		g.wg.Add(1)
+		g.mu.Unlock()
+		defer g.wg.Done()
+	}
 	go g.writeLoop(c)
 	g.readLoop(life, c)
 	close(c.gone)
