@@ -256,9 +256,9 @@ func (st *Store) clearAbandonedCreate(ctx context.Context, c im.ConversationID, 
 	if err != nil {
 		return false, fmt.Errorf("create group %s: %w", c, err)
 	}
-	token := getS(out.Item, attrPending)
-	if token == "" || token == stageCommitted || now.Sub(time.UnixMilli(getN(out.Item, "createdAt"))) < stagedCreateAbandoned {
-		return false, nil // a live group, or a create still under way
+	token := headFrom(out.Item).pending
+	if token == "" || now.Sub(time.UnixMilli(getN(out.Item, "createdAt"))) < stagedCreateAbandoned {
+		return false, nil // no head, a live group, or a create still under way
 	}
 	if err := st.unstage(ctx, c, token); err != nil {
 		return false, fmt.Errorf("create group %s: clearing an abandoned create: %w", c, err)

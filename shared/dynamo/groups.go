@@ -93,10 +93,7 @@ func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im
 		}
 		for _, it := range out.Responses[st.tables.Messages] {
 			if getS(it, attrSK) == skHead {
-				h = groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners")}
-				if p := getS(it, attrPending); p != stageCommitted {
-					h.pending = p
-				}
+				h = headFrom(it)
 				continue
 			}
 			m := memberFrom(it)
@@ -105,6 +102,27 @@ func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im
 		req = out.UnprocessedKeys
 	}
 	return h, members, nil
+}
+
+// headFrom reads a group head item.
+func headFrom(it map[string]types.AttributeValue) groupHead {
+	h := groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners")}
+	if p := getS(it, attrPending); p != stageCommitted {
+		h.pending = p
+	}
+	return h
+}
+
+// readHead reads group c's head item alone (strongly consistent).
+func (st *Store) readHead(ctx context.Context, c im.ConversationID) (groupHead, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return groupHead{}, fmt.Errorf("group %s head: %w", c, err)
+	}
+	if out.Item == nil {
+		return groupHead{}, nil
+	}
+	return headFrom(out.Item), nil
 }
 
 // headAndMember returns c's head and, for a group, u's membership.
@@ -166,7 +184,7 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 		}
 	}
 	if staged {
-		h, _, err := st.groupState(ctx, c, nil)
+		h, err := st.readHead(ctx, c)
 		if err != nil {
 			return nil, err
 		}
