@@ -3,12 +3,14 @@
 // like events.SQSEvent, deletes what succeeded and leaves the reported batch
 // item failures (or the whole batch on error) to reappear after the
 // visibility timeout, where the queue's redrive policy moves them to the DLQ.
+// Like the mapping, it deletes what succeeded with DeleteMessageBatch.
 package eventsource
 
 import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -121,14 +123,25 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
 	for _, f := range resp.BatchItemFailures {
 		failed[f.ItemIdentifier] = true
 	}
-	for _, m := range msgs {
+	// What succeeded is deleted in one DeleteMessageBatch, as Lambda's
+	// event source mapping does (a receive returns at most 10).
+	var done []types.DeleteMessageBatchRequestEntry
+	for i, m := range msgs {
 		if failed[aws.ToString(m.MessageId)] {
 			p.retryLater(ctx, m)
 			continue
 		}
-		if _, err := p.Client.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(p.QueueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
-			p.log().Warn("delete failed; the message will be processed again", "err", err.Error())
-		}
+		done = append(done, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	if len(done) == 0 {
+		return
+	}
+	out, err := p.Client.DeleteMessageBatch(context.WithoutCancel(ctx), &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(p.QueueURL), Entries: done})
+	switch {
+	case err != nil:
+		p.log().Warn("delete failed; the batch will be processed again", "err", err.Error(), "messages", len(done))
+	case len(out.Failed) > 0:
+		p.log().Warn("delete failed; messages will be processed again", "failed", len(out.Failed), "code", aws.ToString(out.Failed[0].Code))
 	}
 }
 
