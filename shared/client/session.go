@@ -102,12 +102,19 @@ func (c *Client) replay() bool {
 
 // session is the state of one connection.
 type session struct {
-	c        *Client
-	conn     Conn
-	cursor   int64
-	epoch    string
-	lastAck  int64
+	c       *Client
+	conn    Conn
+	cursor  int64
+	epoch   string
+	lastAck int64
+	// needAck is the highest seq applied that the server waits for an ack
+	// of (pushed or synced; not this device's own 1:1 entries, which
+	// "sent" carried and nothing re-pushes).
+	needAck  int64
 	forceAck bool
+	// own holds this device's own 1:1 entries from "sent" that are ahead of
+	// the cursor, by seq, until the entries before them arrive.
+	own      map[int64]wire.Entry
 	unacked  int
 	syncing  bool
 	syncAt   time.Time // when a rate-limited sync may be retried; zero: none waiting
@@ -148,7 +155,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		c.log.Error("read local position", "err", err.Error())
 		return time.Second
 	}
-	s := &session{c: c, conn: conn, cursor: cursor, epoch: epoch, sentAt: map[string]time.Time{}, lastRecv: time.Now()}
+	// The stored cursor is acked once per connection: a device may have
+	// stopped between persisting entries and acking them.
+	s := &session{c: c, conn: conn, cursor: cursor, needAck: cursor, epoch: epoch, sentAt: map[string]time.Time{}, lastRecv: time.Now()}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	frames := make(chan incoming, 64)
@@ -333,6 +342,15 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			return err
 		}
 		s.c.resolve(a.ClientMsgID, sendResult{sent: a})
+		if e, ok := a.Entry(); ok && e.Seq > s.cursor {
+			if s.own == nil {
+				s.own = map[int64]wire.Entry{}
+			}
+			s.own[e.Seq] = e
+			if err := s.applyOwn(ctx); err != nil {
+				return err
+			}
+		}
 		// The next send of that conversation may go now.
 		return s.flushOutbox(ctx)
 	case wire.TypeReceipt:
@@ -425,7 +443,7 @@ func (s *session) resync(ctx context.Context, epoch string) error {
 	if err := s.c.store.reset(epoch); err != nil {
 		return err
 	}
-	s.epoch, s.cursor, s.lastAck, s.behindAt = epoch, 0, 0, time.Time{}
+	s.epoch, s.cursor, s.lastAck, s.needAck, s.own, s.behindAt = epoch, 0, 0, 0, nil, time.Time{}
 	return s.requestSync(ctx, 0)
 }
 
@@ -434,9 +452,52 @@ func (s *session) receive(ctx context.Context, e wire.Entry) error {
 	return s.apply(ctx, e, false)
 }
 
-// apply applies one entry; synced is true for entries of a sync page.
-func (s *session) apply(ctx context.Context, e wire.Entry, synced bool) error {
-	if !synced && s.epoch == "" && s.syncing {
+// source is where an applied entry came from.
+type source int
+
+const (
+	pushed source = iota
+	synced
+	ownSent // this device's own 1:1 message, carried by "sent"
+)
+
+// apply applies one entry (synced: of a sync page), and then any of this
+// device's own entries it made next in line.
+func (s *session) apply(ctx context.Context, e wire.Entry, fromSync bool) error {
+	if err := s.applyOwn(ctx); err != nil {
+		return err
+	}
+	src := pushed
+	if fromSync {
+		src = synced
+	}
+	if err := s.applyOne(ctx, e, src); err != nil {
+		return err
+	}
+	return s.applyOwn(ctx)
+}
+
+// applyOwn applies the held own entries that are next in line. They need
+// no ack of their own: the next cumulative ack covers them.
+func (s *session) applyOwn(ctx context.Context) error {
+	for {
+		if s.epoch == "" && s.syncing {
+			return nil // the sync in flight tells the epoch first
+		}
+		e, ok := s.own[s.cursor+1]
+		if !ok {
+			return nil
+		}
+		delete(s.own, e.Seq)
+		if err := s.applyOne(ctx, e, ownSent); err != nil {
+			return err
+		}
+	}
+}
+
+// applyOne applies one entry at the cursor.
+func (s *session) applyOne(ctx context.Context, e wire.Entry, src source) error {
+	if src == pushed && s.epoch == "" && s.syncing {
 		// This device does not know its inbox's epoch yet: taking a push
 		// now could stack a new sequence on a stale cursor. The sync in
 		// flight tells the epoch; one more sync then fetches this entry.
@@ -445,7 +506,9 @@ func (s *session) apply(ctx context.Context, e wire.Entry, synced bool) error {
 	}
 	switch {
 	case e.Seq <= s.cursor:
-		s.forceAck = true // a duplicate: the server may have missed our ack
+		if src == pushed {
+			s.forceAck = true // a duplicate: the server may have missed our ack
+		}
 		return nil
 	case e.Seq > s.cursor+1:
 		// A gap: apply nothing past it until a sync from the cursor fills it.
@@ -466,18 +529,21 @@ func (s *session) apply(ctx context.Context, e wire.Entry, synced bool) error {
 		return nil
 	}
 	s.cursor = e.Seq
+	if src != ownSent {
+		s.needAck = e.Seq
+	}
 	if h.afterPersist != nil && h.afterPersist(e.Seq) == errCrash {
 		return errCrash
 	}
-	if known {
-		// Held before a resync and shown then: persisted, acked, not shown again.
-		s.unacked++
+	if !known {
+		select {
+		case s.c.msgs <- toMessage(e):
+		case <-s.c.done:
+			return errors.New("closed")
+		}
+	} // else: held before a resync and shown then: persisted, not shown again
+	if src == ownSent {
 		return nil
-	}
-	select {
-	case s.c.msgs <- toMessage(e):
-	case <-s.c.done:
-		return errors.New("closed")
 	}
 	s.unacked++
 	if s.unacked >= s.c.opts.AckBatch {
@@ -530,8 +596,10 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 	return s.ack(ctx)
 }
 
+// ack acknowledges everything up to the cursor, when something the server
+// waits for (a pushed or synced entry) or a duplicate push asks for it.
 func (s *session) ack(ctx context.Context) error {
-	if s.cursor <= s.lastAck && !s.forceAck {
+	if s.needAck <= s.lastAck && !s.forceAck {
 		return nil
 	}
 	if h := s.c.opts.hooks.beforeAck; h != nil && h(s.cursor) == errCrash {

@@ -13,6 +13,7 @@ func TestOnlineDeliveryWithServerAck(t *testing.T) {
 	st := startStack(t, devstack.Options{})
 	alice := dial(t, st, "alice", "laptop")
 	bob := dial(t, st, "bob", "phone")
+	tablet := dial(t, st, "alice", "tablet")
 
 	alice.send("c-1", "bob", map[string]string{"text": "approve PO-7?"})
 	sent := alice.next("sent", 5*time.Second)
@@ -24,9 +25,13 @@ func TestOnlineDeliveryWithServerAck(t *testing.T) {
 	if got.Seq != 1 || id != sent.MessageID || from != "alice" || body != `{"text":"approve PO-7?"}` {
 		t.Fatalf("push = %+v (id %s from %s body %s)", got, id, from, body)
 	}
-	// The sender's own inbox gets the message too, for their other devices.
-	own := alice.next("message", 5*time.Second)
-	if ownID, _, _ := own.pushed(t); own.Seq != 1 || ownID != sent.MessageID {
-		t.Fatalf("own push = %+v", own)
+	// The sender's own inbox gets the message too: the sending connection
+	// in "sent" (no push of its own), the sender's other devices by push.
+	if ownID, from, body := sent.pushed(t); sent.Seq != 1 || ownID != sent.MessageID || from != "alice" || body != `{"text":"approve PO-7?"}` {
+		t.Fatalf("sent carries own entry seq %d id %s from %s body %s; want seq 1 and the stored message", sent.Seq, ownID, from, body)
+	}
+	other := tablet.next("message", 5*time.Second)
+	if otherID, _, _ := other.pushed(t); other.Seq != 1 || otherID != sent.MessageID {
+		t.Fatalf("push to the sender's other device = %+v", other)
 	}
 }

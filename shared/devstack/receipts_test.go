@@ -77,8 +77,7 @@ func TestOneToOneReceiptsAreWatermarks(t *testing.T) {
 	}
 	// bob's own messages acked by bob do not produce receipts to alice.
 	bob.send("b-1", "alice", "ok")
-	bob.next("sent", 5*time.Second)
-	own := bob.next("message", 5*time.Second)
+	own := bob.next("sent", 5*time.Second) // carries bob's own entry
 	bob.write(map[string]any{"action": "ack", "upTo": own.Seq})
 	time.Sleep(300 * time.Millisecond)
 	for len(alice.raw) > 0 {

@@ -329,7 +329,7 @@ func (h *Handler) inboxAlert(ctx context.Context, tr *trail, u im.UserID, a im.A
 		return err
 	}
 	tr.add(im.Event{Message: a.Message.ID, Type: im.EventInboxed, User: u, Seq: seq})
-	h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: a.Message})
+	h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: a.Message}, "")
 	return nil
 }
 

@@ -250,7 +250,7 @@ func (h *Handler) deliverAll(ctx context.Context, tr *trail, u im.UserID, entrie
 		entries = entries[len(entries)-1:]
 	}
 	for _, e := range entries {
-		h.deliver(ctx, tr, u, e)
+		h.deliver(ctx, tr, u, e, "")
 	}
 }
 

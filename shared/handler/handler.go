@@ -274,21 +274,26 @@ func (h *Handler) failPushed(ctx context.Context, c caller, route string, err er
 
 // answer posts a one-way route's answer (a send's "sent") to the caller's
 // connection, once more if the first post failed for a reason other than
-// the connection being gone. If both fail the client re-sends after its
-// resend timeout and gets the same answer (sends are idempotent).
-func (h *Handler) answer(ctx context.Context, c caller, route string, v any) {
+// the connection being gone, and reports whether it was posted. If both
+// fail the client re-sends after its resend timeout and gets the same
+// answer (sends are idempotent).
+func (h *Handler) answer(ctx context.Context, c caller, route string, v any) (posted bool) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		h.log().ErrorContext(ctx, "answer not encoded", "route", route, "err", err.Error())
-		return
+		return false
 	}
 	for attempt := range 2 {
 		err = h.pushWithin(ctx, AnswerDeadline, c.Connection, b)
-		if err == nil || errors.Is(err, im.ErrGone) {
-			return
+		if err == nil {
+			return true
+		}
+		if errors.Is(err, im.ErrGone) {
+			return false
 		}
 		h.log().WarnContext(ctx, "answer not pushed", "route", route, "attempt", attempt, "err", err.Error(), "connectionId", c.Connection)
 	}
+	return false
 }
 
 // DefaultPushDeadline bounds one push when Handler.PushDeadline is unset.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -48,7 +49,18 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
-	h.answer(ctx, c, wire.ActionSend, wire.NewSent(clientMsgID, stored.Message))
+	// The sending connection's own copy travels in "sent": no push, no
+	// redelivery check and no ack of it. Should "sent" not be posted, the
+	// connection is pushed its copy like any other.
+	own, hasOwn := stored.Inboxed[c.User]
+	sent := wire.NewSent(clientMsgID, stored.Message)
+	if hasOwn {
+		sent = wire.NewSentEntry(clientMsgID, im.Entry{Seq: own, Message: stored.Message})
+	}
+	var carried im.ConnectionID
+	if h.answer(ctx, c, wire.ActionSend, sent) && hasOwn {
+		carried = c.Connection
+	}
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	id := stored.Message.ID
@@ -65,25 +77,31 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		"convSeq", stored.Message.ConvSeq, "userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
 	// A replay pushes again: the first attempt may have crashed before its
 	// pushes. Devices drop entries they already have (seq ≤ cursor).
+	if carried != "" {
+		tr.add(im.Event{Message: id, Type: im.EventPushed, User: c.User, Device: c.Device, Connection: c.Connection, Seq: own, Detail: "in sent"})
+	}
 	var wg sync.WaitGroup
 	for user, seq := range stored.Inboxed {
-		wg.Go(func() { h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message}) })
+		wg.Go(func() { h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message}, carried) })
 	}
 	wg.Wait()
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
-// deliver pushes an entry to every connection of user, all at once, and
-// schedules the first redelivery check of each push. Failures are logged:
-// the entry is durable and a check or the next sync delivers it.
-func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.Entry) {
+// deliver pushes an entry to every connection of user but skip (the
+// sending connection, which had it in "sent"; "" for none), all at once,
+// and schedules the first redelivery check of each push. Failures are
+// logged: the entry is durable and a check or the next sync delivers it.
+func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.Entry, skip im.ConnectionID) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
 		h.log().ErrorContext(ctx, "push skipped: listing connections failed", "err", err.Error(), "userId", user, "seq", e.Seq, "messageId", e.Message.ID)
 		return
 	}
+	carried := slices.ContainsFunc(conns, func(c im.Connection) bool { return c.ID == skip })
+	conns = slices.DeleteFunc(conns, func(c im.Connection) bool { return c.ID == skip })
 	frame, _ := json.Marshal(wire.NewPush(e))
-	if len(conns) == 0 {
+	if len(conns) == 0 && !carried {
 		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
 	}
 	var wg sync.WaitGroup

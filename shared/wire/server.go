@@ -84,6 +84,20 @@ type Sent struct {
 	ConvSeq int64 `json:"convSeq"`
 	// SentAt is when the server accepted the message (RFC 3339, UTC).
 	SentAt string `json:"sentAt"`
+	// Seq and Message, in 1:1, are the message's entry in the sender's own
+	// inbox: the sending connection is not pushed its own message, it
+	// applies this entry as if pushed (the stored bytes, at Seq). Absent in
+	// a group, whose copy reaches the sender's inbox by fan-out.
+	Seq     int64    `json:"seq,omitempty"`
+	Message *Message `json:"message,omitempty"`
+}
+
+// Entry returns the sender's own inbox entry a 1:1 "sent" carries.
+func (s Sent) Entry() (Entry, bool) {
+	if s.Seq < 1 || s.Message == nil {
+		return Entry{}, false
+	}
+	return Entry{Seq: s.Seq, Message: *s.Message}, true
 }
 
 // Message is a message as clients see it.
@@ -191,6 +205,15 @@ func NewSent(clientMsgID string, m im.Message) Sent {
 		ConvSeq:        m.ConvSeq,
 		SentAt:         Timestamp(m.SentAt),
 	}
+}
+
+// NewSentEntry builds the server ACK of a 1:1 send that also carries the
+// sender's own inbox entry (seq): the sending connection's copy.
+func NewSentEntry(clientMsgID string, e im.Entry) Sent {
+	s := NewSent(clientMsgID, e.Message)
+	m := FromMessage(e.Message)
+	s.Seq, s.Message = e.Seq, &m
+	return s
 }
 
 // NewPush builds the push frame of an inbox entry.
