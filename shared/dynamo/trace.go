@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,17 +18,35 @@ import (
 // TraceRetention is how long trace events are kept (DynamoDB TTL).
 const TraceRetention = 30 * 24 * time.Hour
 
-// AppendEvents appends events to their messages' traces (Trace table:
-// messageId / "<unix ms>#<random>"), 25 per BatchWriteItem.
+// AppendEvents appends events to their messages' traces. The events of
+// one message in one call (one invocation's steps) are packed into one item
+// of the Trace table — messageId / "<unix ms>#<part>#<random>", the events
+// as a list in their recorded order — so a 1:1 send's seven steps cost one
+// write unit, not seven. Items go 25 per BatchWriteItem.
 func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 	if st.tables.Trace == "" || len(events) == 0 {
 		return nil
 	}
-	for start := 0; start < len(events); start += 25 {
-		chunk := events[start:min(start+25, len(events))]
+	var items []map[string]types.AttributeValue
+	var order []im.MessageID
+	byMessage := map[im.MessageID][]im.Event{}
+	for _, e := range events {
+		if _, ok := byMessage[e.Message]; !ok {
+			order = append(order, e.Message)
+		}
+		byMessage[e.Message] = append(byMessage[e.Message], e)
+	}
+	for _, id := range order {
+		evs := byMessage[id]
+		for part := 0; part*eventsPerItem < len(evs); part++ {
+			items = append(items, traceItem(evs[part*eventsPerItem:min((part+1)*eventsPerItem, len(evs))], part))
+		}
+	}
+	for start := 0; start < len(items); start += 25 {
+		chunk := items[start:min(start+25, len(items))]
 		reqs := make([]types.WriteRequest, len(chunk))
-		for i, e := range chunk {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: eventItem(e, start+i)}}
+		for i, it := range chunk {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
 		}
 		pending := map[string][]types.WriteRequest{st.tables.Trace: reqs}
 		for attempt := 0; len(pending) > 0; attempt++ {
@@ -49,19 +68,31 @@ func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 	return nil
 }
 
-// eventItem renders an event; the sort key orders events by time, then by
-// their position in the batch that recorded them, so the steps of one
-// invocation keep their order within a millisecond.
-func eventItem(e im.Event, index int) map[string]types.AttributeValue {
+// eventsPerItem bounds the events packed into one trace item (each is at
+// most a few hundred bytes: far below DynamoDB's 400 KB item limit).
+const eventsPerItem = 500
+
+// traceItem packs events of one message, in order, into one item; the sort
+// key orders items by the time of their first event, then part.
+func traceItem(events []im.Event, part int) map[string]types.AttributeValue {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
-	item := map[string]types.AttributeValue{
-		"messageId": s(string(e.Message)),
-		attrSK:      s(fmt.Sprintf("%013d#%04d#%s", e.At.UnixMilli(), index, hex.EncodeToString(r[:]))),
-		"type":      s(string(e.Type)),
-		"at":        n(e.At.UnixMilli()),
-		attrTTL:     n(e.At.Add(TraceRetention).Unix()),
+	first := events[0]
+	list := make([]types.AttributeValue, len(events))
+	for i, e := range events {
+		list[i] = &types.AttributeValueMemberM{Value: eventFields(e)}
 	}
+	return map[string]types.AttributeValue{
+		"messageId": s(string(first.Message)),
+		attrSK:      s(fmt.Sprintf("%013d#%04d#%s", first.At.UnixMilli(), part, hex.EncodeToString(r[:]))),
+		attrTTL:     n(first.At.Add(TraceRetention).Unix()),
+		"events":    &types.AttributeValueMemberL{Value: list},
+	}
+}
+
+// eventFields renders one event's fields (without its message id).
+func eventFields(e im.Event) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{"type": s(string(e.Type)), "at": n(e.At.UnixMilli())}
 	put := func(name, v string) {
 		if v != "" {
 			item[name] = s(v)
@@ -85,7 +116,19 @@ func eventItem(e im.Event, index int) map[string]types.AttributeValue {
 	return item
 }
 
-// Events returns a message's trace, oldest first.
+// eventFrom reads one event's fields.
+func eventFrom(id im.MessageID, it map[string]types.AttributeValue) im.Event {
+	return im.Event{
+		Message: id, Type: im.EventType(getS(it, "type")), At: time.UnixMilli(getN(it, "at")).UTC(),
+		Function: getS(it, "fn"), RequestID: getS(it, "requestId"), User: im.UserID(getS(it, attrUser)),
+		Device: im.DeviceID(getS(it, "deviceId")), Connection: im.ConnectionID(getS(it, attrConn)),
+		Seq: getN(it, attrSeq), Attempt: int(getN(it, "attempt")), Delay: time.Duration(getN(it, "delayMs")) * time.Millisecond,
+		Detail: getS(it, "detail"),
+	}
+}
+
+// Events returns a message's trace, oldest first. It reads packed items
+// and the one-event items written before events were packed alike.
 func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
 	var out []im.Event
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
@@ -101,15 +144,19 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 			return nil, fmt.Errorf("trace of %s: %w", id, err)
 		}
 		for _, it := range page.Items {
-			out = append(out, im.Event{
-				Message: id, Type: im.EventType(getS(it, "type")), At: time.UnixMilli(getN(it, "at")).UTC(),
-				Function: getS(it, "fn"), RequestID: getS(it, "requestId"), User: im.UserID(getS(it, attrUser)),
-				Device: im.DeviceID(getS(it, "deviceId")), Connection: im.ConnectionID(getS(it, attrConn)),
-				Seq: getN(it, attrSeq), Attempt: int(getN(it, "attempt")), Delay: time.Duration(getN(it, "delayMs")) * time.Millisecond,
-				Detail: getS(it, "detail"),
-			})
+			list, packed := it["events"].(*types.AttributeValueMemberL)
+			if !packed {
+				out = append(out, eventFrom(id, it))
+				continue
+			}
+			for _, v := range list.Value {
+				if m, ok := v.(*types.AttributeValueMemberM); ok {
+					out = append(out, eventFrom(id, m.Value))
+				}
+			}
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out, nil
 }
 
