@@ -121,6 +121,14 @@ const (
 
 // sendItems builds the transaction of one send attempt. The order matters:
 // classifySendFailure reads cancellation reasons by position.
+//
+// A 1:1 message is in each inbox at most once without a per-inbox dedup
+// item keyed by message id (issue 12: two items nothing read, four write
+// units): its entries are written only in the transaction that also puts
+// the sender's idempotency item conditionally, so a retry — any attempt
+// after one that committed — is refused as a duplicate and writes no entry.
+// Group fan-out and alerts, which fill inboxes outside that transaction,
+// keep their dedup items.
 func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID]int64, now time.Time) []types.TransactWriteItem {
 	ttl := st.ttlAt(now)
 	at := n(m.SentAt.UnixMilli())
@@ -149,14 +157,6 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 			types.TransactWriteItem{Put: &types.Put{
 				TableName:                aws.String(st.tables.Inbox),
 				Item:                     entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
-				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
-				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-			}},
-			types.TransactWriteItem{Put: &types.Put{
-				TableName: aws.String(st.tables.Inbox),
-				Item: map[string]types.AttributeValue{
-					attrUser: s(string(u)), attrSK: s(dedupSK(m.ID)), attrSeq: n(seq), attrTTL: ttl,
-				},
 				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
