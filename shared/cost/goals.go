@@ -23,15 +23,15 @@ type Bound struct {
 // messages, logins, device-days).
 var Goals = map[string][]Bound{
 	"chat-1dev": {
-		{Figure: "total", Goal: 10, Ceiling: 55},
-		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 8},
-		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 4.2},
-		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 46},
-		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 6.5},
+		{Figure: "total", Goal: 10, Ceiling: 39},
+		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 5.8},
+		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 2.9},
+		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 31},
+		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 3.2},
 	},
-	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 73}},
-	"group-online": {{Figure: "total", Goal: 600, Ceiling: 3400}},
-	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 2200}},
+	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 53}},
+	"group-online": {{Figure: "total", Goal: 600, Ceiling: 2700}},
+	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 1850}},
 	"login":        {{Figure: "total", Goal: 30, Ceiling: 227}},
 	"idle-day":     {{Figure: "total", Ceiling: 1640}},
 }
