@@ -506,7 +506,7 @@ func (s *session) applyOne(ctx context.Context, e wire.Entry, src source) error 
 	}
 	switch {
 	case e.Seq <= s.cursor:
-		if src == pushed {
+		if src != ownSent {
 			s.forceAck = true // a duplicate: the server may have missed our ack
 		}
 		return nil
