@@ -32,6 +32,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	dir := fs.String("dir", "", "directory for the device stores (default: a temporary directory, removed after; a tmpfs such as /dev/shm takes fsync out of large runs)")
 	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
+	rateLimits := fs.String("rate-limits", "off", "per-user rate limits of the stack, as SIGNET_RATE_LIMITS (e.g. send=120/1m,connect=60/1m); off by default: the run's users send and reconnect far faster than people")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS: goaws (default) or memsqs, for large runs (env "+devstack.EnvSQSEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]
@@ -71,7 +72,7 @@ Flags:
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: *seed, Users: *users, MaxDevices: *devices, Groups: *groups, Messages: *messages, Network: p,
 		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile,
-		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator, SQSEmulator: *sqsEmulator},
+		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator, SQSEmulator: *sqsEmulator, RateLimits: *rateLimits},
 		Progress: func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) },
 	})
 	if err != nil {

@@ -284,6 +284,17 @@ func (r *runner) start(ctx context.Context) error {
 	if o.RetryAfter == 0 {
 		o.RetryAfter = time.Second
 	}
+	if o.RateLimits == "" {
+		// The run's users act far faster than people: a user's devices
+		// send 2–3 messages a second without pause and reconnect dozens of
+		// times a minute (offline periods, crashes, storms). The per-user
+		// abuse limits (send 120/min, connect 60/min) would hold their
+		// sends past the harness's 20 s wait, and refuse their handshakes,
+		// and the run would measure the limits, not delivery. They are
+		// tested on their own (devstack abuse tests); Config.Stack.RateLimits
+		// (signet chaos --rate-limits) keeps them.
+		o.RateLimits = "off"
+	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
