@@ -242,6 +242,49 @@ func TestSendReceiveAndPersist(t *testing.T) {
 	assertStore(t, bobDev, "alice", []string{sent.MessageID})
 }
 
+// Issue 12: the sending device's own 1:1 message comes in "sent" (not
+// pushed), is applied in seq order among pushed entries, and needs no ack
+// of its own: the next cumulative ack covers it.
+func TestOwnMessagesComeInSentInOrderAndNeedNoAckOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	var ids []string
+	for i := range 3 {
+		s, err := alice.Send(context.Background(), "bob", i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, s.MessageID)
+	}
+	own := collect(t, alice, 3, 10*time.Second)
+	collect(t, bob, 3, 10*time.Second)
+	time.Sleep(500 * time.Millisecond) // five ack intervals
+	if d, _ := st.Store.Device(context.Background(), "alice", "laptop"); d.Acked != 0 {
+		t.Fatalf("alice's device acked %d: its own messages need no ack", d.Acked)
+	}
+	reply, err := bob.Send(context.Background(), "alice", "ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := alice.Send(context.Background(), "bob", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := append(own, collect(t, alice, 2, 10*time.Second)...)
+	want := append(ids, reply.MessageID, last.MessageID)
+	for i, m := range got {
+		if m.Seq != int64(i+1) || m.MessageID != want[i] {
+			t.Fatalf("alice's message %d: seq %d id %s, want seq %d id %s", i, m.Seq, m.MessageID, i+1, want[i])
+		}
+	}
+	waitFor(t, "alice's cumulative ack of bob's reply", func() bool {
+		d, _ := st.Store.Device(context.Background(), "alice", "laptop")
+		return d.Acked >= 4
+	})
+}
+
 func TestOfflineDeviceSyncsOnConnect(t *testing.T) {
 	t.Parallel()
 	st := startStack(t)
