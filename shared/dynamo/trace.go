@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -127,8 +128,79 @@ func eventFrom(id im.MessageID, it map[string]types.AttributeValue) im.Event {
 	}
 }
 
+// ackPartition is the Trace table partition of user u's ack ranges (no
+// message id starts with "ack#").
+func ackPartition(u im.UserID) string { return "ack#" + string(u) }
+
+// AppendAck records one cumulative ack of a device: one item in the user's
+// ack partition (sort key: the zero-padded upTo, then the device), from
+// which Events derives the "acked" event of every 1:1 message the ack
+// covered — one write per ack, where an "acked" event per message cost a
+// write each (a login's 200 waiting messages: 200).
+func (st *Store) AppendAck(ctx context.Context, a im.AckRange) error {
+	if st.tables.Trace == "" {
+		return nil
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	item := map[string]types.AttributeValue{
+		"messageId": s(ackPartition(a.User)),
+		attrSK:      s(fmt.Sprintf("%020d#%s#%s", a.UpTo, a.Device, hex.EncodeToString(r[:]))),
+		"from":      n(a.From), "upTo": n(a.UpTo), "at": n(a.At.UnixMilli()), "deviceId": s(string(a.Device)),
+		attrTTL: n(a.At.Add(TraceRetention).Unix()),
+	}
+	if a.Connection != "" {
+		item[attrConn] = s(string(a.Connection))
+	}
+	if a.RequestID != "" {
+		item["requestId"] = s(a.RequestID)
+	}
+	// BatchWriteItem, as every trace write (the functions' policies grant it).
+	_, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{
+		st.tables.Trace: {{PutRequest: &types.PutRequest{Item: item}}},
+	}})
+	if err != nil {
+		return fmt.Errorf("append ack %s/%s (%d, %d]: %w", a.User, a.Device, a.From, a.UpTo, err)
+	}
+	return nil
+}
+
+// acksCovering returns, per device, the first ack of u that covered inbox
+// seq. Acks are cumulative and per device do not overlap, so the ranges
+// with upTo ≥ seq, in ascending order, hold each device's covering one
+// early; one page of ackPage is read.
+func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im.AckRange, error) {
+	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Trace),
+		KeyConditionExpression:    aws.String("#m = :m AND #sk >= :s"),
+		ExpressionAttributeNames:  map[string]string{"#m": "messageId", "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(ackPartition(u)), ":s": s(fmt.Sprintf("%020d", seq))},
+		Limit:                     aws.Int32(ackPage),
+		ConsistentRead:            aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("acks of %s covering %d: %w", u, seq, err)
+	}
+	var acks []im.AckRange
+	seen := map[im.DeviceID]bool{}
+	for _, it := range out.Items {
+		a := im.AckRange{User: u, Device: im.DeviceID(getS(it, "deviceId")), Connection: im.ConnectionID(getS(it, attrConn)),
+			RequestID: getS(it, "requestId"), From: getN(it, "from"), UpTo: getN(it, "upTo"), At: time.UnixMilli(getN(it, "at")).UTC()}
+		if a.Covers(seq) && !seen[a.Device] {
+			seen[a.Device] = true
+			acks = append(acks, a)
+		}
+	}
+	return acks, nil
+}
+
+// ackPage bounds the ack ranges read to derive one entry's "acked" events.
+const ackPage = 25
+
 // Events returns a message's trace, oldest first. It reads packed items
-// and the one-event items written before events were packed alike.
+// and the one-event items written before events were packed alike, and
+// derives the "acked" events of a 1:1 message (inboxed by the send
+// function) from its recipients' ack ranges (AppendAck).
 func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
 	var out []im.Event
 	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
@@ -154,6 +226,27 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 					out = append(out, eventFrom(id, m.Value))
 				}
 			}
+		}
+	}
+	acked := map[im.UserID]map[int64]bool{}
+	for _, e := range out {
+		if e.Type == im.EventAcked {
+			if acked[e.User] == nil {
+				acked[e.User] = map[int64]bool{}
+			}
+			acked[e.User][e.Seq] = true
+		}
+	}
+	for _, e := range slices.Clone(out) {
+		if e.Type != im.EventInboxed || e.Function != "send" || e.Seq < 1 || acked[e.User][e.Seq] {
+			continue
+		}
+		acks, err := st.acksCovering(ctx, e.User, e.Seq)
+		if err != nil {
+			return nil, fmt.Errorf("trace of %s: %w", id, err)
+		}
+		for _, a := range acks {
+			out = append(out, a.Event(id, e.Seq))
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })

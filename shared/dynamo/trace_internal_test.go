@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -72,5 +73,51 @@ func countPuts(f func(n int)) func(*middleware.Stack) error {
 			}
 			return next.HandleInitialize(ctx, in)
 		}), middleware.Before)
+	}
+}
+
+// Issue 12: an ack wrote an "acked" event per message it covered (a login's
+// 200 waiting messages: 200 writes). It now writes one range, and a 1:1
+// message's trace derives each device's "acked" event from the first range
+// of that device covering the message's seq.
+func TestAckedEventsOfDirectMessagesAreDerivedFromAckRanges(t *testing.T) {
+	t.Parallel()
+	st := testStore(t)
+	st.tables.Trace = provision.Name("rt", "TraceTable")
+	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
+	id := im.MessageID("m7")
+	err := st.AppendEvents(ctx, []im.Event{
+		{Message: id, Type: im.EventInboxed, At: t0, Function: "send", User: "alice", Seq: 3},
+		{Message: id, Type: im.EventInboxed, At: t0, Function: "send", User: "bob", Seq: 7},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	for _, a := range []im.AckRange{
+		{User: "bob", Device: "phone", From: 0, UpTo: 6, At: at(1)},    // before the message
+		{User: "bob", Device: "phone", From: 6, UpTo: 9, At: at(2)},    // covers seq 7
+		{User: "bob", Device: "phone", From: 9, UpTo: 12, At: at(3)},   // after it
+		{User: "bob", Device: "laptop", From: 0, UpTo: 40, At: at(4)},  // covers it too
+		{User: "alice", Device: "laptop", From: 2, UpTo: 3, At: at(5)}, // the sender's own copy
+		{User: "carol", Device: "x", From: 0, UpTo: 100, At: at(6)},    // someone else
+	} {
+		if err := st.AppendAck(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.Events(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked []string
+	for _, e := range got {
+		if e.Type == im.EventAcked {
+			acked = append(acked, fmt.Sprintf("%s/%s #%d at +%dms", e.User, e.Device, e.Seq, e.At.Sub(t0).Milliseconds()))
+		}
+	}
+	want := []string{"bob/phone #7 at +2ms", "bob/laptop #7 at +4ms", "alice/laptop #3 at +5ms"}
+	if diff := cmp.Diff(want, acked); diff != "" {
+		t.Fatalf("acked events (-want +got):\n%s", diff)
 	}
 }

@@ -61,6 +61,9 @@ type Scheduler interface {
 // Tracer appends events to messages' traces.
 type Tracer interface {
 	AppendEvents(ctx context.Context, events []im.Event) error
+	// AppendAck records one cumulative ack, from which the traces of the
+	// 1:1 messages it covered derive their "acked" events.
+	AppendAck(ctx context.Context, a im.AckRange) error
 }
 
 // Handler serves every route. Fields left nil are not needed by every

@@ -207,10 +207,11 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 // maxAckTrace bounds how many messages one ack records in their traces.
 const maxAckTrace = 200
 
-// afterAck records "acked" in the trace of every 1:1 and alert message the
-// ack covered and moves this user's delivered watermark of each
-// conversation the ack reached (one write per conversation, never per
-// message). In 1:1 the
+// afterAck records the ack in the traces of the messages it covered — one
+// ack range for every 1:1 message (their "acked" events are derived from
+// it), an "acked" event per alert (an app's delivery status reads them) —
+// and moves this user's delivered watermark of each conversation the ack
+// reached (one write per conversation, never per message). In 1:1 the
 // sender gets a delivered receipt; group senders ask with "receipts".
 func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
@@ -221,19 +222,30 @@ func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	}
 	tr := h.trail("ack", c.RequestID)
 	delivered := map[im.ConversationID]int64{}
+	direct := false
 	for _, r := range refs {
-		// Group messages get no per-member "acked" event: at a login that
-		// is one trace write per message per member (200 waiting messages:
-		// 200 writes), while the delivered watermark below is one write
-		// per conversation and "receipts" answers from it.
-		if !r.Conversation.IsGroup() {
+		// Group messages get no "acked" event at all: at a login that
+		// would be one trace write per message per member, while the
+		// delivered watermark below is one write per conversation and
+		// "receipts" answers from it.
+		switch {
+		case r.Conversation.IsGroup():
+		case r.Conversation.AppConversation():
 			tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+		default:
+			direct = true
 		}
 		if r.From != c.User && !r.Conversation.AppConversation() {
 			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
 		}
 	}
 	tr.flush(ctx)
+	if direct && h.Tracer != nil {
+		a := im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, From: old, UpTo: upTo, At: h.now()}
+		if err := h.Tracer.AppendAck(ctx, a); err != nil {
+			h.log().WarnContext(ctx, "ack trace not recorded", "err", err.Error(), "userId", c.User)
+		}
+	}
 	for conv, cseq := range delivered {
 		moved, err := h.Inbox.AdvanceDelivered(ctx, c.User, conv, cseq, h.now())
 		if err != nil {

@@ -33,3 +33,25 @@ type Event struct {
 	Delay      time.Duration
 	Detail     string
 }
+
+// AckRange is one cumulative ack of a device: it persisted the user's inbox
+// entries with From < seq ≤ UpTo. One record per ack, however many entries
+// it covers; a 1:1 message's "acked" events are derived from it.
+type AckRange struct {
+	User       UserID
+	Device     DeviceID
+	Connection ConnectionID
+	RequestID  string
+	From, UpTo int64
+	At         time.Time
+}
+
+// Covers reports whether the ack covers inbox seq.
+func (a AckRange) Covers(seq int64) bool { return a.From < seq && seq <= a.UpTo }
+
+// Event is the "acked" event the ack records for the entry at seq of
+// message id.
+func (a AckRange) Event(id MessageID, seq int64) Event {
+	return Event{Message: id, Type: EventAcked, At: a.At, Function: "ack", RequestID: a.RequestID,
+		User: a.User, Device: a.Device, Connection: a.Connection, Seq: seq}
+}
