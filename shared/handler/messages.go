@@ -75,11 +75,11 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	h.log().InfoContext(ctx, "message stored", "messageId", stored.Message.ID, "conversationId", stored.Message.Conversation,
 		"convSeq", stored.Message.ConvSeq, "userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
-	// A replay pushes again: the first attempt may have crashed before its
-	// pushes. Devices drop entries they already have (seq ≤ cursor).
 	if carried != "" {
 		tr.add(im.Event{Message: id, Type: im.EventPushed, User: c.User, Device: c.Device, Connection: c.Connection, Seq: own, Detail: "in sent"})
 	}
+	// A replay pushes again: the first attempt may have crashed before its
+	// pushes. Devices drop entries they already have (seq ≤ cursor).
 	var wg sync.WaitGroup
 	for user, seq := range stored.Inboxed {
 		wg.Go(func() { h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message}, carried) })
