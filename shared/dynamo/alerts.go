@@ -131,7 +131,7 @@ func (st *Store) TakeAppSlot(ctx context.Context, id string, now time.Time, perM
 // payload fingerprint differs.
 func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error) {
 	for attempt := range st.MaxAttempts {
-		h, err := st.readHeads(ctx, a.Message.Conversation, nil)
+		h, err := st.readHeads(ctx, a.Message.Conversation)
 		if err != nil {
 			return im.AlertStart{}, err
 		}
@@ -255,33 +255,42 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 }
 
 // AppendInbox puts message m into user u's inbox exactly once (a dedup item
-// keyed by message id in the same transaction as the entry and the head)
-// and returns its inbox seq, the existing one when it was already there.
-// A positive expiry shorter than the inbox retention becomes the entry's TTL.
+// keyed by message id in the same transaction as the entry, which is put at
+// the head + 1 on condition that the seq is free) and returns its inbox seq,
+// the existing one when it was already there. A positive expiry shorter
+// than the inbox retention becomes the entry's TTL, and the head item's
+// floor is raised to the entry in the same transaction.
 func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error) {
 	ttl := st.ttlAt(now)
-	if expiry > 0 && expiry < st.Retention {
+	short := expiry > 0 && expiry < st.Retention
+	if short {
 		ttl = n(now.Add(expiry).Unix())
 	}
 	for attempt := range st.MaxAttempts {
-		head, _, err := st.Head(ctx, u)
+		heads, err := st.inboxHeads(ctx, []im.UserID{u}, nil, nil)
 		if err != nil {
 			return 0, err
 		}
-		seq := head + 1
-		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		head := heads[u]
+		seq := head.top + 1
+		items := []types.TransactWriteItem{
 			{Put: &types.Put{
 				TableName:           aws.String(st.tables.Inbox),
 				Item:                map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(dedupSK(m.ID)), attrSeq: n(seq), attrTTL: ttl},
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
-			{Update: headUpdate(st.tables.Inbox, inboxKey(u, skHead), head, newEpoch(now))},
-			{Put: &types.Put{
-				TableName: aws.String(st.tables.Inbox), Item: entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
-				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-			}},
-			{Update: withAdd(indexUpdate(st.tables.Inbox, u, m, "", "", nil), attrUnread, 1)},
-		}})
+			{Put: st.entryPut(u, im.Entry{Seq: seq, Message: m}, ttl)},
+			{Update: withAdd(indexUpdate(st.tables.Inbox, u, m, "", "iseq = :iseq", map[string]types.AttributeValue{":iseq": n(seq)}), attrUnread, 1)},
+		}
+		switch {
+		case short:
+			// It may expire before older entries: the head item's floor
+			// covers it (see inboxHead). It also creates the epoch.
+			items = append(items, types.TransactWriteItem{Update: floorUpdate(st.tables.Inbox, u, head.floor, seq, now)})
+		case head.epoch == "":
+			items = append(items, types.TransactWriteItem{Update: epochCreate(st.tables.Inbox, u, now)})
+		}
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			return seq, nil
 		}

@@ -86,27 +86,24 @@ func (st *Store) SetFanoutMark(ctx context.Context, c im.ConversationID, upTo in
 	return nil
 }
 
-// Positions reads, for each user, the inbox head and how far the user's
-// inbox holds group c (two keys per user, 100 keys per BatchGetItem).
+// Positions reads, for each user, the inbox head (inboxHeads) and how far
+// the user's inbox holds group c (its conversation index item, read in the
+// same BatchGetItem calls as the head items).
 func (st *Store) Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error) {
 	out := make(map[im.UserID]im.InboxPosition, len(users))
-	keys := make([]map[string]types.AttributeValue, 0, 2*len(users))
+	keys := make([]map[string]types.AttributeValue, 0, len(users))
 	for _, u := range users {
-		keys = append(keys, inboxKey(u, skHead), inboxKey(u, convIndexSK(c)))
-		out[u] = im.InboxPosition{}
+		keys = append(keys, inboxKey(u, convIndexSK(c)))
 	}
-	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
-		u := im.UserID(getS(it, attrUser))
-		p := out[u]
-		if getS(it, attrSK) == skHead {
-			p.Head = getN(it, attrSeq)
-		} else {
-			p.Last = getN(it, attrLast)
-		}
-		out[u] = p
+	last := map[im.UserID]int64{}
+	heads, err := st.inboxHeads(ctx, users, keys, func(it map[string]types.AttributeValue) {
+		last[im.UserID(getS(it, attrUser))] = getN(it, attrLast)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fan-out positions in %s: %w", c, err)
+	}
+	for _, u := range users {
+		out[u] = im.InboxPosition{Head: heads[u].top, Last: last[u], Epoch: heads[u].epoch}
 	}
 	return out, nil
 }
@@ -144,19 +141,22 @@ func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) im.Mes
 }
 
 // maxAppendPerTransaction bounds the messages one fan-out transaction
-// appends to one inbox (two more items: the inbox head and the index).
+// appends to one inbox (one more item: the conversation index).
 const maxAppendPerTransaction = 90
 
 // AppendGroup appends msgs (ascending convSeqs of one group, all after
-// pos.Last) to u's inbox, in transactions that advance the inbox head
-// conditionally on pos.Head and the user's group position conditionally on
-// it being below the first appended convSeq. That condition is what makes
+// pos.Last) to u's inbox, in transactions that put the entries at
+// pos.Head+1… on condition that those seqs are free (entries are their own
+// heads, see inboxHead) and advance the user's group position
+// conditionally on it being below the first appended convSeq. That
+// condition is what makes
 // fan-out exactly once and in order per inbox however often it is retried
 // or run concurrently: a message is appended only after everything before
 // it and never twice. It returns the new entries (none when another run
 // appended them first).
 func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
 	var out []im.Entry
+	created := false // this call gave the inbox its epoch
 	for attempt := 0; len(msgs) > 0; {
 		for len(msgs) > 0 && msgs[0].ConvSeq <= pos.Last {
 			msgs = msgs[1:]
@@ -166,22 +166,24 @@ func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosit
 		}
 		batch := msgs[:min(len(msgs), maxAppendPerTransaction)]
 		ttl := st.ttlAt(now)
-		items := []types.TransactWriteItem{{Update: headAdvance(st.tables.Inbox, inboxKey(u, skHead), pos.Head, int64(len(batch)), newEpoch(now))}}
+		var items []types.TransactWriteItem
 		entries := make([]im.Entry, len(batch))
 		for i, m := range batch {
 			entries[i] = im.Entry{Seq: pos.Head + int64(i) + 1, Message: m}
-			items = append(items, types.TransactWriteItem{Put: &types.Put{
-				TableName: aws.String(st.tables.Inbox), Item: entryItem(u, entries[i], ttl),
-				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-			}})
+			items = append(items, types.TransactWriteItem{Put: st.entryPut(u, entries[i], ttl)})
+		}
+		if pos.Epoch == "" && !created {
+			items = append(items, types.TransactWriteItem{Update: epochCreate(st.tables.Inbox, u, now)})
 		}
 		last := batch[len(batch)-1]
 		items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last,
-			"attribute_not_exists(#last) OR #last < :first", "", map[string]types.AttributeValue{":first": n(batch[0].ConvSeq)})})
+			"attribute_not_exists(#last) OR #last < :first", "iseq = :iseq",
+			map[string]types.AttributeValue{":first": n(batch[0].ConvSeq), ":iseq": n(entries[len(entries)-1].Seq)})})
 		_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			out = append(out, entries...)
-			pos = im.InboxPosition{Head: pos.Head + int64(len(batch)), Last: last.ConvSeq}
+			pos = im.InboxPosition{Head: pos.Head + int64(len(batch)), Last: last.ConvSeq, Epoch: pos.Epoch}
+			created = true
 			msgs = msgs[len(batch):]
 			continue
 		}
@@ -206,11 +208,4 @@ func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosit
 		pos = p[u]
 	}
 	return out, nil
-}
-
-// headAdvance advances a head item from old to old+k conditionally on old.
-func headAdvance(table string, key map[string]types.AttributeValue, old, k int64, epoch string) *types.Update {
-	u := headUpdate(table, key, old, epoch)
-	u.ExpressionAttributeValues[":new"] = n(old + k)
-	return u
 }

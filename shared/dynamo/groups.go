@@ -128,8 +128,10 @@ func (st *Store) readHead(ctx context.Context, c im.ConversationID) (groupHead, 
 // headAndMember returns c's head and, for a group, u's membership.
 func (st *Store) headAndMember(ctx context.Context, c im.ConversationID, u im.UserID) (int64, im.Member, error) {
 	if !c.IsGroup() {
-		h, err := st.readHeads(ctx, c, nil)
-		return h.conv, im.Member{}, err
+		// A 1:1 conversation's head is each participant's index (see
+		// readDirectHeads).
+		head, err := st.lastReceived(ctx, u, c)
+		return head, im.Member{}, err
 	}
 	h, members, err := st.groupState(ctx, c, []im.UserID{u})
 	if err != nil {

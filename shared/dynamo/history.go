@@ -17,11 +17,9 @@ import (
 // (still after `after`) exist.
 func (st *Store) History(ctx context.Context, c im.ConversationID, after, before int64, limit int) ([]im.Message, bool, error) {
 	if before == 0 {
-		h, err := st.readHeads(ctx, c, nil)
-		if err != nil {
-			return nil, false, err
-		}
-		before = h.conv + 1
+		// The newest: every convSeq there can be (a 1:1 conversation has
+		// no head item to read it from; the log items are its head).
+		before = maxConvSeq + 1
 	}
 	if before <= after+1 {
 		return nil, false, nil

@@ -24,14 +24,14 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 		return im.Stored{}, err
 	}
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
-		heads, err := st.readHeads(ctx, d.Conversation, recipients)
+		heads, err := st.readDirectHeads(ctx, d.From, d.Conversation, recipients)
 		if err != nil {
 			return nil, im.Stored{}, err
 		}
 		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: heads.conv + 1, From: d.From, Body: d.Body, SentAt: now}
 		seqs := make(map[im.UserID]int64, len(recipients))
 		for _, r := range recipients {
-			seqs[r] = heads.inbox[r] + 1
+			seqs[r] = heads.inbox[r].top + 1
 		}
 		return st.sendItems(d, msg, heads, seqs, now), im.Stored{Message: msg, Inboxed: seqs}, nil
 	})
@@ -80,44 +80,40 @@ func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([
 // heads are the sequence heads a send reads before its transaction.
 type heads struct {
 	conv  int64
-	inbox map[im.UserID]int64
+	inbox map[im.UserID]inboxHead
 }
 
-// readHeads reads the conversation head and every recipient's inbox head in
-// one strongly consistent BatchGetItem.
-func (st *Store) readHeads(ctx context.Context, c im.ConversationID, users []im.UserID) (heads, error) {
-	keys := make([]map[string]types.AttributeValue, len(users))
-	for i, u := range users {
-		keys[i] = inboxKey(u, skHead)
+// readHeads reads the head item of a conversation with one (a group's,
+// an app's alert conversation), strongly consistent.
+func (st *Store) readHeads(ctx context.Context, c im.ConversationID) (heads, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return heads{}, fmt.Errorf("read head of %s: %w", c, err)
 	}
-	req := map[string]types.KeysAndAttributes{
-		st.tables.Messages: {Keys: []map[string]types.AttributeValue{convKey(c, skHead)}, ConsistentRead: aws.Bool(true)},
+	return heads{conv: getN(out.Item, attrSeq)}, nil
+}
+
+// readDirectHeads reads the heads of a 1:1 send: every recipient's inbox
+// head (inboxHeads) and the conversation head, which is the sender's
+// conversation index (its last convSeq: every 1:1 send moves both
+// participants' index to the message it writes, in its transaction, so the
+// index is the head; a 1:1 conversation keeps no head item of its own),
+// read in the same BatchGetItem as the inbox head items.
+func (st *Store) readDirectHeads(ctx context.Context, from im.UserID, c im.ConversationID, users []im.UserID) (heads, error) {
+	var h heads
+	inboxes, err := st.inboxHeads(ctx, users, []map[string]types.AttributeValue{inboxKey(from, convIndexSK(c))}, func(it map[string]types.AttributeValue) {
+		h.conv = getN(it, attrLast)
+	})
+	if err != nil {
+		return heads{}, fmt.Errorf("read heads: %w", err)
 	}
-	if len(keys) > 0 {
-		req[st.tables.Inbox] = types.KeysAndAttributes{Keys: keys, ConsistentRead: aws.Bool(true)}
-	}
-	h := heads{inbox: make(map[im.UserID]int64, len(users))}
-	for len(req) > 0 {
-		out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-		if err != nil {
-			return heads{}, fmt.Errorf("read heads: %w", err)
-		}
-		for _, item := range out.Responses[st.tables.Messages] {
-			h.conv = getN(item, attrSeq)
-		}
-		for _, item := range out.Responses[st.tables.Inbox] {
-			h.inbox[im.UserID(getS(item, attrUser))] = getN(item, attrSeq)
-		}
-		req = out.UnprocessedKeys
-	}
+	h.inbox = inboxes
 	return h, nil
 }
 
-// Positions of items in a send transaction whose failure has a meaning.
-const (
-	posConvHead = 0
-	posIdem     = 2
-)
+// posIdem is the position of the sender's idempotency item in a send
+// transaction: its failed condition means the send is a retry.
+const posIdem = 0
 
 // sendItems builds the transaction of one send attempt. The order matters:
 // classifySendFailure reads cancellation reasons by position.
@@ -129,11 +125,24 @@ const (
 // after one that committed — is refused as a duplicate and writes no entry.
 // Group fan-out and alerts, which fill inboxes outside that transaction,
 // keep their dedup items.
+//
+// A 1:1 conversation has no head item (issue 12: two write units per
+// send): the sender's conversation index, updated on condition that its
+// last convSeq is still h.conv, and the log item, put on condition that
+// its convSeq is free, order concurrent sends as the head did — of two
+// sends that read the same head only one commits. A group send (seqs nil:
+// its inboxes are filled by the fan-out) advances the group's head item,
+// which also carries its membership counts.
 func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID]int64, now time.Time) []types.TransactWriteItem {
 	ttl := st.ttlAt(now)
 	at := n(m.SentAt.UnixMilli())
 	items := []types.TransactWriteItem{
-		{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
+		{Put: &types.Put{
+			TableName:                aws.String(st.tables.Inbox),
+			Item:                     idemItem(d, m, seqs, at, ttl),
+			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+		}},
 		{Put: &types.Put{
 			TableName: aws.String(st.tables.Messages),
 			Item: st.logItem(map[string]types.AttributeValue{
@@ -144,37 +153,38 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
-		{Put: &types.Put{
-			TableName:                aws.String(st.tables.Inbox),
-			Item:                     idemItem(d, m, seqs, at, ttl),
-			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
-			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-		}},
+	}
+	if len(seqs) == 0 {
+		items = append(items, types.TransactWriteItem{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))})
 	}
 	for u, seq := range seqs {
 		items = append(items,
-			types.TransactWriteItem{Update: headUpdate(st.tables.Inbox, inboxKey(u, skHead), h.inbox[u], newEpoch(now))},
-			types.TransactWriteItem{Put: &types.Put{
-				TableName:                aws.String(st.tables.Inbox),
-				Item:                     entryItem(u, im.Entry{Seq: seq, Message: m}, ttl),
-				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
-				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-			}},
-			types.TransactWriteItem{Update: senderIndexUpdate(st.tables.Inbox, u, d.From, m)},
+			types.TransactWriteItem{Put: st.entryPut(u, im.Entry{Seq: seq, Message: m}, ttl)},
+			types.TransactWriteItem{Update: senderIndexUpdate(st.tables.Inbox, u, d.From, m, h.conv, seq)},
 		)
+		if h.inbox[u].epoch == "" {
+			items = append(items, types.TransactWriteItem{Update: epochCreate(st.tables.Inbox, u, now)})
+		}
 	}
 	return items
 }
 
-// senderIndexUpdate updates u's conversation index for m; for the sender
-// it also moves the read watermark to m (a message you wrote is read; the
-// conversation head transaction makes m's convSeq the highest yet, so the
+// senderIndexUpdate updates u's conversation index for m, the entry at
+// inbox seq in u's inbox (attrInboxSeq: what the inbox head is read from
+// once the entries expired). The sender's index is the conversation's head
+// (readDirectHeads): it is updated only if its last convSeq is still the
+// head the send read, and it also moves the sender's read watermark to m (a
+// message you wrote is read; m's convSeq is the highest yet, so the
 // unconditional SET never moves the watermark back).
-func senderIndexUpdate(table string, u, sender im.UserID, m im.Message) *types.Update {
+func senderIndexUpdate(table string, u, sender im.UserID, m im.Message, head, seq int64) *types.Update {
 	if u != sender {
-		return indexUpdate(table, u, m, "", "", nil)
+		return indexUpdate(table, u, m, "", "iseq = :iseq", map[string]types.AttributeValue{":iseq": n(seq)})
 	}
-	return indexUpdate(table, u, m, "", "#read = :last", nil)
+	cond := "#last = :head"
+	if head == 0 {
+		cond = "attribute_not_exists(#last) OR #last = :head"
+	}
+	return indexUpdate(table, u, m, cond, "#read = :last, iseq = :iseq", map[string]types.AttributeValue{":head": n(head), ":iseq": n(seq)})
 }
 
 // idemItem is the sender's idempotency item of a send: what a retry returns.

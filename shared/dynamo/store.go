@@ -68,6 +68,9 @@ func dedupSK(id im.MessageID) string   { return "m#" + string(id) }
 func idemSK(clientMsgID string) string { return "i#" + clientMsgID }
 func deviceSK(d im.DeviceID) string    { return "c#" + string(d) }
 
+// maxConvSeq is the highest convSeq convSK orders correctly.
+const maxConvSeq = 9_999_999_999_999_999
+
 func inboxKey(u im.UserID, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(sk)}
 }

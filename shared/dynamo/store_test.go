@@ -104,22 +104,20 @@ func TestSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
 	}
 }
 
-func TestConcurrentSendsToOneInboxAreContiguousAndExactlyOnce(t *testing.T) {
-	t.Parallel()
-	st, ctx := newStore(t), context.Background()
-	const senders, each = 6, 10
+// sendAtOnce has each (from, to) pair send each messages in turn, all
+// pairs at once, and every message also retried concurrently with itself.
+func sendAtOnce(t *testing.T, st *dynamo.Store, pairs [][2]im.UserID, each int) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, senders*each*2)
-	for s := range senders {
+	errs := make(chan error, len(pairs)*each*2)
+	for _, pair := range pairs {
 		wg.Go(func() {
-			from := im.UserID(fmt.Sprintf("s%d", s))
 			for i := range each {
-				// Every message is also retried concurrently with itself.
-				d := draft(from, fmt.Sprintf("c%d", i), "bob", fmt.Sprint(i))
+				d := draft(pair[0], fmt.Sprintf("c%d", i), pair[1], fmt.Sprint(i))
 				var inner sync.WaitGroup
 				for range 2 {
 					inner.Go(func() {
-						if _, err := st.Send(ctx, d, time.Now()); err != nil {
+						if _, err := st.Send(context.Background(), d, time.Now()); err != nil {
 							errs <- err
 						}
 					})
@@ -133,6 +131,17 @@ func TestConcurrentSendsToOneInboxAreContiguousAndExactlyOnce(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+}
+
+func TestConcurrentSendsToOneInboxAreContiguousAndExactlyOnce(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	const senders, each = 6, 10
+	var pairs [][2]im.UserID
+	for s := range senders {
+		pairs = append(pairs, [2]im.UserID{im.UserID(fmt.Sprintf("s%d", s)), "bob"})
+	}
+	sendAtOnce(t, st, pairs, each)
 	page, err := st.Page(ctx, "bob", 0, 100, wire.EntrySize)
 	if err != nil || page.Head != senders*each || len(page.Entries) != senders*each {
 		t.Fatalf("page head %d entries %d, %v", page.Head, len(page.Entries), err)
@@ -355,5 +364,56 @@ func TestAddUsageCountsPerUserAndKey(t *testing.T) {
 	}
 	if head, _, err := st.Head(ctx, "alice"); err != nil || head != 0 {
 		t.Fatalf("counters touched the inbox head: %d, %v", head, err)
+	}
+}
+
+// A 1:1 conversation has no head item of its own (issue 12): the sender's
+// conversation index is its head. Both participants sending at once, each
+// message also retried concurrently with itself, still give one gap-free
+// conversation sequence, each message once, in both inboxes and in the
+// history, and each sender's own messages read.
+func TestBothParticipantsSendingAtOnceGiveOneGapFreeConversation(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	const each = 12
+	sendAtOnce(t, st, [][2]im.UserID{{"alice", "bob"}, {"bob", "alice"}}, each)
+	msgs, more, err := st.History(ctx, im.Direct("alice", "bob"), 0, 0, 100)
+	if err != nil || more || len(msgs) != 2*each {
+		t.Fatalf("history: %d messages, more %v, %v; want %d", len(msgs), more, err, 2*each)
+	}
+	ids := map[im.MessageID]bool{}
+	for i, m := range msgs {
+		if m.ConvSeq != int64(i+1) || ids[m.ID] {
+			t.Fatalf("history[%d]: convSeq %d, duplicate %v", i, m.ConvSeq, ids[m.ID])
+		}
+		ids[m.ID] = true
+	}
+	for _, u := range []im.UserID{"alice", "bob"} {
+		page, err := st.Page(ctx, u, 0, 100, wire.EntrySize)
+		if err != nil || page.Head != 2*each || len(page.Entries) != 2*each {
+			t.Fatalf("%s: head %d, %d entries, %v", u, page.Head, len(page.Entries), err)
+		}
+		for i, e := range page.Entries {
+			if e.Seq != int64(i+1) || !ids[e.Message.ID] {
+				t.Fatalf("%s entry %d: seq %d, message %s not in the history", u, i, e.Seq, e.Message.ID)
+			}
+		}
+	}
+	// What you write you have read: each one's watermark is at their own
+	// newest message.
+	own := map[im.UserID]int64{}
+	for _, m := range msgs {
+		own[m.From] = m.ConvSeq
+	}
+	for _, u := range []im.UserID{"alice", "bob"} {
+		convs, _, err := st.Conversations(ctx, u, "", 10)
+		if err != nil || len(convs) != 1 || convs[0].Last != 2*each || convs[0].Read != own[u] {
+			t.Fatalf("%s's conversations = %+v, %v; want last %d, read %d", u, convs, err, 2*each, own[u])
+		}
+	}
+	// History still pages back from the newest.
+	last, more, err := st.History(ctx, im.Direct("alice", "bob"), 0, 0, 5)
+	if err != nil || !more || len(last) != 5 || last[4].ConvSeq != 2*each {
+		t.Fatalf("newest 5: %d messages (last convSeq %d), more %v, %v", len(last), last[len(last)-1].ConvSeq, more, err)
 	}
 }

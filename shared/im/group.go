@@ -157,4 +157,7 @@ func Authorize(actor Member, op GroupOp, target Member, to Role) error {
 // inbox head and the last convSeq of the group already in the inbox.
 type InboxPosition struct {
 	Head, Last int64
+	// Epoch is the inbox's epoch ("" while it has none: its first
+	// append creates it).
+	Epoch string
 }
