@@ -214,7 +214,7 @@ func newCostRun(ctx context.Context, emulator string) (*costRun, error) {
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	st, err := devstack.Start(ctx, devstack.Options{
 		Prefix: fmt.Sprintf("cost%d", time.Now().UnixNano()), DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Emulator: emulator,
-		Concurrency: 1000, APIOptions: r.counter.APIOptions(), RateLimits: "off",
+		Concurrency: 1000, APIOptions: r.counter.APIOptions(), RateLimits: "off", PollWait: 20 * time.Second,
 		// What the functions log at the template's level, as CloudWatch
 		// would ingest it.
 		Log: slog.New(slog.NewJSONHandler(r.logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
@@ -260,10 +260,20 @@ func (r *costRun) start() {
 }
 
 // usage waits for the redelivery checks of the run to come due and run,
-// and returns what was metered since start.
+// and for every invocation under way to end (an invocation is metered when
+// it ends: a send still flushing its trace on a loaded machine would be
+// missed), and returns what was metered since start.
 func (r *costRun) usage(scenario string, delivered int) cost.Usage {
 	first, _ := r.st.Config.Redelivery.CheckDelay(0)
 	time.Sleep(first + 3*time.Second)
+	for idle, deadline := 0, time.Now().Add(time.Minute); idle < 3 && time.Now().Before(deadline); {
+		if r.st.Running() == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	calls := r.counter.Snapshot().Sub(r.calls)
 	stack := r.st.Metered()
 	u := cost.Usage{
