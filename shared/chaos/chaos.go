@@ -377,7 +377,7 @@ type faultyScheduler struct {
 	r *runner
 }
 
-func (s *faultyScheduler) Schedule(ctx context.Context, c im.Check, delay time.Duration) error {
+func (s *faultyScheduler) Schedule(ctx context.Context, c []im.Check, delay time.Duration) error {
 	if s.r.inject() {
 		if s.r.intn(2) == 0 {
 			_ = s.Scheduler.Schedule(ctx, c, delay) // an SQS duplicate

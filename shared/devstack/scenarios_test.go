@@ -14,6 +14,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/callcount"
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
@@ -623,4 +624,39 @@ func TestFrameLimitsCloseAsAPIGatewayDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	frag.next("pong", 30*time.Second)
+}
+
+// Issue 12: the pushes of one send — to every device of the recipient and
+// the sender's other devices — share one redelivery check message (one
+// SQS request, not one per push), and so do the re-pushes it leads to;
+// each device is still re-pushed until it acks, and one that acked is not.
+func TestASendsPushesShareOneRedeliveryCheck(t *testing.T) {
+	t.Parallel()
+	counter := callcount.New()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{3 * time.Second, time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy, APIOptions: counter.APIOptions()})
+	laptop, phone := dial(t, st, "alice", "laptop"), dial(t, st, "alice", "phone")
+	bobPhone, bobDesk := dial(t, st, "bob", "phone"), dial(t, st, "bob", "desk")
+	before := counter.Snapshot()
+	laptop.send("c-1", "bob", "standup in 5")
+	laptop.next("sent", 5*time.Second)
+	first := map[*wsClient]frame{}
+	for _, c := range []*wsClient{phone, bobPhone, bobDesk} {
+		first[c] = c.next("message", 5*time.Second)
+	}
+	// bob's desk acks; his phone and alice's phone do not.
+	bobDesk.write(map[string]any{"action": "ack", "upTo": first[bobDesk].Seq})
+	for _, c := range []*wsClient{phone, bobPhone} {
+		if again := c.next("message", 10*time.Second); again.Seq != first[c].Seq {
+			t.Fatalf("re-pushed seq %d, want %d", again.Seq, first[c].Seq)
+		}
+		c.write(map[string]any{"action": "ack", "upTo": first[c].Seq})
+	}
+	// The re-pushes' own check comes due, finds both acked, schedules
+	// nothing; bob's desk was never re-pushed.
+	bobDesk.quiet("message", policy.Backoff[0]+2*time.Second)
+	sends := counter.Snapshot().Sub(before).Calls["SQS.SendMessage"]
+	if sends != 2 {
+		t.Fatalf("%d SQS SendMessage calls; want 2: one check message for the send's three pushes, one for the two re-pushes", sends)
+	}
 }

@@ -280,6 +280,8 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	// an earlier attempt with this key stopped half-way), then push.
 	tr := h.trail("alerts", req.RequestContext.RequestID)
 	defer tr.flush(ctx)
+	cs := &checks{}
+	defer h.scheduleChecks(ctx, tr, cs) // before the flush: defers run last first
 	m := start.Alert.Message
 	if !start.Replayed {
 		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, Detail: "app " + p.app.ID + ", Idempotency-Key " + key})
@@ -308,7 +310,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		}
 	} else {
 		for _, u := range start.Alert.Recipients {
-			if err := h.inboxAlert(ctx, tr, u, start.Alert); err != nil {
+			if err := h.inboxAlert(ctx, tr, cs, u, start.Alert); err != nil {
 				return 0, nil, err
 			}
 			accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
@@ -322,14 +324,15 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	return http.StatusAccepted, json.RawMessage(resp), nil
 }
 
-// inboxAlert puts alert a into u's inbox (exactly once) and pushes it.
-func (h *Handler) inboxAlert(ctx context.Context, tr *trail, u im.UserID, a im.Alert) error {
+// inboxAlert puts alert a into u's inbox (exactly once) and pushes it,
+// adding the pushes' redelivery checks to cs.
+func (h *Handler) inboxAlert(ctx context.Context, tr *trail, cs *checks, u im.UserID, a im.Alert) error {
 	seq, err := h.AlertStore.AppendInbox(ctx, u, a.Message, a.Expiry, h.now())
 	if err != nil {
 		return err
 	}
 	tr.add(im.Event{Message: a.Message.ID, Type: im.EventInboxed, User: u, Seq: seq})
-	h.deliver(ctx, tr, u, im.Entry{Seq: seq, Message: a.Message}, "")
+	h.deliver(ctx, tr, cs, u, im.Entry{Seq: seq, Message: a.Message}, "")
 	return nil
 }
 
@@ -345,12 +348,14 @@ func (h *Handler) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
 	}
 	tr := h.trail("fanout", string(job.Alert))
 	defer tr.flush(ctx)
+	cs := &checks{}
+	defer h.scheduleChecks(ctx, tr, cs)
 	for _, u := range job.Members {
 		if !slices.Contains(a.Recipients, u) {
 			h.log().WarnContext(ctx, "alert fan-out: not a recipient; skipped", "messageId", job.Alert, "userId", u)
 			continue
 		}
-		if err := h.inboxAlert(ctx, tr, u, a); err != nil {
+		if err := h.inboxAlert(ctx, tr, cs, u, a); err != nil {
 			return err
 		}
 	}

@@ -198,6 +198,7 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 		return err
 	}
 	tr := h.trail("fanout", "")
+	cs := &checks{}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -223,7 +224,7 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 			for _, e := range entries {
 				tr.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
 			}
-			h.deliverAll(ctx, tr, u, entries)
+			h.deliverAll(ctx, tr, cs, u, entries)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -232,6 +233,7 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 		})
 	}
 	wg.Wait()
+	h.scheduleChecks(ctx, tr, cs)
 	tr.flush(ctx)
 	return errors.Join(errs...)
 }
@@ -241,8 +243,9 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 // gap, pulls the rest with a sync.
 const maxPushedPerFill = 10
 
-// deliverAll pushes new entries of one inbox.
-func (h *Handler) deliverAll(ctx context.Context, tr *trail, u im.UserID, entries []im.Entry) {
+// deliverAll pushes new entries of one inbox, adding the pushes' redelivery
+// checks to cs.
+func (h *Handler) deliverAll(ctx context.Context, tr *trail, cs *checks, u im.UserID, entries []im.Entry) {
 	if len(entries) == 0 || h.Pusher == nil {
 		return
 	}
@@ -250,7 +253,7 @@ func (h *Handler) deliverAll(ctx context.Context, tr *trail, u im.UserID, entrie
 		entries = entries[len(entries)-1:]
 	}
 	for _, e := range entries {
-		h.deliver(ctx, tr, u, e, "")
+		h.deliver(ctx, tr, cs, u, e, "")
 	}
 }
 

@@ -53,9 +53,10 @@ type Disconnector interface {
 	Disconnect(ctx context.Context, id im.ConnectionID) error
 }
 
-// Scheduler enqueues a redelivery check to run after delay.
+// Scheduler enqueues redelivery checks (at most queue.MaxChecksPerMessage) to
+// run together after delay.
 type Scheduler interface {
-	Schedule(ctx context.Context, c im.Check, delay time.Duration) error
+	Schedule(ctx context.Context, cs []im.Check, delay time.Duration) error
 }
 
 // Tracer appends events to messages' traces.

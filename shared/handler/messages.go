@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -81,18 +82,20 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	// A replay pushes again: the first attempt may have crashed before its
 	// pushes. Devices drop entries they already have (seq ≤ cursor).
 	var wg sync.WaitGroup
+	cs := &checks{}
 	for user, seq := range stored.Inboxed {
-		wg.Go(func() { h.deliver(ctx, tr, user, im.Entry{Seq: seq, Message: stored.Message}, carried) })
+		wg.Go(func() { h.deliver(ctx, tr, cs, user, im.Entry{Seq: seq, Message: stored.Message}, carried) })
 	}
 	wg.Wait()
+	h.scheduleChecks(ctx, tr, cs)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
 // deliver pushes an entry to every connection of user but skip (the
 // sending connection, which had it in "sent"; "" for none), all at once,
-// and schedules the first redelivery check of each push. Failures are
+// and adds the first redelivery check of each push to cs. Failures are
 // logged: the entry is durable and a check or the next sync delivers it.
-func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.Entry, skip im.ConnectionID) {
+func (h *Handler) deliver(ctx context.Context, tr *trail, cs *checks, user im.UserID, e im.Entry, skip im.ConnectionID) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
 		h.log().ErrorContext(ctx, "push skipped: listing connections failed", "err", err.Error(), "userId", user, "seq", e.Seq, "messageId", e.Message.ID)
@@ -106,7 +109,7 @@ func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.E
 	}
 	var wg sync.WaitGroup
 	for _, conn := range conns {
-		wg.Go(func() { h.pushAndSchedule(ctx, tr, conn, e, frame, 0) })
+		wg.Go(func() { h.pushAndCollect(ctx, tr, cs, conn, e, frame, 0) })
 	}
 	wg.Wait()
 }
@@ -115,9 +118,10 @@ func (h *Handler) deliver(ctx context.Context, tr *trail, user im.UserID, e im.E
 // connection record: the handshake may still be under way.
 const ConnectGrace = 30 * time.Second
 
-// pushAndSchedule makes push number attempt+1 of entry e to conn and, unless
-// the connection is gone or the policy is exhausted, schedules the next check.
-func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connection, e im.Entry, frame []byte, attempt int) {
+// pushAndCollect makes push number attempt+1 of entry e to conn and, unless
+// the connection is gone or the policy is exhausted, adds the next check
+// to cs (scheduleChecks schedules them).
+func (h *Handler) pushAndCollect(ctx context.Context, tr *trail, cs *checks, conn im.Connection, e im.Entry, frame []byte, attempt int) {
 	log := h.log().With("userId", conn.User, "deviceId", conn.Device, "connectionId", conn.ID, "seq", e.Seq, "messageId", e.Message.ID, "attempt", attempt)
 	ev := im.Event{Message: e.Message.ID, User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
 	event := func(t im.EventType, detail string, delay time.Duration) {
@@ -149,21 +153,70 @@ func (h *Handler) pushAndSchedule(ctx context.Context, tr *trail, conn im.Connec
 		log.DebugContext(ctx, "pushed")
 		event(im.EventPushed, "", 0)
 	}
-	delay, ok := h.Redelivery.CheckDelay(attempt)
-	if !ok {
+	if _, ok := h.Redelivery.CheckDelay(attempt); !ok {
 		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
 		event(im.EventAwaitingPull, fmt.Sprintf("not acked after %d pushes", attempt+1), 0)
 		h.notify(ctx, conn)
 		return
 	}
-	check := im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
-	if err := h.Scheduler.Schedule(ctx, check, delay); err != nil {
-		log.ErrorContext(ctx, "scheduling redelivery failed; message waits for pull", "err", err.Error())
-		event(im.EventAwaitingPull, "scheduling redelivery failed", 0)
-		return
+	cs.add(im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}, ev)
+}
+
+// checks collects the redelivery checks of one invocation's pushes, each
+// with the trace event of its push, so that they are scheduled together:
+// one queue message per attempt number (all its checks come due at once)
+// instead of one per push (issue 12: a send's pushes to every device of
+// both users, a fan-out batch's to every member, cost one SQS request).
+type checks struct {
+	mu      sync.Mutex
+	pending []pendingCheck
+}
+
+type pendingCheck struct {
+	check im.Check
+	ev    im.Event // the push's trace event, for the scheduled/awaiting one
+}
+
+func (cs *checks) add(c im.Check, ev im.Event) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.pending = append(cs.pending, pendingCheck{c, ev})
+}
+
+// scheduleChecks schedules the collected checks, one queue message per
+// attempt number and queue.MaxChecksPerMessage checks. A check that cannot
+// be scheduled leaves its message to the next sync (the device's next
+// ping tells it the head), as a single failed schedule did.
+func (h *Handler) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
+	byAttempt := map[int][]pendingCheck{}
+	for _, p := range cs.pending {
+		byAttempt[p.check.Attempt] = append(byAttempt[p.check.Attempt], p)
 	}
-	log.DebugContext(ctx, "redelivery_scheduled", "delay", delay.String())
-	event(im.EventRedeliveryScheduled, "", delay)
+	for attempt, ps := range byAttempt {
+		delay, _ := h.Redelivery.CheckDelay(attempt)
+		for start := 0; start < len(ps); start += queue.MaxChecksPerMessage {
+			chunk := ps[start:min(start+queue.MaxChecksPerMessage, len(ps))]
+			list := make([]im.Check, len(chunk))
+			for i, p := range chunk {
+				list[i] = p.check
+			}
+			err := h.Scheduler.Schedule(ctx, list, delay)
+			if err != nil {
+				h.log().ErrorContext(ctx, "scheduling redelivery failed; messages wait for pull", "err", err.Error(), "checks", len(list), "attempt", attempt)
+			} else {
+				h.log().DebugContext(ctx, "redelivery_scheduled", "checks", len(list), "attempt", attempt, "delay", delay.String())
+			}
+			for _, p := range chunk {
+				ev := p.ev
+				if err != nil {
+					ev.Type, ev.Detail, ev.Delay = im.EventAwaitingPull, "scheduling redelivery failed", 0
+				} else {
+					ev.Type, ev.Detail, ev.Delay = im.EventRedeliveryScheduled, "", delay
+				}
+				tr.add(ev)
+			}
+		}
+	}
 }
 
 // notify tells a connection that pushing has given up and where its inbox

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -41,36 +42,69 @@ type body struct {
 	Attempt    int    `json:"a"`
 }
 
-// Encode renders a check as a queue message body.
-func Encode(c im.Check) string {
-	b, _ := json.Marshal(body{string(c.User), string(c.Device), string(c.Connection), c.Seq, c.Attempt})
+// MaxChecksPerMessage bounds the checks one queue message carries: ~100
+// bytes each, so a message stays inside one 64 KB SQS billing chunk.
+const MaxChecksPerMessage = 500
+
+// Encode renders checks as a queue message body: one check as a JSON
+// object (the form every version reads), several as an array of them.
+func Encode(cs ...im.Check) string {
+	bs := make([]body, len(cs))
+	for i, c := range cs {
+		bs[i] = body{string(c.User), string(c.Device), string(c.Connection), c.Seq, c.Attempt}
+	}
+	var b []byte
+	if len(bs) == 1 {
+		b, _ = json.Marshal(bs[0])
+	} else {
+		b, _ = json.Marshal(bs)
+	}
 	return string(b)
 }
 
-// Decode parses a queue message body into a check.
-func Decode(s string) (im.Check, error) {
-	var b body
-	if err := json.Unmarshal([]byte(s), &b); err != nil {
-		return im.Check{}, fmt.Errorf("decode redelivery check: %w", err)
+// Decode parses a queue message body (one check, or an array of them)
+// into its checks.
+func Decode(s string) ([]im.Check, error) {
+	var bs []body
+	var err error
+	if trimmed := strings.TrimLeft(s, " \t\r\n"); strings.HasPrefix(trimmed, "[") {
+		err = json.Unmarshal([]byte(s), &bs)
+	} else {
+		bs = make([]body, 1)
+		err = json.Unmarshal([]byte(s), &bs[0])
 	}
-	c := im.Check{User: im.UserID(b.User), Device: im.DeviceID(b.Device), Connection: im.ConnectionID(b.Connection), Seq: b.Seq, Attempt: b.Attempt}
-	if !c.User.Valid() || c.Connection == "" || c.Seq < 1 || c.Attempt < 0 {
-		return im.Check{}, fmt.Errorf("decode redelivery check %q: missing fields", s)
+	if err != nil {
+		return nil, fmt.Errorf("decode redelivery check: %w", err)
 	}
-	return c, nil
+	if len(bs) == 0 || len(bs) > MaxChecksPerMessage {
+		return nil, fmt.Errorf("decode redelivery check: %d checks in one message (1 to %d)", len(bs), MaxChecksPerMessage)
+	}
+	cs := make([]im.Check, len(bs))
+	for i, b := range bs {
+		c := im.Check{User: im.UserID(b.User), Device: im.DeviceID(b.Device), Connection: im.ConnectionID(b.Connection), Seq: b.Seq, Attempt: b.Attempt}
+		if !c.User.Valid() || c.Connection == "" || c.Seq < 1 || c.Attempt < 0 {
+			return nil, fmt.Errorf("decode redelivery check %q: missing fields", s)
+		}
+		cs[i] = c
+	}
+	return cs, nil
 }
 
-// Schedule enqueues c to become visible after delay (rounded up to whole
-// seconds, at most 15 minutes).
-func (r *Redelivery) Schedule(ctx context.Context, c im.Check, delay time.Duration) error {
+// Schedule enqueues checks (at most MaxChecksPerMessage) as one message
+// that becomes visible after delay (rounded up to whole seconds, at most
+// 15 minutes): the checks of one invocation's pushes cost one SQS request.
+func (r *Redelivery) Schedule(ctx context.Context, cs []im.Check, delay time.Duration) error {
+	if len(cs) == 0 || len(cs) > MaxChecksPerMessage {
+		return fmt.Errorf("schedule redelivery: %d checks in one message (1 to %d)", len(cs), MaxChecksPerMessage)
+	}
 	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
 	_, err := r.client.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl:     aws.String(r.url),
-		MessageBody:  aws.String(Encode(c)),
+		MessageBody:  aws.String(Encode(cs...)),
 		DelaySeconds: secs,
 	})
 	if err != nil {
-		return fmt.Errorf("schedule redelivery %s#%d attempt %d: %w", c.User, c.Seq, c.Attempt, err)
+		return fmt.Errorf("schedule redelivery of %d checks (%s#%d first) attempt %d: %w", len(cs), cs[0].User, cs[0].Seq, cs[0].Attempt, err)
 	}
 	return nil
 }
