@@ -90,27 +90,23 @@ func (st *Store) TouchConnection(ctx context.Context, u im.UserID, id im.Connect
 // Connections lists a user's connection records.
 func (st *Store) Connections(ctx context.Context, u im.UserID) ([]im.Connection, error) {
 	var conns []im.Connection
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Connections),
 		KeyConditionExpression:    aws.String("#u = :u"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u))},
 		ConsistentRead:            aws.Bool(true),
+	}, func(item map[string]types.AttributeValue) {
+		conns = append(conns, im.Connection{
+			User:        u,
+			ID:          im.ConnectionID(getS(item, attrConn)),
+			Device:      im.DeviceID(getS(item, "deviceId")),
+			ConnectedAt: time.UnixMilli(getN(item, "connectedAt")).UTC(),
+			LastSeenAt:  time.UnixMilli(getN(item, "lastSeenAt")).UTC(),
+		})
 	})
-	for p.HasMorePages() {
-		out, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("connections of %s: %w", u, err)
-		}
-		for _, item := range out.Items {
-			conns = append(conns, im.Connection{
-				User:        u,
-				ID:          im.ConnectionID(getS(item, attrConn)),
-				Device:      im.DeviceID(getS(item, "deviceId")),
-				ConnectedAt: time.UnixMilli(getN(item, "connectedAt")).UTC(),
-				LastSeenAt:  time.UnixMilli(getN(item, "lastSeenAt")).UTC(),
-			})
-		}
+	if err != nil {
+		return nil, fmt.Errorf("connections of %s: %w", u, err)
 	}
 	return conns, nil
 }

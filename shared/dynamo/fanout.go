@@ -114,21 +114,17 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 	if upTo <= after {
 		return out, nil
 	}
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
 		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(upTo))},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) {
+		out = append(out, messageFrom(c, it))
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("log %s (%d, %d]: %w", c, after, upTo, err)
-		}
-		for _, it := range page.Items {
-			out = append(out, messageFrom(c, it))
-		}
+	if err != nil {
+		return nil, fmt.Errorf("log %s (%d, %d]: %w", c, after, upTo, err)
 	}
 	return out, nil
 }

@@ -72,34 +72,25 @@ func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string
 	}
 }
 
-// groupState reads the head item and the member items of users in one
-// strongly consistent BatchGetItem.
+// groupState reads the head item and the member items of users, strongly
+// consistent (batchGet).
 func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im.UserID) (groupHead, map[im.UserID]im.Member, error) {
 	keys := []map[string]types.AttributeValue{convKey(c, skHead)}
-	seen := map[im.UserID]bool{}
 	for _, u := range users {
-		if !seen[u] {
-			seen[u] = true
-			keys = append(keys, convKey(c, memberSK(u)))
-		}
+		keys = append(keys, convKey(c, memberSK(u)))
 	}
 	var h groupHead
 	members := map[im.UserID]im.Member{}
-	req := map[string]types.KeysAndAttributes{st.tables.Messages: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-	for len(req) > 0 {
-		out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-		if err != nil {
-			return groupHead{}, nil, fmt.Errorf("group %s: %w", c, err)
+	err := st.batchGet(ctx, st.tables.Messages, keys, true, func(it map[string]types.AttributeValue) {
+		if getS(it, attrSK) == skHead {
+			h = headFrom(it)
+			return
 		}
-		for _, it := range out.Responses[st.tables.Messages] {
-			if getS(it, attrSK) == skHead {
-				h = headFrom(it)
-				continue
-			}
-			m := memberFrom(it)
-			members[m.User] = m
-		}
-		req = out.UnprocessedKeys
+		m := memberFrom(it)
+		members[m.User] = m
+	})
+	if err != nil {
+		return groupHead{}, nil, fmt.Errorf("group %s: %w", c, err)
 	}
 	return h, members, nil
 }
@@ -168,22 +159,18 @@ func (st *Store) Member(ctx context.Context, c im.ConversationID, u im.UserID) (
 func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
 	var out []im.Member
 	staged := false
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND begins_with(#sk, :u)"),
 		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":u": s("u#")},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) {
+		out = append(out, memberFrom(it))
+		staged = staged || getS(it, attrStage) != ""
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("members of %s: %w", c, err)
-		}
-		for _, it := range page.Items {
-			out = append(out, memberFrom(it))
-			staged = staged || getS(it, attrStage) != ""
-		}
+	if err != nil {
+		return nil, fmt.Errorf("members of %s: %w", c, err)
 	}
 	if staged {
 		h, err := st.readHead(ctx, c)

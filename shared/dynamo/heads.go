@@ -161,23 +161,19 @@ func (st *Store) newestEntry(ctx context.Context, u im.UserID) (seq int64, expir
 
 // indexedSeq returns the highest attrInboxSeq of u's conversation index.
 func (st *Store) indexedSeq(ctx context.Context, u im.UserID) (int64, error) {
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	var top int64
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :v)"),
 		ProjectionExpression:      aws.String("#iseq"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#iseq": attrInboxSeq},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":v": s("v#")},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) {
+		top = max(top, getN(it, attrInboxSeq))
 	})
-	var top int64
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("conversation index of %s: %w", u, err)
-		}
-		for _, it := range page.Items {
-			top = max(top, getN(it, attrInboxSeq))
-		}
+	if err != nil {
+		return 0, fmt.Errorf("conversation index of %s: %w", u, err)
 	}
 	return top, nil
 }

@@ -133,22 +133,18 @@ const denseRun = 4
 // would not lower the read units, which count the items read, and the
 // benchmark's meter counts what a read returns).
 func (st *Store) logRange(ctx context.Context, c im.ConversationID, lo, hi int64, wanted map[logRef]bool, bodies map[logRef][]byte) error {
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :lo AND :hi"),
 		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":lo": s(convSK(lo)), ":hi": s(convSK(hi))},
+	}, func(it map[string]types.AttributeValue) {
+		if r := (logRef{c, getN(it, "cseq")}); wanted[r] {
+			bodies[r] = []byte(getS(it, "body"))
+		}
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return fmt.Errorf("message bodies of %s: %w", c, err)
-		}
-		for _, it := range page.Items {
-			if r := (logRef{c, getN(it, "cseq")}); wanted[r] {
-				bodies[r] = []byte(getS(it, "body"))
-			}
-		}
+	if err != nil {
+		return fmt.Errorf("message bodies of %s: %w", c, err)
 	}
 	return nil
 }
@@ -156,18 +152,11 @@ func (st *Store) logRange(ctx context.Context, c im.ConversationID, lo, hi int64
 // logBatch reads the bodies of the log items keys (eventually consistent
 // BatchGetItem calls of up to 100 keys).
 func (st *Store) logBatch(ctx context.Context, keys []map[string]types.AttributeValue, bodies map[logRef][]byte) error {
-	for start := 0; start < len(keys); start += 100 {
-		req := map[string]types.KeysAndAttributes{st.tables.Messages: {Keys: keys[start:min(start+100, len(keys))]}}
-		for len(req) > 0 {
-			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return fmt.Errorf("message bodies: %w", err)
-			}
-			for _, it := range out.Responses[st.tables.Messages] {
-				bodies[logRef{im.ConversationID(getS(it, attrConv)), getN(it, "cseq")}] = []byte(getS(it, "body"))
-			}
-			req = out.UnprocessedKeys
-		}
+	err := st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
+		bodies[logRef{im.ConversationID(getS(it, attrConv)), getN(it, "cseq")}] = []byte(getS(it, "body"))
+	})
+	if err != nil {
+		return fmt.Errorf("message bodies: %w", err)
 	}
 	return nil
 }
@@ -454,28 +443,26 @@ func (st *Store) ExpireEntry(ctx context.Context, u im.UserID, seq int64) error 
 // without TTL (minidyn) never expire anything; tests and maintenance tools
 // use this to reproduce retention. It returns how many entries it removed.
 func (st *Store) ExpireDue(ctx context.Context, u im.UserID, now time.Time) (int, error) {
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	var due []int64
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :e)"),
 		FilterExpression:          aws.String("#ttl <= :now"),
 		ProjectionExpression:      aws.String("#seq"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#ttl": attrTTL, "#seq": attrSeq},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":e": s("e#"), ":now": n(now.Unix())},
+	}, func(it map[string]types.AttributeValue) {
+		due = append(due, getN(it, attrSeq))
 	})
-	removed := 0
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return removed, fmt.Errorf("expire %s: %w", u, err)
-		}
-		for _, it := range page.Items {
-			if err := st.ExpireEntry(ctx, u, getN(it, attrSeq)); err != nil {
-				return removed, err
-			}
-			removed++
+	if err != nil {
+		return 0, fmt.Errorf("expire %s: %w", u, err)
+	}
+	for i, seq := range due {
+		if err := st.ExpireEntry(ctx, u, seq); err != nil {
+			return i, err
 		}
 	}
-	return removed, nil
+	return len(due), nil
 }
 
 // SeedInbox writes entries (seq 1..n, ascending, into an empty inbox),

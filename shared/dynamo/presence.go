@@ -119,23 +119,19 @@ func (st *Store) MarkPresencePushed(ctx context.Context, u im.UserID, visible im
 // conversation index.
 func (st *Store) DirectPeers(ctx context.Context, u im.UserID) ([]im.UserID, error) {
 	var out []im.UserID
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :v)"),
 		ProjectionExpression:      aws.String("#sk"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":v": s("v#d:")},
+	}, func(it map[string]types.AttributeValue) {
+		if peer, err := im.ConversationID(strings.TrimPrefix(getS(it, attrSK), "v#")).Peer(u); err == nil && peer != u {
+			out = append(out, peer)
+		}
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("peers of %s: %w", u, err)
-		}
-		for _, it := range page.Items {
-			if peer, err := im.ConversationID(strings.TrimPrefix(getS(it, attrSK), "v#")).Peer(u); err == nil && peer != u {
-				out = append(out, peer)
-			}
-		}
+	if err != nil {
+		return nil, fmt.Errorf("peers of %s: %w", u, err)
 	}
 	return out, nil
 }

@@ -111,22 +111,15 @@ func (st *Store) lastReceived(ctx context.Context, u im.UserID, c im.Conversatio
 // 100 keys.
 func (st *Store) Received(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]bool, error) {
 	got := map[im.MessageID]bool{}
-	for start := 0; start < len(ids); start += 100 {
-		var keys []map[string]types.AttributeValue
-		for _, id := range ids[start:min(start+100, len(ids))] {
-			keys = append(keys, inboxKey(u, dedupSK(id)))
-		}
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: keys, ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return nil, fmt.Errorf("received by %s: %w", u, err)
-			}
-			for _, it := range out.Responses[st.tables.Inbox] {
-				got[im.MessageID(strings.TrimPrefix(getS(it, attrSK), "m#"))] = true
-			}
-			req = out.UnprocessedKeys
-		}
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for i, id := range ids {
+		keys[i] = inboxKey(u, dedupSK(id))
+	}
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+		got[im.MessageID(strings.TrimPrefix(getS(it, attrSK), "m#"))] = true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("received by %s: %w", u, err)
 	}
 	return got, nil
 }

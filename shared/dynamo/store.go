@@ -100,33 +100,9 @@ func (st *Store) ttlAt(now time.Time) types.AttributeValue {
 	return n(now.Add(st.Retention).Unix())
 }
 
-// inboxBatchGet reads inbox items by key, strongly consistent, in
-// BatchGetItem calls of 100 keys (DynamoDB's limit), retrying unprocessed
-// keys, and hands each item found to visit. Duplicate keys are dropped.
+// inboxBatchGet reads inbox items by key, strongly consistent (batchGet).
 func (st *Store) inboxBatchGet(ctx context.Context, keys []map[string]types.AttributeValue, visit func(map[string]types.AttributeValue)) error {
-	seen := make(map[string]bool, len(keys))
-	unique := keys[:0:0]
-	for _, k := range keys {
-		id := getS(k, attrUser) + "\x00" + getS(k, attrSK)
-		if !seen[id] {
-			seen[id] = true
-			unique = append(unique, k)
-		}
-	}
-	for start := 0; start < len(unique); start += 100 {
-		req := map[string]types.KeysAndAttributes{st.tables.Inbox: {Keys: unique[start:min(start+100, len(unique))], ConsistentRead: aws.Bool(true)}}
-		for len(req) > 0 {
-			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-			if err != nil {
-				return err
-			}
-			for _, it := range res.Responses[st.tables.Inbox] {
-				visit(it)
-			}
-			req = res.UnprocessedKeys
-		}
-	}
-	return nil
+	return st.batchGet(ctx, st.tables.Inbox, keys, true, visit)
 }
 
 // logItem adds the history-retention TTL to a conversation log item.

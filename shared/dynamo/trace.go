@@ -203,30 +203,26 @@ const ackPage = 25
 // function) from its recipients' ack ranges (AppendAck).
 func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
 	var out []im.Event
-	p := dynamodb.NewQueryPaginator(st.db, &dynamodb.QueryInput{
+	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Trace),
 		KeyConditionExpression:    aws.String("#m = :m"),
 		ExpressionAttributeNames:  map[string]string{"#m": "messageId"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(string(id))},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) {
+		list, packed := it["events"].(*types.AttributeValueMemberL)
+		if !packed {
+			out = append(out, eventFrom(id, it))
+			return
+		}
+		for _, v := range list.Value {
+			if m, ok := v.(*types.AttributeValueMemberM); ok {
+				out = append(out, eventFrom(id, m.Value))
+			}
+		}
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("trace of %s: %w", id, err)
-		}
-		for _, it := range page.Items {
-			list, packed := it["events"].(*types.AttributeValueMemberL)
-			if !packed {
-				out = append(out, eventFrom(id, it))
-				continue
-			}
-			for _, v := range list.Value {
-				if m, ok := v.(*types.AttributeValueMemberM); ok {
-					out = append(out, eventFrom(id, m.Value))
-				}
-			}
-		}
+	if err != nil {
+		return nil, fmt.Errorf("trace of %s: %w", id, err)
 	}
 	acked := map[im.UserID]map[int64]bool{}
 	for _, e := range out {

@@ -1,0 +1,81 @@
+package dynamo
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The store's read loops, once each: a paginated Query and a BatchGetItem
+// over any number of keys.
+
+// queryAll runs in page after page and hands every item to visit.
+func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue)) error {
+	p := dynamodb.NewQueryPaginator(st.db, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, it := range page.Items {
+			visit(it)
+		}
+	}
+	return nil
+}
+
+// batchGet reads items of table by key in BatchGetItem calls of 100 keys
+// (DynamoDB's limit), strongly consistent if consistent, retrying
+// unprocessed keys, and hands each item found to visit (in no particular
+// order). Duplicate keys, which BatchGetItem refuses, are dropped.
+func (st *Store) batchGet(ctx context.Context, table string, keys []map[string]types.AttributeValue, consistent bool, visit func(map[string]types.AttributeValue)) error {
+	seen := make(map[string]bool, len(keys))
+	unique := keys[:0:0]
+	for _, k := range keys {
+		if id := keyID(k); !seen[id] {
+			seen[id] = true
+			unique = append(unique, k)
+		}
+	}
+	for start := 0; start < len(unique); start += 100 {
+		req := map[string]types.KeysAndAttributes{table: {Keys: unique[start:min(start+100, len(unique))], ConsistentRead: aws.Bool(consistent)}}
+		for len(req) > 0 {
+			out, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return err
+			}
+			for _, it := range out.Responses[table] {
+				visit(it)
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return nil
+}
+
+// keyID renders a key (string and number attributes) as one comparable
+// string.
+func keyID(k map[string]types.AttributeValue) string {
+	names := make([]string, 0, len(k))
+	for name := range k {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, name := range names {
+		b.WriteString(name)
+		b.WriteByte(0)
+		switch v := k[name].(type) {
+		case *types.AttributeValueMemberS:
+			b.WriteString(v.Value)
+		case *types.AttributeValueMemberN:
+			b.WriteString(v.Value)
+		}
+		b.WriteByte(0)
+	}
+	return b.String()
+}
