@@ -284,12 +284,5 @@ func (st *Store) Message(ctx context.Context, c im.ConversationID, convSeq int64
 	if out.Item == nil {
 		return im.Message{}, fmt.Errorf("message %s#%d: %w", c, convSeq, im.ErrNotFound)
 	}
-	return im.Message{
-		ID:           im.MessageID(getS(out.Item, "mid")),
-		Conversation: c,
-		ConvSeq:      convSeq,
-		From:         im.UserID(getS(out.Item, "from")),
-		Body:         []byte(getS(out.Item, "body")),
-		SentAt:       time.UnixMilli(getN(out.Item, "at")).UTC(),
-	}, nil
+	return messageFrom(c, out.Item), nil
 }
