@@ -174,11 +174,10 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 			a.Message = m
 			return im.AlertStart{Alert: a}, nil
 		}
-		tce, ok := errors.AsType[*types.TransactionCanceledException](err)
-		if !ok {
+		switch classifyTx(err, 2) { // 2: the Idempotency-Key item
+		case txOther:
 			return im.AlertStart{}, fmt.Errorf("begin alert %s/%s: %w", appID, key, err)
-		}
-		if len(tce.CancellationReasons) > 2 && aws.ToString(tce.CancellationReasons[2].Code) == "ConditionalCheckFailed" {
+		case txCondition:
 			return st.resumeAlert(ctx, appID, key, fingerprint)
 		}
 		if err := sleepJitter(ctx, attempt); err != nil {
@@ -294,11 +293,10 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 		if err == nil {
 			return seq, nil
 		}
-		tce, ok := errors.AsType[*types.TransactionCanceledException](err)
-		if !ok {
+		switch classifyTx(err, 0) { // 0: the dedup item
+		case txOther:
 			return 0, fmt.Errorf("append %s to %s: %w", m.ID, u, err)
-		}
-		if len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+		case txCondition:
 			return st.InboxSeq(ctx, u, m.ID)
 		}
 		if err := sleepJitter(ctx, attempt); err != nil {

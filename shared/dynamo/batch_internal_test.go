@@ -49,3 +49,36 @@ func TestBatchGetAndQueryAllReadEverything(t *testing.T) {
 		t.Fatalf("queryAll read %d items, %v; want 250", count, err)
 	}
 }
+
+// One classifier reads every transaction failure: a failed condition at the
+// position asked about is its own outcome; other conditions, conflicts and
+// throttling are races to retry; anything else is reported.
+func TestClassifyTx(t *testing.T) {
+	t.Parallel()
+	cancelled := func(codes ...string) error {
+		reasons := make([]types.CancellationReason, len(codes))
+		for i, c := range codes {
+			reasons[i] = types.CancellationReason{Code: aws.String(c)}
+		}
+		return &types.TransactionCanceledException{CancellationReasons: reasons}
+	}
+	for _, tc := range []struct {
+		err  error
+		at   int
+		want txFailure
+	}{
+		{cancelled("ConditionalCheckFailed", "None"), 0, txCondition},
+		{cancelled("ConditionalCheckFailed", "None"), -1, txRace},
+		{cancelled("None", "ConditionalCheckFailed"), 0, txRace},
+		{cancelled("None", "TransactionConflict"), 0, txRace},
+		{cancelled("ThrottlingError", "None"), 0, txRace},
+		{cancelled("ValidationError", "None"), 0, txOther},
+		{&types.TransactionInProgressException{}, 0, txRace},
+		{fmt.Errorf("wrapped: %w", cancelled("None", "None", "ConditionalCheckFailed")), 2, txCondition},
+		{fmt.Errorf("network"), 0, txOther},
+	} {
+		if got := classifyTx(tc.err, tc.at); got != tc.want {
+			t.Errorf("classifyTx(%v, %d) = %d, want %d", tc.err, tc.at, got, tc.want)
+		}
+	}
+}

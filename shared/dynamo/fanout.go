@@ -183,10 +183,8 @@ func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosit
 			msgs = msgs[len(batch):]
 			continue
 		}
-		if _, ok := errors.AsType[*types.TransactionCanceledException](err); !ok {
-			if _, ok := errors.AsType[*types.TransactionInProgressException](err); !ok {
-				return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, err)
-			}
+		if classifyTx(err, -1) != txRace {
+			return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, err)
 		}
 		// The inbox head moved (another message arrived) or another run
 		// appended some of these: read the position again and go on.

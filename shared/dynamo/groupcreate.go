@@ -91,7 +91,7 @@ func (st *Store) createInOne(ctx context.Context, c im.ConversationID, name stri
 		}
 	}
 	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	if firstConditionFailed(err) {
+	if classifyTx(err, 0) == txCondition {
 		return nil, fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
 	}
 	if err != nil {
@@ -121,11 +121,6 @@ func memberItem(c im.ConversationID, m im.Member, owner im.UserID, now time.Time
 	return it
 }
 
-func firstConditionFailed(err error) bool {
-	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
-	return ok && len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed"
-}
-
 // createStaged creates a group too large for one transaction (see the
 // comment at the top of this file).
 func (st *Store) createStaged(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error) {
@@ -145,7 +140,7 @@ func (st *Store) createStaged(ctx context.Context, c im.ConversationID, name str
 		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: memberItem(c, m, owner, now, token)}})
 	}
 	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-	if firstConditionFailed(err) {
+	if classifyTx(err, 0) == txCondition {
 		return nil, fmt.Errorf("create group %s: %w", c, im.ErrGroupExists)
 	}
 	if err != nil {

@@ -330,7 +330,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		if err == nil {
 			return changed, nil
 		}
-		if classifySendFailure(err) != sendRace {
+		if classifyTx(err, -1) != txRace {
 			return nil, fmt.Errorf("group %s %s: %w", c, op, err)
 		}
 		if err := sleepJitter(ctx, attempt); err != nil {

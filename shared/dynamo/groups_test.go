@@ -343,3 +343,32 @@ func TestALargeGroupCreateMakesEveryMemberAtOnce(t *testing.T) {
 		t.Fatalf("the last member sends: %v", err)
 	}
 }
+
+// Member changes that race for the group head are retried, never refused:
+// every add lands and the count is right.
+func TestConcurrentMemberChangesAllLand(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("race")
+	if _, err := st.CreateGroup(ctx, g, "Race", "alice", nil, now); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 12 {
+		wg.Go(func() {
+			if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{im.UserID(fmt.Sprintf("m%02d", i))}, im.RoleMember, 500, now); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a concurrent add failed: %v", err)
+	}
+	members, err := st.Members(ctx, g)
+	if err != nil || len(members) != 13 {
+		t.Fatalf("%d members, %v; want 13", len(members), err)
+	}
+}

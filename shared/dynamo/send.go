@@ -51,8 +51,8 @@ func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([
 		if err == nil {
 			return stored, nil
 		}
-		switch classifySendFailure(err) {
-		case sendDuplicate:
+		switch classifyTx(err, posIdem) {
+		case txCondition:
 			stored, err := st.replay(ctx, d)
 			if !errors.Is(err, im.ErrNotFound) {
 				return stored, err
@@ -66,7 +66,7 @@ func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([
 				return im.Stored{}, err
 			}
 			continue
-		case sendRace:
+		case txRace:
 			if err := sleepJitter(ctx, n); err != nil {
 				return im.Stored{}, err
 			}
@@ -116,7 +116,7 @@ func (st *Store) readDirectHeads(ctx context.Context, from im.UserID, c im.Conve
 const posIdem = 0
 
 // sendItems builds the transaction of one send attempt. The order matters:
-// classifySendFailure reads cancellation reasons by position.
+// classifyTx reads cancellation reasons by position.
 //
 // A 1:1 message is in each inbox at most once without a per-inbox dedup
 // item keyed by message id (issue 12: two items nothing read, four write
@@ -208,41 +208,6 @@ func seqMap(seqs map[im.UserID]int64) types.AttributeValue {
 		m[string(u)] = n(seq)
 	}
 	return &types.AttributeValueMemberM{Value: m}
-}
-
-type sendFailure int
-
-const (
-	sendOther     sendFailure = iota
-	sendDuplicate             // the idempotency item exists: this is a retry
-	sendRace                  // a head moved or a concurrent transaction conflicted
-)
-
-// classifySendFailure reads why a send transaction was cancelled.
-func classifySendFailure(err error) sendFailure {
-	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
-	if !ok {
-		if _, ok := errors.AsType[*types.TransactionInProgressException](err); ok {
-			return sendRace
-		}
-		return sendOther
-	}
-	race := false
-	for i, r := range tce.CancellationReasons {
-		switch aws.ToString(r.Code) {
-		case "ConditionalCheckFailed":
-			if i == posIdem {
-				return sendDuplicate
-			}
-			race = true
-		case "TransactionConflict":
-			race = true
-		}
-	}
-	if race {
-		return sendRace
-	}
-	return sendOther
 }
 
 // replay loads the stored result of an earlier send with the same clientMsgId.

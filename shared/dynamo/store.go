@@ -127,6 +127,44 @@ func sleepJitter(ctx context.Context, attempt int) error {
 	}
 }
 
+// txFailure is why a TransactWriteItems call failed.
+type txFailure int
+
+const (
+	txOther     txFailure = iota // not a cancellation worth retrying: report it
+	txCondition                  // the condition of the item asked about failed
+	txRace                       // another item's condition failed, or a concurrent transaction or throttling got in the way: read again and retry
+)
+
+// classifyTx reads why a transaction failed. at is the position of the
+// one item whose failed condition means something of its own (an
+// idempotency or dedup item: the write was done before), -1 for none.
+func classifyTx(err error, at int) txFailure {
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	if !ok {
+		if _, ok := errors.AsType[*types.TransactionInProgressException](err); ok {
+			return txRace
+		}
+		return txOther
+	}
+	race := false
+	for i, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "ConditionalCheckFailed":
+			if i == at {
+				return txCondition
+			}
+			race = true
+		case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded":
+			race = true
+		}
+	}
+	if race {
+		return txRace
+	}
+	return txOther
+}
+
 // isConditionFailed reports a failed condition on a single-item write.
 func isConditionFailed(err error) bool {
 	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
