@@ -279,7 +279,7 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
 			{Put: st.entryPut(u, im.Entry{Seq: seq, Message: m}, ttl)},
-			{Update: withAdd(indexUpdate(st.tables.Inbox, u, m, "", "iseq = :iseq", map[string]types.AttributeValue{":iseq": n(seq)}), attrUnread, 1)},
+			{Update: indexUpdate(st.tables.Inbox, u, m, seq).add(attrUnread, 1).Update},
 		}
 		switch {
 		case short:

@@ -38,43 +38,57 @@ const (
 func convIndexSK(c im.ConversationID) string { return "v#" + string(c) }
 
 // indexUpdate sets the last-message fields of u's index item of m's
-// conversation. extra is appended to the SET clause (with its values).
-func indexUpdate(table string, u im.UserID, m im.Message, cond string, extraSet string, extra map[string]types.AttributeValue) *types.Update {
-	values := map[string]types.AttributeValue{
-		":last": n(m.ConvSeq), ":from": s(string(m.From)), ":at": n(m.SentAt.UnixMilli()), ":p": s(im.Preview(m.Body)),
-	}
-	for k, v := range extra {
-		values[k] = v
-	}
-	expr := "SET #last = :last, lastFrom = :from, lastAt = :at, preview = :p"
-	if extraSet != "" {
-		expr += ", " + extraSet
-	}
-	u2 := &types.Update{
-		TableName:                 aws.String(table),
-		Key:                       inboxKey(u, convIndexSK(m.Conversation)),
-		UpdateExpression:          aws.String(expr),
-		ExpressionAttributeNames:  map[string]string{"#last": attrLast},
-		ExpressionAttributeValues: values,
-	}
-	if strings.Contains(extraSet, "#read") {
-		u2.ExpressionAttributeNames["#read"] = attrRead
-	}
-	if strings.Contains(extraSet, "#unread") {
-		u2.ExpressionAttributeNames["#unread"] = attrUnread
-	}
-	if cond != "" {
-		u2.ConditionExpression = aws.String(cond)
-	}
-	return u2
+// conversation, and the inbox seq of m's entry in u's inbox (attrInboxSeq);
+// the methods of indexChange add to it.
+func indexUpdate(table string, u im.UserID, m im.Message, seq int64) indexChange {
+	return indexChange{&types.Update{
+		TableName:                aws.String(table),
+		Key:                      inboxKey(u, convIndexSK(m.Conversation)),
+		UpdateExpression:         aws.String("SET #last = :last, lastFrom = :from, lastAt = :at, preview = :p, #iseq = :iseq"),
+		ExpressionAttributeNames: map[string]string{"#last": attrLast, "#iseq": attrInboxSeq},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":last": n(m.ConvSeq), ":from": s(string(m.From)), ":at": n(m.SentAt.UnixMilli()), ":p": s(im.Preview(m.Body)), ":iseq": n(seq),
+		},
+	}}
 }
 
-// withAdd makes an index update also add delta to the counter attr.
-func withAdd(u *types.Update, attr string, delta int64) *types.Update {
-	u.UpdateExpression = aws.String(aws.ToString(u.UpdateExpression) + " ADD #add :delta")
-	u.ExpressionAttributeNames["#add"] = attr
-	u.ExpressionAttributeValues[":delta"] = n(delta)
-	return u
+// indexChange is an index item update being built: each method names the
+// attributes and values its clause uses.
+type indexChange struct{ *types.Update }
+
+// read also moves the read watermark to the message (its convSeq).
+func (c indexChange) read() indexChange {
+	c.UpdateExpression = aws.String(aws.ToString(c.UpdateExpression) + ", #read = :last")
+	c.ExpressionAttributeNames["#read"] = attrRead
+	return c
+}
+
+// add also adds delta to the counter attr.
+func (c indexChange) add(attr string, delta int64) indexChange {
+	c.UpdateExpression = aws.String(aws.ToString(c.UpdateExpression) + " ADD #add :delta")
+	c.ExpressionAttributeNames["#add"] = attr
+	c.ExpressionAttributeValues[":delta"] = n(delta)
+	return c
+}
+
+// lastIs makes the update conditional on the item's last convSeq being
+// last (on the item not existing yet, when last is 0).
+func (c indexChange) lastIs(last int64) indexChange {
+	cond := "#last = :was"
+	if last == 0 {
+		cond = "attribute_not_exists(#last) OR #last = :was"
+	}
+	c.ConditionExpression = aws.String(cond)
+	c.ExpressionAttributeValues[":was"] = n(last)
+	return c
+}
+
+// lastBelow makes the update conditional on the item's last convSeq being
+// below convSeq (or the item not existing yet).
+func (c indexChange) lastBelow(convSeq int64) indexChange {
+	c.ConditionExpression = aws.String("attribute_not_exists(#last) OR #last < :first")
+	c.ExpressionAttributeValues[":first"] = n(convSeq)
+	return c
 }
 
 func stateFrom(item map[string]types.AttributeValue) im.ConversationState {

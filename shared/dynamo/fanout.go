@@ -172,9 +172,7 @@ func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosit
 			items = append(items, types.TransactWriteItem{Update: epochCreate(st.tables.Inbox, u, now)})
 		}
 		last := batch[len(batch)-1]
-		items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last,
-			"attribute_not_exists(#last) OR #last < :first", "iseq = :iseq",
-			map[string]types.AttributeValue{":first": n(batch[0].ConvSeq), ":iseq": n(entries[len(entries)-1].Seq)})})
+		items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last, entries[len(entries)-1].Seq).lastBelow(batch[0].ConvSeq).Update})
 		_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			out = append(out, entries...)

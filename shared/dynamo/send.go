@@ -178,13 +178,9 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 // unconditional SET never moves the watermark back).
 func senderIndexUpdate(table string, u, sender im.UserID, m im.Message, head, seq int64) *types.Update {
 	if u != sender {
-		return indexUpdate(table, u, m, "", "iseq = :iseq", map[string]types.AttributeValue{":iseq": n(seq)})
+		return indexUpdate(table, u, m, seq).Update
 	}
-	cond := "#last = :head"
-	if head == 0 {
-		cond = "attribute_not_exists(#last) OR #last = :head"
-	}
-	return indexUpdate(table, u, m, cond, "#read = :last, iseq = :iseq", map[string]types.AttributeValue{":head": n(head), ":iseq": n(seq)})
+	return indexUpdate(table, u, m, seq).read().lastIs(head).Update
 }
 
 // idemItem is the sender's idempotency item of a send: what a retry returns.
