@@ -143,15 +143,7 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 		}
 		items := []types.TransactWriteItem{
 			{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))},
-			{Put: &types.Put{
-				TableName: aws.String(st.tables.Messages),
-				Item: st.logItem(map[string]types.AttributeValue{
-					attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
-					"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
-					"body": s(string(m.Body)), "at": n(now.UnixMilli()),
-				}, now),
-				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-			}},
+			{Put: st.logPut(m, "", now)},
 			{Put: &types.Put{
 				TableName: aws.String(st.tables.Alerts),
 				Item: map[string]types.AttributeValue{

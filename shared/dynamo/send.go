@@ -143,16 +143,7 @@ func (st *Store) sendItems(d im.Draft, m im.Message, h heads, seqs map[im.UserID
 			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
 			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
-		{Put: &types.Put{
-			TableName: aws.String(st.tables.Messages),
-			Item: st.logItem(map[string]types.AttributeValue{
-				attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
-				"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
-				"body": s(string(m.Body)), "at": at, "cmid": s(d.ClientMsgID),
-			}, now),
-			ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
-			ExpressionAttributeNames: map[string]string{"#sk": attrSK},
-		}},
+		{Put: st.logPut(m, d.ClientMsgID, now)},
 	}
 	if len(seqs) == 0 {
 		items = append(items, types.TransactWriteItem{Update: headUpdate(st.tables.Messages, convKey(m.Conversation, skHead), h.conv, newEpoch(now))})

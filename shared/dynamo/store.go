@@ -105,12 +105,26 @@ func (st *Store) inboxBatchGet(ctx context.Context, keys []map[string]types.Attr
 	return st.batchGet(ctx, st.tables.Inbox, keys, true, visit)
 }
 
-// logItem adds the history-retention TTL to a conversation log item.
-func (st *Store) logItem(item map[string]types.AttributeValue, now time.Time) map[string]types.AttributeValue {
+// logPut puts message m as its conversation's log item — the one copy of
+// its body (messageFrom reads it back) — with the history retention's TTL,
+// on condition that its convSeq is free. cmid is the sender's clientMsgId
+// ("" for none).
+func (st *Store) logPut(m im.Message, cmid string, now time.Time) *types.Put {
+	item := map[string]types.AttributeValue{
+		attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
+		"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
+		"body": s(string(m.Body)), "at": n(m.SentAt.UnixMilli()),
+	}
+	if cmid != "" {
+		item["cmid"] = s(cmid)
+	}
 	if st.HistoryRetention > 0 {
 		item[attrTTL] = n(now.Add(st.HistoryRetention).Unix())
 	}
-	return item
+	return &types.Put{
+		TableName: aws.String(st.tables.Messages), Item: item,
+		ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+	}
 }
 
 // sleepJitter waits a random time that grows with attempt (full jitter,
