@@ -63,8 +63,9 @@ func (st *Store) Head(ctx context.Context, u im.UserID) (int64, string, error) {
 
 // inboxHeads returns the head of each user's inbox. It reads their head
 // items in BatchGetItem calls of 100 keys — with extra keys of the inbox
-// table (never head items), each item found handed to visit — and each inbox's newest entry
-// with a Query of one item (at most 16 at once), all strongly consistent.
+// table (never head items), each item found handed to visit — and each
+// inbox's newest entry with a Query of one item (at most 16 at once), all
+// strongly consistent.
 func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[string]types.AttributeValue, visit func(map[string]types.AttributeValue)) (map[im.UserID]inboxHead, error) {
 	heads := make(map[im.UserID]inboxHead, len(users))
 	keys := make([]map[string]types.AttributeValue, 0, len(users)+len(extra))
