@@ -33,8 +33,11 @@ func TestBenchCostMetersEveryComponentOfADeliveredMessage(t *testing.T) {
 	if m := per(float64(got.WebSocketMessages)); m < 3 {
 		t.Errorf("%.2f API Gateway messages per message, want at least 3", m)
 	}
-	if got.Invocations["SendFunction"] != 3 || got.Invocations["AckFunction"] < 3 {
-		t.Errorf("invocations %v: want 3 sends and an ack per message at chat pace", got.Invocations)
+	// An ack per message at chat pace; on a loaded machine a push may come
+	// late enough that the receiver syncs, and a sync's entries are acked
+	// together when it ends: at least one ack is metered either way.
+	if got.Invocations["SendFunction"] != 3 || got.Invocations["AckFunction"] < 1 {
+		t.Errorf("invocations %v: want 3 sends and their acks", got.Invocations)
 	}
 	if per(got.WriteUnits) < 3 || got.ReadUnits <= 0 || got.SQSRequests < 3 || got.StoredGBMonths <= 0 || got.LogBytes <= 0 || got.LambdaGBSeconds <= 0 {
 		t.Errorf("a component was not metered: %+v", got.Usage)

@@ -28,10 +28,13 @@ type Options struct {
 	Device string
 	// Path is the local store file (created if missing).
 	Path string
-	// AckInterval and AckBatch batch acks: an ack goes out at most every
-	// AckInterval, or at once when AckBatch entries are waiting (100 ms, 50).
-	AckInterval time.Duration
-	AckBatch    int
+	// AckInterval and AckBatch batch acks of pushed entries: an ack goes
+	// out at most every AckInterval, or at once when AckBatch entries are
+	// waiting (100 ms, 50). Synced entries are acked when the sync ends,
+	// or every SyncAckBatch entries of a long one (500).
+	AckInterval  time.Duration
+	AckBatch     int
+	SyncAckBatch int
 	// MinBackoff and MaxBackoff bound reconnect delays (200 ms, 30 s; full jitter).
 	MinBackoff, MaxBackoff time.Duration
 	// EvictedWait is how long the client waits before reconnecting after
@@ -176,6 +179,9 @@ func (o *Options) defaults() {
 	}
 	if o.AckBatch <= 0 {
 		o.AckBatch = 50
+	}
+	if o.SyncAckBatch <= 0 {
+		o.SyncAckBatch = 500
 	}
 	if o.MinBackoff <= 0 {
 		o.MinBackoff = 200 * time.Millisecond

@@ -311,7 +311,7 @@ func TestCrashBeforePersistLosesNothing(t *testing.T) {
 
 	var falseAck atomic.Bool
 	bob := bobDev.dial(t, func(o *Options) {
-		o.AckBatch = 1
+		o.AckBatch, o.SyncAckBatch = 1, 1
 		o.hooks.beforePersist = func(seq int64) error {
 			if d, _ := st.Store.Device(context.Background(), "bob", "phone"); d.Acked >= seq {
 				falseAck.Store(true)
@@ -813,4 +813,29 @@ func burstSize(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// Issue 12: a device coming back to a backlog acks it once, when its sync
+// ends — not every 50 entries and every tick of the ack interval, each an
+// invocation and three writes — and the server's cursor covers it all.
+func TestABacklogIsAckedOnceWhenTheSyncEnds(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	const n = 130 // two sync pages
+	sendN(t, alice, "bob", 0, n)
+	acks := func() int64 { return st.Metered().Invocations["AckFunction"].Requests }
+	before := acks()
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	if got := collect(t, bob, n, time.Minute); len(got) != n {
+		t.Fatalf("bob got %d of %d", len(got), n)
+	}
+	waitFor(t, "bob's ack of the backlog", func() bool {
+		d, err := st.Store.Device(context.Background(), "bob", "phone")
+		return err == nil && d.Acked == n
+	})
+	time.Sleep(300 * time.Millisecond) // three ack ticks: nothing more to ack
+	if got := acks() - before; got != 1 {
+		t.Fatalf("%d acks for a backlog of %d, want 1", got, n)
+	}
 }

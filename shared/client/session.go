@@ -114,11 +114,19 @@ type session struct {
 	forceAck bool
 	// own holds this device's own 1:1 entries from "sent" that are ahead of
 	// the cursor, by seq, until the entries before them arrive.
-	own      map[int64]wire.Entry
-	unacked  int
-	syncing  bool
-	syncAt   time.Time // when a rate-limited sync may be retried; zero: none waiting
-	syncSent time.Time // when the sync in flight was asked for
+	own map[int64]wire.Entry
+	// unacked counts pushed entries waiting for an ack (AckBatch),
+	// syncedUnacked the synced ones (SyncAckBatch); pushWaiting is set
+	// while a pushed one waits: its redelivery check is counting. During a
+	// sync only pushed entries make the ack ticker fire; the synced ones
+	// are acked when the sync ends (issue 12: a login's backlog is one
+	// ack, not one per 50 entries and per tick, each an invocation and
+	// three writes).
+	unacked, syncedUnacked int
+	pushWaiting            bool
+	syncing                bool
+	syncAt                 time.Time // when a rate-limited sync may be retried; zero: none waiting
+	syncSent               time.Time // when the sync in flight was asked for
 	// lastRecv is when the last frame arrived; pingSent when a ping went
 	// out that no frame has followed yet (zero: none outstanding).
 	lastRecv, pingSent time.Time
@@ -213,7 +221,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
 		case <-ackTick.C:
-			err = s.ack(sctx)
+			if !s.syncing || s.pushWaiting {
+				err = s.ack(sctx)
+			}
 			if err == nil && !s.syncAt.IsZero() && time.Now().After(s.syncAt) {
 				s.syncAt = time.Time{}
 				err = s.requestSync(sctx, s.cursor)
@@ -545,8 +555,14 @@ func (s *session) applyOne(ctx context.Context, e wire.Entry, src source) error 
 	if src == ownSent {
 		return nil
 	}
-	s.unacked++
-	if s.unacked >= s.c.opts.AckBatch {
+	if src == synced {
+		if s.syncedUnacked++; s.syncedUnacked >= s.c.opts.SyncAckBatch {
+			return s.ack(ctx)
+		}
+		return nil
+	}
+	s.pushWaiting = true
+	if s.unacked++; s.unacked >= s.c.opts.AckBatch {
 		return s.ack(ctx)
 	}
 	return nil
@@ -608,7 +624,7 @@ func (s *session) ack(ctx context.Context) error {
 	if err := s.write(ctx, map[string]any{"action": wire.ActionAck, "upTo": s.cursor}); err != nil {
 		return err
 	}
-	s.lastAck, s.forceAck, s.unacked = s.cursor, false, 0
+	s.lastAck, s.forceAck, s.unacked, s.syncedUnacked, s.pushWaiting = s.cursor, false, 0, 0, false
 	return nil
 }
 
