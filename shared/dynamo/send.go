@@ -14,10 +14,10 @@ import (
 )
 
 // Send stores a 1:1 draft exactly once per (sender, clientMsgId): the
-// conversation log entry, every recipient's inbox entry and dedup item, and
-// the sender's idempotency item, in one transaction. A retry returns the
-// stored result with Replayed set; a retry with other content fails with
-// im.ErrClientMsgIDReused.
+// conversation log entry, every recipient's inbox entry (a reference to
+// it) and conversation index, and the sender's idempotency item, in one
+// transaction (sendItems). A retry returns the stored result with Replayed
+// set; a retry with other content fails with im.ErrClientMsgIDReused.
 func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	recipients, err := d.Recipients()
 	if err != nil {
