@@ -28,10 +28,15 @@ type Options struct {
 	Device string
 	// Path is the local store file (created if missing).
 	Path string
-	// AckInterval and AckBatch batch acks of pushed entries: an ack goes
-	// out at most every AckInterval, or at once when AckBatch entries are
-	// waiting (100 ms, 50). Synced entries are acked when the sync ends,
-	// or every SyncAckBatch entries of a long one (500).
+	// AckInterval and AckBatch batch acks of pushed entries: a pushed
+	// entry is acked at most AckInterval after it arrived, or at once when
+	// AckBatch entries are waiting (2 s, 50). The interval is capped at 2/5
+	// of the push timeout the server announces on sync pages (5 s → 2 s),
+	// so the ack lands before the server's re-push. Synced entries are
+	// acked when the sync ends, or every SyncAckBatch entries of a long one
+	// (500). One ack covers every entry up to the cursor: at chat pace a
+	// 2 s window is one ack frame, one invocation and one receipt for
+	// several messages instead of one each (issue 12).
 	AckInterval  time.Duration
 	AckBatch     int
 	SyncAckBatch int
@@ -175,7 +180,7 @@ type sendResult struct {
 
 func (o *Options) defaults() {
 	if o.AckInterval <= 0 {
-		o.AckInterval = 100 * time.Millisecond
+		o.AckInterval = 2 * time.Second
 	}
 	if o.AckBatch <= 0 {
 		o.AckBatch = 50

@@ -42,7 +42,10 @@ func startStack(t *testing.T, concurrency ...int) *devstack.Stack {
 func startStackWith(t *testing.T, o devstack.Options) *devstack.Stack {
 	t.Helper()
 	o.Prefix = fmt.Sprintf("cl%d", time.Now().UnixNano())
-	o.Redelivery, o.SyncInterval, o.PollWait = &quick, time.Millisecond, 200*time.Millisecond
+	if o.Redelivery == nil {
+		o.Redelivery = &quick
+	}
+	o.SyncInterval, o.PollWait = time.Millisecond, 200*time.Millisecond
 	if o.RateLimits == "" {
 		o.RateLimits = "off"
 	}
@@ -837,5 +840,43 @@ func TestABacklogIsAckedOnceWhenTheSyncEnds(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // three ack ticks: nothing more to ack
 	if got := acks() - before; got != 1 {
 		t.Fatalf("%d acks for a backlog of %d, want 1", got, n)
+	}
+}
+
+// Pushes that arrive within the ack window share one ack (issue 12): at a
+// pace above the old 100 ms batching each message cost an ack frame, an Ack
+// invocation, two writes and a receipt. The window is 2/5 of the server's
+// push timeout (here the production 5 s → 2 s), so every push is still
+// acked before the server's re-push.
+func TestPushesWithinTheAckWindowShareAnAck(t *testing.T) {
+	t.Parallel()
+	policy := im.DefaultRedelivery()
+	st := startStackWith(t, devstack.Options{Redelivery: &policy})
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	acks := func() int64 { return st.Metered().Invocations["AckFunction"].Requests }
+	before := acks()
+	const n = 10
+	start := time.Now()
+	for i := range n {
+		if _, err := alice.Send(context.Background(), "bob", map[string]int{"n": i}); err != nil {
+			t.Fatal(err)
+		}
+		if got := collect(t, bob, 1, time.Minute); len(got) != 1 {
+			t.Fatalf("message %d not shown", i)
+		}
+		time.Sleep(150 * time.Millisecond) // past the old 100 ms batching
+	}
+	elapsed := time.Since(start)
+	waitFor(t, "bob's ack of every message", func() bool {
+		d, err := st.Store.Device(context.Background(), "bob", "phone")
+		return err == nil && d.Acked == n
+	})
+	// One ack per started window of 2 s, plus one at the end of the
+	// connect-time sync: a loaded machine stretches the run, and the
+	// bound with it.
+	got := acks() - before
+	if limit := int64(elapsed/(2*time.Second)) + 2; got > limit || got >= n {
+		t.Fatalf("%d acks for %d pushes over %v, want at most %d", got, n, elapsed.Round(time.Millisecond), min(limit, n-1))
 	}
 }

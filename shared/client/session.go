@@ -124,9 +124,13 @@ type session struct {
 	// three writes).
 	unacked, syncedUnacked int
 	pushWaiting            bool
-	syncing                bool
-	syncAt                 time.Time // when a rate-limited sync may be retried; zero: none waiting
-	syncSent               time.Time // when the sync in flight was asked for
+	// pushedAt is when the oldest unacked push arrived (with pushWaiting);
+	// pushTimeout the server's, from its sync pages (0: not yet known).
+	pushedAt    time.Time
+	pushTimeout time.Duration
+	syncing     bool
+	syncAt      time.Time // when a rate-limited sync may be retried; zero: none waiting
+	syncSent    time.Time // when the sync in flight was asked for
 	// lastRecv is when the last frame arrived; pingSent when a ping went
 	// out that no frame has followed yet (zero: none outstanding).
 	lastRecv, pingSent time.Time
@@ -193,7 +197,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	if err := s.flushOutbox(sctx); err != nil {
 		return 0
 	}
-	ackTick := time.NewTicker(c.opts.AckInterval)
+	ackTick := time.NewTicker(housekeeping)
 	defer ackTick.Stop()
 	resendTick := time.NewTicker(time.Second)
 	defer resendTick.Stop()
@@ -221,7 +225,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
 		case <-ackTick.C:
-			if !s.syncing || s.pushWaiting {
+			if s.ackDue(time.Now()) {
 				err = s.ack(sctx)
 			}
 			if err == nil && !s.syncAt.IsZero() && time.Now().After(s.syncAt) {
@@ -561,7 +565,9 @@ func (s *session) applyOne(ctx context.Context, e wire.Entry, src source) error 
 		}
 		return nil
 	}
-	s.pushWaiting = true
+	if !s.pushWaiting {
+		s.pushWaiting, s.pushedAt = true, time.Now()
+	}
 	if s.unacked++; s.unacked >= s.c.opts.AckBatch {
 		return s.ack(ctx)
 	}
@@ -569,6 +575,9 @@ func (s *session) applyOne(ctx context.Context, e wire.Entry, src source) error 
 }
 
 func (s *session) page(ctx context.Context, p wire.SyncPage) error {
+	if p.PushTimeoutMs > 0 {
+		s.pushTimeout = time.Duration(p.PushTimeoutMs) * time.Millisecond
+	}
 	switch {
 	case p.Epoch != "" && s.epoch != p.Epoch && (s.epoch != "" || s.cursor > 0):
 		// The server's sequence restarted (or this device's position was
@@ -610,6 +619,34 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		return s.requestSync(ctx, s.cursor)
 	}
 	return s.ack(ctx)
+}
+
+// housekeeping is the period of the session's timer for acks, rate-limited
+// syncs and catch-up checks.
+const housekeeping = 100 * time.Millisecond
+
+// ackWindow is how long a pushed entry may wait for its ack: AckInterval,
+// capped at 2/5 of the server's push timeout (5 s until a sync page says).
+func (s *session) ackWindow() time.Duration {
+	timeout := s.pushTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	return min(s.c.opts.AckInterval, timeout*2/5)
+}
+
+// ackDue reports whether the housekeeping tick at now should ack: a pushed
+// entry has waited its window, or (outside a sync, which acks when it ends)
+// an applied entry waits or a duplicate push or an error asked for one.
+func (s *session) ackDue(now time.Time) bool {
+	switch {
+	case s.forceAck && !s.syncing:
+		return true
+	case s.pushWaiting:
+		return now.Sub(s.pushedAt) >= s.ackWindow()
+	default:
+		return !s.syncing
+	}
 }
 
 // ack acknowledges everything up to the cursor, when something the server

@@ -367,7 +367,7 @@ func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyR
 			return h.fail(ctx, c, wire.ActionSync, err, "")
 		}
 	}
-	return reply(wire.NewSyncPage(page))
+	return reply(wire.NewSyncPage(page, h.Redelivery.PushTimeout))
 }
 
 func (h *Handler) syncInterval() time.Duration {

@@ -151,6 +151,10 @@ type SyncPage struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// FirstSeq is the oldest retained seq after the cursor (with Truncated).
 	FirstSeq int64 `json:"firstSeq,omitempty"`
+	// PushTimeoutMs is how long a pushed entry may stay unacked before the
+	// server pushes it again: a device that batches acks sends each within
+	// well under this (omitted: 5 s).
+	PushTimeoutMs int64 `json:"pushTimeoutMs,omitempty"`
 }
 
 // Pong answers a ping. It carries the inbox head and epoch, so a connected
@@ -219,13 +223,14 @@ func NewSentEntry(clientMsgID string, e im.Entry) Sent {
 // NewPush builds the push frame of an inbox entry.
 func NewPush(e im.Entry) Push { return Push{Type: TypeMessage, Entry: FromEntry(e)} }
 
-// NewSyncPage builds the sync answer for a page.
-func NewSyncPage(p im.Page) SyncPage {
+// NewSyncPage builds the sync answer for a page; pushTimeout is the
+// server's redelivery push timeout, announced to the device.
+func NewSyncPage(p im.Page, pushTimeout time.Duration) SyncPage {
 	msgs := make([]Entry, len(p.Entries))
 	for i, e := range p.Entries {
 		msgs[i] = FromEntry(e)
 	}
-	return SyncPage{Type: TypeSync, Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head, Epoch: p.Epoch, Truncated: p.Truncated, FirstSeq: p.FirstSeq}
+	return SyncPage{Type: TypeSync, Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head, Epoch: p.Epoch, Truncated: p.Truncated, FirstSeq: p.FirstSeq, PushTimeoutMs: pushTimeout.Milliseconds()}
 }
 
 // EntrySize is the encoded size of an entry inside a sync page, used to keep

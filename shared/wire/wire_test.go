@@ -101,8 +101,8 @@ func TestServerFrameShapes(t *testing.T) {
 	}{
 		{"sent", NewSent("c1", m), `{"type":"sent","clientMsgId":"c1","messageId":"m1","conversationId":"d:a:b","convSeq":3,"sentAt":"2026-01-02T03:04:05.006Z"}`},
 		{"message", NewPush(im.Entry{Seq: 9, Message: m}), `{"type":"message","seq":9,"message":{"messageId":"m1","conversationId":"d:a:b","convSeq":3,"from":"a","body":{"t":1},"sentAt":"2026-01-02T03:04:05.006Z"}}`},
-		{"sync", NewSyncPage(im.Page{Entries: []im.Entry{{Seq: 9, Message: m}}, Next: 9, More: true, Head: 12, Epoch: "e"}), `{"type":"sync","messages":[{"seq":9,"message":{"messageId":"m1","conversationId":"d:a:b","convSeq":3,"from":"a","body":{"t":1},"sentAt":"2026-01-02T03:04:05.006Z"}}],"nextCursor":9,"hasMore":true,"head":12,"epoch":"e"}`},
-		{"empty sync", NewSyncPage(im.Page{Head: 0, Epoch: ""}), `{"type":"sync","messages":[],"nextCursor":0,"hasMore":false,"head":0,"epoch":""}`},
+		{"sync", NewSyncPage(im.Page{Entries: []im.Entry{{Seq: 9, Message: m}}, Next: 9, More: true, Head: 12, Epoch: "e"}, 5*time.Second), `{"type":"sync","messages":[{"seq":9,"message":{"messageId":"m1","conversationId":"d:a:b","convSeq":3,"from":"a","body":{"t":1},"sentAt":"2026-01-02T03:04:05.006Z"}}],"nextCursor":9,"hasMore":true,"head":12,"epoch":"e","pushTimeoutMs":5000}`},
+		{"empty sync", NewSyncPage(im.Page{Head: 0, Epoch: ""}, 0), `{"type":"sync","messages":[],"nextCursor":0,"hasMore":false,"head":0,"epoch":""}`},
 		{"pong", Pong{Type: TypePong, Head: 57, Epoch: "m3x1k2-a9f"}, `{"type":"pong","head":57,"epoch":"m3x1k2-a9f"}`},
 		{"notify", Notify{Type: TypeNotify, Head: 57, Epoch: "m3x1k2-a9f"}, `{"type":"notify","head":57,"epoch":"m3x1k2-a9f"}`},
 		{"resync", NewError(&im.HeadError{Err: im.ErrCursorBeyondHead, Position: 9, Head: 0, Epoch: "e2"}, "r1", ""), `{"type":"error","code":"resync","message":"cursor is beyond the inbox head: the inbox's sequence restarted; sync from 0","requestId":"r1","head":0,"epoch":"e2"}`},
