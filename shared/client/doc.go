@@ -5,9 +5,10 @@
 //
 //   - Persist, then ack. A received entry with seq = cursor+1 is written
 //     together with the new cursor in one local transaction; only then is it
-//     emitted and acknowledged (cumulative "ack upTo", batched: pushed
-//     entries at most every 100 ms or 50 messages, a sync's entries once when
-//     the sync ends or every 500). A crash before the commit leaves nothing, so the
+//     emitted and acknowledged (cumulative "ack upTo", batched: a pushed
+//     entry within AckInterval, 2 s, capped at 2/5 of the server's push
+//     timeout, or at once when 50 wait; a sync's entries once when the sync
+//     ends or every 500). A crash before the commit leaves nothing, so the
 //     server re-pushes or the next sync brings the entry; a crash after it
 //     leaves the entry stored, and a re-push is dropped as a duplicate.
 //   - No skipped seq. An entry at or below the cursor is a duplicate: it is
