@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/signet-im/signet"
 	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/callcount"
 	"github.com/signet-im/signet/shared/client"
@@ -21,6 +22,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/template"
 )
 
 // costScenarios are the scenarios `signet bench cost` runs, in order.
@@ -299,10 +301,35 @@ func (r *costRun) usage(scenario string, delivered int) cost.Usage {
 		history = 365 * 24 * time.Hour // kept forever: price a year
 	}
 	retention := map[string]time.Duration{cfg.InboxTable: cfg.InboxRetention, cfg.MessagesTable: history, cfg.TraceTable: dynamo.TraceRetention}
+	ia := r.infrequentAccess()
 	for table, bytes := range calls.Stored {
-		u.StoredGBMonths += float64(bytes) / 1e9 * retention[table].Hours() / 24 / 30
+		gbMonths := float64(bytes) / 1e9 * retention[table].Hours() / 24 / 30
+		u.StoredGBMonths += gbMonths
+		if ia[table] {
+			u.StoredGBMonthsIA += gbMonths
+		}
+	}
+	for table := range ia {
+		u.WriteUnitsIA += float64(calls.WCUBy[table])
+		u.ReadUnitsIA += calls.RRUBy[table]
 	}
 	return u
+}
+
+// infrequentAccess returns the names of the stack's tables that
+// template.yaml gives the Standard-IA table class.
+func (r *costRun) infrequentAccess() map[string]bool {
+	out := map[string]bool{}
+	tmpl, err := template.Parse(signet.Template)
+	if err != nil {
+		return out // the stack started from this template: cannot happen
+	}
+	for id, tab := range tmpl.Tables {
+		if tab.Class == "STANDARD_INFREQUENT_ACCESS" {
+			out[r.st.Resources.Tables[id]] = true
+		}
+	}
+	return out
 }
 
 // awaitAll waits until each client has shown one more message.
@@ -541,6 +568,9 @@ func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	u.ReadUnits *= scale
 	u.SQSRequests = int64(float64(u.SQSRequests) * scale)
 	u.StoredGBMonths *= scale
+	u.WriteUnitsIA *= scale
+	u.ReadUnitsIA *= scale
+	u.StoredGBMonthsIA *= scale
 	u.LogBytes = int64(float64(u.LogBytes) * scale)
 	for fn, n := range u.Invocations {
 		u.Invocations[fn] = int64(float64(n) * scale)

@@ -16,6 +16,7 @@ package callcount
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -34,10 +35,16 @@ type Counter struct {
 	wcu    int
 	rru    float64
 	stored map[string]int64 // table → bytes of items put (with DynamoDB's 100-byte overhead)
+	// wcuBy and rruBy are wcu and rru by table name (tables of another
+	// class are priced apart).
+	wcuBy map[string]int
+	rruBy map[string]float64
 }
 
 // New returns an empty counter.
-func New() *Counter { return &Counter{calls: map[string]int{}, stored: map[string]int64{}} }
+func New() *Counter {
+	return &Counter{calls: map[string]int{}, stored: map[string]int64{}, wcuBy: map[string]int{}, rruBy: map[string]float64{}}
+}
 
 // APIOptions returns the SDK option that installs the counting middleware.
 func (c *Counter) APIOptions() []func(*middleware.Stack) error {
@@ -55,22 +62,23 @@ func (c *Counter) APIOptions() []func(*middleware.Stack) error {
 }
 
 func (c *Counter) record(service, op string, params any) {
-	wcu := writeUnits(params)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls[service+"."+op]++
-	c.wcu += wcu
+	writeUnits(params, func(table string, wcu int) {
+		c.wcu += wcu
+		c.wcuBy[table] += wcu
+	})
 	putBytes(params, func(table string, n int) { c.stored[table] += int64(n) + itemOverhead })
 }
 
 func (c *Counter) recordRead(params, result any) {
-	rru := readUnits(params, result)
-	if rru == 0 {
-		return
-	}
 	c.mu.Lock()
-	c.rru += rru
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	readUnits(params, result, func(table string, rru float64) {
+		c.rru += rru
+		c.rruBy[table] += rru
+	})
 }
 
 // itemOverhead is what DynamoDB adds to each stored item for billing.
@@ -84,34 +92,32 @@ type Snapshot struct {
 	// Stored is bytes of items put, by table name (overwrites included:
 	// an upper bound on what a table grows by).
 	Stored map[string]int64
+	// WCUBy and RRUBy split WCU and RRU by table name.
+	WCUBy map[string]int
+	RRUBy map[string]float64
 }
 
 // Snapshot returns the counts so far.
 func (c *Counter) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	calls := make(map[string]int, len(c.calls))
-	for k, v := range c.calls {
-		calls[k] = v
-	}
-	stored := make(map[string]int64, len(c.stored))
-	for k, v := range c.stored {
-		stored[k] = v
-	}
-	return Snapshot{Calls: calls, WCU: c.wcu, RRU: c.rru, Stored: stored}
+	return Snapshot{Calls: maps.Clone(c.calls), WCU: c.wcu, RRU: c.rru, Stored: maps.Clone(c.stored), WCUBy: maps.Clone(c.wcuBy), RRUBy: maps.Clone(c.rruBy)}
 }
 
 // Sub returns the counts of s minus those of earlier.
 func (s Snapshot) Sub(earlier Snapshot) Snapshot {
-	out := Snapshot{Calls: map[string]int{}, WCU: s.WCU - earlier.WCU, RRU: s.RRU - earlier.RRU, Stored: map[string]int64{}}
-	for k, v := range s.Calls {
-		if d := v - earlier.Calls[k]; d != 0 {
-			out.Calls[k] = d
-		}
+	return Snapshot{
+		Calls: sub(s.Calls, earlier.Calls), WCU: s.WCU - earlier.WCU, RRU: s.RRU - earlier.RRU,
+		Stored: sub(s.Stored, earlier.Stored), WCUBy: sub(s.WCUBy, earlier.WCUBy), RRUBy: sub(s.RRUBy, earlier.RRUBy),
 	}
-	for k, v := range s.Stored {
-		if d := v - earlier.Stored[k]; d != 0 {
-			out.Stored[k] = d
+}
+
+// sub returns the non-zero differences of m minus earlier, key by key.
+func sub[V int | int64 | float64](m, earlier map[string]V) map[string]V {
+	out := map[string]V{}
+	for k, v := range m {
+		if d := v - earlier[k]; d != 0 {
+			out[k] = d
 		}
 	}
 	return out
@@ -144,44 +150,40 @@ func (s Snapshot) Table(per int, unit string) string {
 	return b.String()
 }
 
-// writeUnits estimates the write capacity units of a DynamoDB request.
-func writeUnits(params any) int {
+// writeUnits estimates the write capacity units of a DynamoDB request and
+// passes them to f by table.
+func writeUnits(params any, f func(table string, wcu int)) {
 	switch in := params.(type) {
 	case *dynamodb.PutItemInput:
-		return units(itemSize(in.Item))
+		f(aws.ToString(in.TableName), units(itemSize(in.Item)))
 	case *dynamodb.UpdateItemInput:
-		return units(itemSize(in.Key) + itemSize(in.ExpressionAttributeValues))
+		f(aws.ToString(in.TableName), units(itemSize(in.Key)+itemSize(in.ExpressionAttributeValues)))
 	case *dynamodb.DeleteItemInput:
-		return units(itemSize(in.Key))
+		f(aws.ToString(in.TableName), units(itemSize(in.Key)))
 	case *dynamodb.BatchWriteItemInput:
-		n := 0
-		for _, reqs := range in.RequestItems {
+		for table, reqs := range in.RequestItems {
 			for _, r := range reqs {
 				if r.PutRequest != nil {
-					n += units(itemSize(r.PutRequest.Item))
+					f(table, units(itemSize(r.PutRequest.Item)))
 				} else if r.DeleteRequest != nil {
-					n += units(itemSize(r.DeleteRequest.Key))
+					f(table, units(itemSize(r.DeleteRequest.Key)))
 				}
 			}
 		}
-		return n
 	case *dynamodb.TransactWriteItemsInput:
-		n := 0
 		for _, it := range in.TransactItems {
 			switch {
 			case it.Put != nil:
-				n += 2 * units(itemSize(it.Put.Item))
+				f(aws.ToString(it.Put.TableName), 2*units(itemSize(it.Put.Item)))
 			case it.Update != nil:
-				n += 2 * units(itemSize(it.Update.Key)+itemSize(it.Update.ExpressionAttributeValues))
+				f(aws.ToString(it.Update.TableName), 2*units(itemSize(it.Update.Key)+itemSize(it.Update.ExpressionAttributeValues)))
 			case it.Delete != nil:
-				n += 2 * units(itemSize(it.Delete.Key))
+				f(aws.ToString(it.Delete.TableName), 2*units(itemSize(it.Delete.Key)))
 			case it.ConditionCheck != nil:
-				n += 2 * units(itemSize(it.ConditionCheck.Key))
+				f(aws.ToString(it.ConditionCheck.TableName), 2*units(itemSize(it.ConditionCheck.Key)))
 			}
 		}
-		return n
 	}
-	return 0
 }
 
 func units(bytes int) int { return max(1, (bytes+1023)/1024) }
@@ -217,8 +219,8 @@ func totalSize(items []map[string]types.AttributeValue) int {
 }
 
 // readUnits computes the read capacity units of a DynamoDB read from the
-// items it returned.
-func readUnits(params, result any) float64 {
+// items it returned, and passes them to f by table.
+func readUnits(params, result any, f func(table string, rru float64)) {
 	rate := func(consistent *bool) float64 {
 		if aws.ToBool(consistent) {
 			return 1
@@ -229,44 +231,43 @@ func readUnits(params, result any) float64 {
 	switch out := result.(type) {
 	case *dynamodb.GetItemOutput:
 		in, _ := params.(*dynamodb.GetItemInput)
-		var consistent *bool
-		if in != nil {
-			consistent = in.ConsistentRead
+		if in == nil {
+			in = &dynamodb.GetItemInput{}
 		}
-		return pages(itemSize(out.Item)) * rate(consistent)
+		f(aws.ToString(in.TableName), pages(itemSize(out.Item))*rate(in.ConsistentRead))
 	case *dynamodb.QueryOutput:
 		in, _ := params.(*dynamodb.QueryInput)
 		if in == nil {
 			in = &dynamodb.QueryInput{}
 		}
-		return pages(totalSize(out.Items)) * rate(in.ConsistentRead)
+		f(aws.ToString(in.TableName), pages(totalSize(out.Items))*rate(in.ConsistentRead))
 	case *dynamodb.ScanOutput:
 		in, _ := params.(*dynamodb.ScanInput)
 		if in == nil {
 			in = &dynamodb.ScanInput{}
 		}
-		return pages(totalSize(out.Items)) * rate(in.ConsistentRead)
+		f(aws.ToString(in.TableName), pages(totalSize(out.Items))*rate(in.ConsistentRead))
 	case *dynamodb.BatchGetItemOutput:
 		in, _ := params.(*dynamodb.BatchGetItemInput)
-		u := 0.0
 		for table, items := range out.Responses {
 			var consistent *bool
 			if in != nil {
 				consistent = in.RequestItems[table].ConsistentRead
 			}
 			for _, it := range items {
-				u += pages(itemSize(it)) * rate(consistent)
+				f(table, pages(itemSize(it))*rate(consistent))
 			}
 		}
-		return u
 	case *dynamodb.TransactGetItemsOutput:
-		u := 0.0
-		for _, r := range out.Responses {
-			u += 2 * pages(itemSize(r.Item))
+		in, _ := params.(*dynamodb.TransactGetItemsInput)
+		for i, r := range out.Responses {
+			table := ""
+			if in != nil && i < len(in.TransactItems) && in.TransactItems[i].Get != nil {
+				table = aws.ToString(in.TransactItems[i].Get.TableName)
+			}
+			f(table, 2*pages(itemSize(r.Item)))
 		}
-		return u
 	}
-	return 0
 }
 
 func itemSize(item map[string]types.AttributeValue) int {

@@ -27,7 +27,7 @@ func TestWriteUnits(t *testing.T) {
 		{"reads cost no write units", &dynamodb.GetItemInput{Key: small}, 0},
 	}
 	for _, tc := range cases {
-		if got := writeUnits(tc.in); got != tc.want {
+		if got := sumWrite(tc.in); got != tc.want {
 			t.Errorf("%s: %d units, want %d", tc.name, got, tc.want)
 		}
 	}
@@ -50,8 +50,44 @@ func TestReadUnits(t *testing.T) {
 		{"transactional get doubles", &dynamodb.TransactGetItemsInput{}, &dynamodb.TransactGetItemsOutput{Responses: []types.ItemResponse{{Item: small}, {Item: big}}}, 2 + 4},
 		{"a write reads nothing", &dynamodb.PutItemInput{}, &dynamodb.PutItemOutput{}, 0},
 	} {
-		if got := readUnits(tc.in, tc.out); got != tc.expect {
+		if got := sumRead(tc.in, tc.out); got != tc.expect {
 			t.Errorf("%s: %v RRU, want %v", tc.name, got, tc.expect)
 		}
+	}
+}
+
+func sumWrite(params any) int {
+	n := 0
+	writeUnits(params, func(_ string, wcu int) { n += wcu })
+	return n
+}
+
+func sumRead(params, result any) float64 {
+	n := 0.0
+	readUnits(params, result, func(_ string, rru float64) { n += rru })
+	return n
+}
+
+// Units are attributed to the table they were spent on: a table of another
+// class (Standard-IA) is priced apart.
+func TestUnitsByTable(t *testing.T) {
+	t.Parallel()
+	small := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "u"}}
+	big := map[string]types.AttributeValue{"body": &types.AttributeValueMemberS{Value: strings.Repeat("x", 1500)}}
+	wcu := map[string]int{}
+	writeUnits(&dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String("log"), Item: big}},
+		{Update: &types.Update{TableName: aws.String("inbox"), Key: small}},
+		{Put: &types.Put{TableName: aws.String("inbox"), Item: small}},
+	}}, func(table string, n int) { wcu[table] += n })
+	if wcu["log"] != 4 || wcu["inbox"] != 4 || len(wcu) != 2 {
+		t.Errorf("write units by table %v, want log 4, inbox 4", wcu)
+	}
+	rru := map[string]float64{}
+	readUnits(&dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{"inbox": {ConsistentRead: aws.Bool(true)}}},
+		&dynamodb.BatchGetItemOutput{Responses: map[string][]map[string]types.AttributeValue{"log": {big, big}, "inbox": {small}}},
+		func(table string, n float64) { rru[table] += n })
+	if rru["log"] != 1 || rru["inbox"] != 1 {
+		t.Errorf("read units by table %v, want log 1 (two eventually consistent), inbox 1", rru)
 	}
 }

@@ -19,7 +19,12 @@ type Prices struct {
 	ReadUnit         float64 // DynamoDB on-demand, per read request unit
 	SQSRequest       float64 // standard queue, per request (64 KB chunks)
 	StorageGBMonth   float64 // DynamoDB standard table class, per GB-month
-	PITRGBMonth      float64 // DynamoDB point-in-time recovery, per GB-month
+	PITRGBMonth      float64 // DynamoDB point-in-time recovery, per GB-month (either class)
+	// The Standard-Infrequent Access table class: storage at 40 % of
+	// Standard's, reads and writes at 125 %.
+	WriteUnitIA      float64 // per write request unit
+	ReadUnitIA       float64 // per read request unit
+	StorageGBMonthIA float64 // per GB-month
 	LogsGB           float64 // CloudWatch Logs ingestion, per GB
 }
 
@@ -30,7 +35,7 @@ var ListPrices = Prices{
 	Sources: []string{
 		"https://aws.amazon.com/api-gateway/pricing/ (WebSocket APIs)",
 		"https://aws.amazon.com/lambda/pricing/ (Arm)",
-		"https://aws.amazon.com/dynamodb/pricing/on-demand/",
+		"https://aws.amazon.com/dynamodb/pricing/on-demand/ (Standard and Standard-IA table classes)",
 		"https://aws.amazon.com/sqs/pricing/",
 		"https://aws.amazon.com/cloudwatch/pricing/ (Logs, standard ingestion)",
 	},
@@ -43,5 +48,8 @@ var ListPrices = Prices{
 	SQSRequest:       0.40 / 1e6,
 	StorageGBMonth:   0.25,
 	PITRGBMonth:      0.20,
+	WriteUnitIA:      0.78125 / 1e6,
+	ReadUnitIA:       0.15625 / 1e6,
+	StorageGBMonthIA: 0.10,
 	LogsGB:           0.50,
 }

@@ -23,7 +23,12 @@ type Usage struct {
 	SQSRequests       int64   `json:"sqsRequests"`
 	// StoredGBMonths is bytes put times each table's retention.
 	StoredGBMonths float64 `json:"storedGBMonths"`
-	LogBytes       int64   `json:"logBytes"`
+	// The parts of WriteUnits, ReadUnits and StoredGBMonths spent on
+	// Standard-IA tables (the conversation log), priced at that class.
+	WriteUnitsIA     float64 `json:"writeUnitsIA,omitempty"`
+	ReadUnitsIA      float64 `json:"readUnitsIA,omitempty"`
+	StoredGBMonthsIA float64 `json:"storedGBMonthsIA,omitempty"`
+	LogBytes         int64   `json:"logBytes"`
 
 	// Invocations by function, for the breakdown.
 	Invocations map[string]int64 `json:"invocations,omitempty"`
@@ -53,14 +58,22 @@ func (u Usage) Price(p Prices) Priced {
 		out.Lines = append(out.Lines, l)
 		out.PerMillion += l.PerMillion
 	}
+	// A line's units include those of Standard-IA tables (a per-message
+	// goal counts every unit); those are priced at their class's price.
+	addIA := func(component string, units, ia, price, iaPrice float64) {
+		add(component, units, 0)
+		l := &out.Lines[len(out.Lines)-1]
+		l.PerMillion = ((units-ia)*price + ia*iaPrice) / per * 1e6
+		out.PerMillion += l.PerMillion
+	}
 	add("API Gateway messages", float64(u.WebSocketMessages), p.WebSocketMessage)
 	add("API Gateway connection minutes", u.ConnectionMinutes, p.ConnectionMinute)
 	add("Lambda requests", float64(u.LambdaRequests), p.LambdaRequest)
 	add("Lambda GB-seconds", u.LambdaGBSeconds, p.LambdaGBSecond)
-	add("DynamoDB write units", u.WriteUnits, p.WriteUnit)
-	add("DynamoDB read units", u.ReadUnits, p.ReadUnit)
+	addIA("DynamoDB write units", u.WriteUnits, u.WriteUnitsIA, p.WriteUnit, p.WriteUnitIA)
+	addIA("DynamoDB read units", u.ReadUnits, u.ReadUnitsIA, p.ReadUnit, p.ReadUnitIA)
 	add("SQS requests", float64(u.SQSRequests), p.SQSRequest)
-	add("DynamoDB storage + PITR (GB-months)", u.StoredGBMonths, p.StorageGBMonth+p.PITRGBMonth)
+	addIA("DynamoDB storage + PITR (GB-months)", u.StoredGBMonths, u.StoredGBMonthsIA, p.StorageGBMonth+p.PITRGBMonth, p.StorageGBMonthIA+p.PITRGBMonth)
 	add("CloudWatch Logs (GB)", float64(u.LogBytes)/1e9, p.LogsGB)
 	return out
 }
@@ -88,6 +101,11 @@ func (pr Priced) Print(w io.Writer) {
 			parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimSuffix(fn, "Function"), float64(pr.Invocations[fn])/float64(max(pr.Delivered, 1))))
 		}
 		fmt.Fprintf(w, "  invocations per %s: %s\n", unit, strings.Join(parts, ", "))
+	}
+	if pr.WriteUnitsIA+pr.ReadUnitsIA+pr.StoredGBMonthsIA > 0 {
+		per := float64(max(pr.Delivered, 1))
+		fmt.Fprintf(w, "  of which on Standard-IA tables (the conversation log) per %s: %.2f write units, %.2f read units, %.3g GB-months\n",
+			unit, pr.WriteUnitsIA/per, pr.ReadUnitsIA/per, pr.StoredGBMonthsIA/per)
 	}
 }
 

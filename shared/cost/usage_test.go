@@ -44,3 +44,42 @@ func TestPriceDividesEachComponentByTheDeliveredMessages(t *testing.T) {
 		t.Errorf("table:\n%s", b.String())
 	}
 }
+
+// Units spent on Standard-IA tables count in their line's units (a
+// per-message goal counts them all) and are priced at that class.
+func TestStandardIAIsPricedApart(t *testing.T) {
+	t.Parallel()
+	all := Usage{Scenario: "s", Delivered: 1000, WriteUnits: 4000, ReadUnits: 1000, StoredGBMonths: 0.02}.Price(ListPrices)
+	ia := Usage{Scenario: "s", Delivered: 1000, WriteUnits: 4000, ReadUnits: 1000, StoredGBMonths: 0.02,
+		WriteUnitsIA: 1000, ReadUnitsIA: 1000, StoredGBMonthsIA: 0.01}.Price(ListPrices)
+	line := func(pr Priced, c string) Line {
+		for _, l := range pr.Lines {
+			if l.Component == c {
+				return l
+			}
+		}
+		t.Fatalf("no line %q", c)
+		return Line{}
+	}
+	want := map[string]float64{
+		"DynamoDB write units":                (3000*0.625 + 1000*0.78125) / 1000,
+		"DynamoDB read units":                 1000 * 0.15625 / 1000,
+		"DynamoDB storage + PITR (GB-months)": (0.01*0.45 + 0.01*0.30) / 1000 * 1e6,
+	}
+	for c, usd := range want {
+		l := line(ia, c)
+		if math.Abs(l.PerMillion-usd) > 1e-9 {
+			t.Errorf("%s: $%.6f per million, want $%.6f", c, l.PerMillion, usd)
+		}
+		if l.Units != line(all, c).Units {
+			t.Errorf("%s: %v units, want all of them (%v)", c, l.Units, line(all, c).Units)
+		}
+	}
+	sum := 0.0
+	for _, l := range ia.Lines {
+		sum += l.PerMillion
+	}
+	if math.Abs(sum-ia.PerMillion) > 1e-9 {
+		t.Errorf("total $%.6f, lines add to $%.6f", ia.PerMillion, sum)
+	}
+}

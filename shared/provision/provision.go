@@ -115,7 +115,7 @@ func verb(created bool) string {
 
 // createTable creates one table (or finds it) and waits until it is usable.
 func createTable(ctx context.Context, db *dynamodb.Client, name string, tab template.Table) (bool, error) {
-	in := &dynamodb.CreateTableInput{TableName: aws.String(name), BillingMode: ddbtypes.BillingModePayPerRequest}
+	in := &dynamodb.CreateTableInput{TableName: aws.String(name), BillingMode: ddbtypes.BillingModePayPerRequest, TableClass: ddbtypes.TableClass(tab.Class)}
 	for attr, typ := range tab.Attributes {
 		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(attr), AttributeType: ddbtypes.ScalarAttributeType(typ)})
 	}

@@ -71,6 +71,9 @@ type Table struct {
 	HashKey    string
 	RangeKey   string
 	TTL        string // TTL attribute, "" when none
+	// Class is the table class: "STANDARD" (also when the template names
+	// none) or "STANDARD_INFREQUENT_ACCESS".
+	Class string
 }
 
 // Queue is an AWS::SQS::Queue.
@@ -190,6 +193,9 @@ func Parse(b []byte) (*Template, error) {
 			}
 			if ttl := get(props, "TimeToLiveSpecification"); scalar(get(ttl, "Enabled")) == "true" {
 				tab.TTL = scalar(get(ttl, "AttributeName"))
+			}
+			if tab.Class = scalar(get(props, "TableClass")); tab.Class == "" {
+				tab.Class = "STANDARD"
 			}
 			t.Tables[id] = tab
 		case "AWS::SQS::Queue":
