@@ -348,8 +348,23 @@ func awaitAll(clients []*client.Client, what string) error {
 // SDK's 100 ms ack batching, so each message is acked alone.
 const chatPace = 300 * time.Millisecond
 
-// body is a message of about 1 KB.
-func body(n int) map[string]any { return map[string]any{"text": strings.Repeat("x", 900), "n": n} }
+// body is a message of about 1 KB: English prose, which the store
+// compresses about as well as real chat text (a run of one letter would
+// shrink to nothing and flatter every storage figure).
+func body(n int) map[string]any { return map[string]any{"text": prose, "n": n} }
+
+// prose is 900 characters of an ordinary status update.
+const prose = "Quick update on the payment gateway migration before the nine o'clock call. " +
+	"The new cluster took all traffic from Frankfurt at 06:40 and error rates stayed under " +
+	"the old baseline for the whole morning peak. Two things are still open. First, the " +
+	"settlement export to finance runs against the old database until Thursday, because " +
+	"their reconciliation job reads a column we renamed; Priya has a patch ready and needs " +
+	"a review from someone on the ledger team. Second, one merchant in Lisbon reported " +
+	"duplicate refund notifications yesterday evening. We traced it to a retry in their " +
+	"webhook handler, not to our side, but I asked support to call them and confirm. If " +
+	"nobody objects I will switch off the old cluster on Friday at noon, after the weekly " +
+	"batch has finished and the backups are verified. Please reply here with any concern, " +
+	"or approve the change request linked in the channel topic so it can go to the board."
 
 // chatCost runs pairs sender→receiver conversations at chat pace, each user
 // with devices devices, and returns what the messages were metered.

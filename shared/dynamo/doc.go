@@ -4,28 +4,35 @@
 // Key shapes (partition / sort key, both strings):
 //
 //	Connections  userId / connectionId            one item per live connection
-//	Inbox        userId / "head"                  last inbox seq + epoch
-//	             userId / "e#<seq:016d>"           inbox entry (denormalised message), TTL
-//	             userId / "m#<messageId>"          dedup item: message → inbox seq, TTL
+//	Inbox        userId / "head"                  inbox epoch, and a floor under the seq (heads.go)
+//	             userId / "e#<seq:016d>"           inbox entry: a reference to its log item
+//	                                               (conversation, convSeq, messageId, sender,
+//	                                               time); the newest is the inbox head; TTL
+//	             userId / "m#<messageId>"          dedup item of group fan-out and alerts, TTL
 //	             userId / "i#<clientMsgId>"        sender idempotency item, TTL
 //	             userId / "c#<deviceId>"           device cursor: acked seq, sync continuation
-//	             userId / "rl#sync"                sync rate limit
+//	             userId / "rl#…"                   rate limits
 //	             userId / "v#<conversationId>"     conversation index: last message, read and
 //	                                               delivered watermarks, group view (no TTL)
 //	             userId / "presence"               chosen display state, debounce state
-//	Messages     conversationId / "head"          last conversation seq (groups: name, counts, fan-out mark)
-//	             conversationId / "s#<seq:016d>"   canonical message (TTL: history retention)
+//	Messages     conversationId / "head"          groups and alert conversations: last
+//	(Standard-IA)                                  conversation seq (groups: name, counts,
+//	                                               fan-out mark); a 1:1 conversation has none
+//	             conversationId / "s#<seq:016d>"   canonical message, its body plain ("body")
+//	                                               or deflated ("bz", body.go); TTL: history
 //	             conversationId / "u#<userId>"     group member: role, joined, removed/left
 //
 // Invariants kept here:
-//   - A 1:1 send is one TransactWriteItems: the conversation head and every
-//     recipient inbox head advance conditionally on the values just read, the
-//     message, the entries and the dedup items are put with
-//     attribute_not_exists, and the sender's idempotency item is put in the
-//     same transaction. Either all of it is stored or none of it is, so a
-//     reader that sees head N finds every entry ≤ N (no skipped sequence), a
-//     retry with the same clientMsgId finds the stored result, and an inbox
-//     holds a message at most once.
+//   - A 1:1 send is one TransactWriteItems (sendItems): the sender's
+//     idempotency item and the log item put with attribute_not_exists, and
+//     per participant the inbox entry at the head just read plus one (put
+//     with attribute_not_exists: entries are their own heads) and the
+//     conversation index, the sender's on condition that its last convSeq
+//     is still the one read (it is the conversation's head). Either all of
+//     it is stored or none of it is, so a reader that sees entry N finds
+//     every entry below it (no skipped sequence), a retry with the same
+//     clientMsgId finds the stored result, and an inbox holds a message at
+//     most once.
 //   - A group send is one TransactWriteItems: the conversation head (on the
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the

@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -114,6 +115,7 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 	if upTo <= after {
 		return out, nil
 	}
+	var bad error
 	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Messages),
 		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
@@ -121,19 +123,27 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(upTo))},
 		ConsistentRead:            aws.Bool(true),
 	}, func(it map[string]types.AttributeValue) {
-		out = append(out, messageFrom(c, it))
+		m, err := messageFrom(c, it)
+		bad = cmp.Or(bad, err)
+		out = append(out, m)
 	})
-	if err != nil {
+	if err = cmp.Or(err, bad); err != nil {
 		return nil, fmt.Errorf("log %s (%d, %d]: %w", c, after, upTo, err)
 	}
 	return out, nil
 }
 
-func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) im.Message {
-	return im.Message{
+func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) (im.Message, error) {
+	m := im.Message{
 		ID: im.MessageID(getS(it, "mid")), Conversation: c, ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from")),
-		Body: []byte(getS(it, "body")), SentAt: time.UnixMilli(getN(it, "at")).UTC(),
+		SentAt: time.UnixMilli(getN(it, "at")).UTC(),
 	}
+	body, err := bodyOf(it)
+	if err != nil {
+		return im.Message{}, fmt.Errorf("message %s#%d: %w", c, m.ConvSeq, err)
+	}
+	m.Body = body
+	return m, nil
 }
 
 // maxAppendPerTransaction bounds the messages one fan-out transaction

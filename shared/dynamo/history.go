@@ -38,7 +38,11 @@ func (st *Store) History(ctx context.Context, c im.ConversationID, after, before
 	}
 	msgs := make([]im.Message, 0, len(res.Items))
 	for _, it := range res.Items {
-		msgs = append(msgs, messageFrom(c, it))
+		m, err := messageFrom(c, it)
+		if err != nil {
+			return nil, false, fmt.Errorf("history %s: %w", c, err)
+		}
+		msgs = append(msgs, m)
 	}
 	slices.Reverse(msgs)
 	more := len(msgs) > 0 && msgs[0].ConvSeq > after+1

@@ -236,5 +236,5 @@ func (st *Store) Message(ctx context.Context, c im.ConversationID, convSeq int64
 	if out.Item == nil {
 		return im.Message{}, fmt.Errorf("message %s#%d: %w", c, convSeq, im.ErrNotFound)
 	}
-	return messageFrom(c, out.Item), nil
+	return messageFrom(c, out.Item)
 }

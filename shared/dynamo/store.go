@@ -113,8 +113,9 @@ func (st *Store) logPut(m im.Message, cmid string, now time.Time) *types.Put {
 	item := map[string]types.AttributeValue{
 		attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
 		"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
-		"body": s(string(m.Body)), "at": n(m.SentAt.UnixMilli()),
+		"at": n(m.SentAt.UnixMilli()),
 	}
+	setBody(item, m.Body)
 	if cmid != "" {
 		item["cmid"] = s(cmid)
 	}
