@@ -540,9 +540,9 @@ func drain(c *client.Client, n int) {
 }
 
 // idleCost meters connected devices that receive nothing, pinging every
-// idlePing instead of the SDK's 5 minutes, and scales it to a day at 5
-// minutes: the keep-alive components by the pings a day takes, connection
-// minutes by the day.
+// idlePing instead of the SDK's client.DefaultPingInterval, and scales it
+// to a day at that interval: the keep-alive components by the pings a day
+// takes, connection minutes by the day.
 func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	const devices, idlePing, window = 4, time.Second, 12 * time.Second
 	r, err := newCostRun(ctx, emulator)
@@ -574,8 +574,8 @@ func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	if pings == 0 {
 		return cost.Usage{}, fmt.Errorf("no keep-alive ping in %s", window)
 	}
-	// Per device: a day holds 288 pings of 5 minutes.
-	scale := float64(devices) * 288 / float64(pings)
+	// Per device: a day holds 180 pings of 8 minutes.
+	scale := float64(devices) * float64(24*time.Hour/client.DefaultPingInterval) / float64(pings)
 	u.WebSocketMessages = int64(float64(u.WebSocketMessages) * scale)
 	u.LambdaRequests = int64(float64(u.LambdaRequests) * scale)
 	u.LambdaGBSeconds *= scale

@@ -17,6 +17,15 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
+// DefaultPingInterval is how often a connection pings when nothing else
+// sets it: within API Gateway's 10-minute idle timeout with two minutes to
+// spare. Every ping is two API Gateway messages, an invocation, a write and
+// a head read (issue 12: at 5 minutes an idle device cost 288 of them a
+// day, at 8 minutes 180). A pong also carries the inbox head, so it bounds
+// how long a device whose pushes were all lost stays behind (Liveness in
+// docs/protocol.md).
+const DefaultPingInterval = 8 * time.Minute
+
 // Options configure a Client. URL, Token and Path are required.
 type Options struct {
 	// URL is the WebSocket endpoint, e.g. ws://127.0.0.1:3001/ or
@@ -49,7 +58,7 @@ type Options struct {
 	// ResendAfter is how long a send waits for its ACK before it is sent
 	// again on the same connection (10 s).
 	ResendAfter time.Duration
-	// PingInterval keeps an idle connection open (5 min; API Gateway closes
+	// PingInterval keeps an idle connection open (DefaultPingInterval; API Gateway closes
 	// connections idle for 10 min).
 	PingInterval time.Duration
 	// PongTimeout is how long a ping may go unanswered (no frame at all
@@ -201,7 +210,7 @@ func (o *Options) defaults() {
 		o.ResendAfter = 10 * time.Second
 	}
 	if o.PingInterval <= 0 {
-		o.PingInterval = 5 * time.Minute
+		o.PingInterval = DefaultPingInterval
 	}
 	if o.PongTimeout <= 0 {
 		o.PongTimeout = 15 * time.Second
