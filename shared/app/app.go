@@ -47,6 +47,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable, Trace: cfg.TraceTable, Alerts: cfg.AlertsTable})
 	store.Retention = cfg.InboxRetention
 	store.HistoryRetention = cfg.HistoryRetention
+	store.CompressBodies = cfg.CompressBodies
 	h := &handler.Handler{
 		Inbox:          store,
 		Connections:    store,

@@ -60,6 +60,9 @@ type Config struct {
 	// PresenceStale is how long a connection counts as live after its last
 	// sign of life; PresenceDebounce delays presence pushes.
 	PresenceStale, PresenceDebounce time.Duration
+	// CompressBodies stores message bodies deflated where that pays
+	// (dynamo.Store.CompressBodies).
+	CompressBodies bool
 	// LogLevel is the lowest level logged: info keeps one line per stored
 	// message and every failure; debug adds a line per push, redelivery
 	// check and ack (the trace table records those either way).
@@ -105,6 +108,7 @@ const (
 	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
 	EnvPresenceDebounce = "SIGNET_PRESENCE_DEBOUNCE"
 	EnvLogLevel         = "SIGNET_LOG_LEVEL"
+	EnvBodyCompression  = "SIGNET_BODY_COMPRESSION"
 )
 
 // Vars lists every variable Signet reads, with its default.
@@ -138,6 +142,7 @@ var Vars = []Var{
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
+	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
 	{EnvLogLevel, "info", "lowest level logged: debug (adds a line per push, redelivery check and ack), info (a line per stored message, every failure), warn or error"},
 }
 
@@ -227,6 +232,12 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.PresenceDebounce, err = duration(EnvPresenceDebounce, get(EnvPresenceDebounce)); err != nil {
 		return Config{}, err
+	}
+	switch v := get(EnvBodyCompression); v {
+	case "on", "off":
+		c.CompressBodies = v == "on"
+	default:
+		return Config{}, fmt.Errorf("%s: %q is not on or off", EnvBodyCompression, v)
 	}
 	if err := c.LogLevel.UnmarshalText([]byte(get(EnvLogLevel))); err != nil {
 		return Config{}, fmt.Errorf("%s: %q is not debug, info, warn or error", EnvLogLevel, get(EnvLogLevel))

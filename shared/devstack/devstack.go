@@ -252,7 +252,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// Tests and operators inspect storage with full rights, as an admin would.
 	st.Store = dynamo.New(st.DynamoDB, dynamo.Tables{Connections: st.Config.ConnectionsTable, Inbox: st.Config.InboxTable,
 		Messages: st.Config.MessagesTable, Trace: st.Config.TraceTable, Alerts: st.Config.AlertsTable})
-	st.Store.Retention, st.Store.HistoryRetention = st.Config.InboxRetention, st.Config.HistoryRetention
+	st.Store.Retention, st.Store.HistoryRetention, st.Store.CompressBodies = st.Config.InboxRetention, st.Config.HistoryRetention, st.Config.CompressBodies
 
 	if err := routeGateway(gw, tmpl, fns); err != nil {
 		ln.Close()

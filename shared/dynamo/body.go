@@ -33,9 +33,10 @@ const compressMinSaving = 8
 // item limit of DynamoDB (bodies are far smaller; see im.MaxBodyBytes).
 const maxInflated = 400 << 10
 
-// setBody stores body in item, compressed when that pays (see attrBodyZ).
-func setBody(item map[string]types.AttributeValue, body []byte) {
-	if len(body) >= compressMin {
+// setBody stores body in item, compressed when that pays (see attrBodyZ)
+// and compress allows it.
+func setBody(item map[string]types.AttributeValue, body []byte, compress bool) {
+	if compress && len(body) >= compressMin {
 		if z := deflate(body); len(z) <= len(body)-len(body)/compressMinSaving {
 			item[attrBodyZ] = &types.AttributeValueMemberB{Value: z}
 			return

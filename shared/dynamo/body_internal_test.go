@@ -74,7 +74,7 @@ func TestPlainBodiesStillReadAndCorruptOnesFail(t *testing.T) {
 		t.Errorf("plain body = %q, %v", m.Body, err)
 	}
 	item := map[string]types.AttributeValue{}
-	setBody(item, []byte(strings.Repeat(`{"k":"v"},`, 100)))
+	setBody(item, []byte(strings.Repeat(`{"k":"v"},`, 100)), true)
 	z := item[attrBodyZ].(*types.AttributeValueMemberB).Value
 	item[attrBodyZ] = &types.AttributeValueMemberB{Value: z[:len(z)/2]}
 	if m, err := messageFrom("d:a:b", item); err == nil {
@@ -88,4 +88,24 @@ func keys(it map[string]types.AttributeValue) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// With compression off (the first deploy of an upgrade, while functions
+// that cannot read "bz" may still run) every body is stored as sent.
+func TestCompressionOffStoresBodiesAsSent(t *testing.T) {
+	t.Parallel()
+	st := testStore(t)
+	st.CompressBodies = false
+	ctx := context.Background()
+	body := fmt.Sprintf(`{"text":%q}`, strings.Repeat("The replicas caught up and the queue drained. ", 20))
+	if _, err := st.Send(ctx, im.Draft{From: "alice", ClientMsgID: "1", Conversation: im.Direct("alice", "bob"), Body: []byte(body)}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Messages), Key: convKey(im.Direct("alice", "bob"), convSK(1)), ConsistentRead: aws.Bool(true)})
+	if err != nil || out.Item == nil {
+		t.Fatalf("log item: %v", err)
+	}
+	if out.Item[attrBodyZ] != nil || getS(out.Item, attrBody) != body {
+		t.Errorf("with compression off the log item is %v, want the body as sent", keys(out.Item))
+	}
 }

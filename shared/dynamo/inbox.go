@@ -498,7 +498,7 @@ func (st *Store) SeedInbox(ctx context.Context, u im.UserID, entries []im.Entry,
 	for _, e := range entries {
 		// Seeded entries have no log item to reference: they carry their body.
 		item := entryItem(u, e, ttl)
-		setBody(item, e.Message.Body)
+		setBody(item, e.Message.Body, st.CompressBodies)
 		puts = append(puts, item)
 		last[e.Message.Conversation] = e
 	}

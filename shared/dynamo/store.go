@@ -36,13 +36,16 @@ type Store struct {
 	// HistoryRetention is how long conversation logs are kept (DynamoDB
 	// TTL on the Messages table); 0 keeps them. Default 365 days.
 	HistoryRetention time.Duration
+	// CompressBodies stores message bodies deflated where that pays
+	// (setBody); off, they are stored as sent. Reads take either form.
+	CompressBodies bool
 	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
 	MaxAttempts int
 }
 
 // New returns a store over the given client and tables.
 func New(db *dynamodb.Client, tables Tables) *Store {
-	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, MaxAttempts: 25}
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, MaxAttempts: 25}
 }
 
 // Attribute names shared by several item kinds.
@@ -115,7 +118,7 @@ func (st *Store) logPut(m im.Message, cmid string, now time.Time) *types.Put {
 		"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
 		"at": n(m.SentAt.UnixMilli()),
 	}
-	setBody(item, m.Body)
+	setBody(item, m.Body, st.CompressBodies)
 	if cmid != "" {
 		item["cmid"] = s(cmid)
 	}
