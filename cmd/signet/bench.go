@@ -195,7 +195,8 @@ type countingWriter struct{ n atomic.Int64 }
 func (w *countingWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
 
 // platformLogBytes is what Lambda itself logs per invocation (START, END
-// and REPORT lines), about 330 bytes.
+// and REPORT lines), about 330 bytes, at a system log level of INFO or
+// DEBUG; a function whose LoggingConfig keeps WARN writes none of them.
 const platformLogBytes = 330
 
 // costRun is one scenario's local stack with its meters.
@@ -294,7 +295,13 @@ func (r *costRun) usage(scenario string, delivered int) cost.Usage {
 			u.LambdaGBSeconds += inv.GBSeconds - was.GBSeconds
 		}
 	}
-	u.LogBytes = r.logs.n.Load() - r.logsBefore + u.LambdaRequests*platformLogBytes
+	u.LogBytes = r.logs.n.Load() - r.logsBefore
+	tmpl, err := template.Parse(signet.Template)
+	for fn, n := range u.Invocations {
+		if err != nil || tmpl.Functions[fn].SystemLogLevel != "WARN" {
+			u.LogBytes += n * platformLogBytes
+		}
+	}
 	cfg := r.st.Config
 	history := cfg.HistoryRetention
 	if history == 0 {

@@ -101,3 +101,16 @@ func TestDriftIsDetected(t *testing.T) {
 		}
 	})
 }
+
+// Issue 12: Lambda's START and REPORT lines are ~330 bytes of CloudWatch
+// Logs ingestion per invocation, more than the functions' own log line per
+// message. Every function keeps only WARN system logs (errors, timeouts);
+// the cost benchmark prices platform lines by the same setting.
+func TestEveryFunctionKeepsOnlyWarnSystemLogs(t *testing.T) {
+	t.Parallel()
+	for id, f := range load(t).Functions {
+		if f.SystemLogLevel != "WARN" {
+			t.Errorf("function %s: system log level %s, want WARN", id, f.SystemLogLevel)
+		}
+	}
+}

@@ -5,6 +5,7 @@
 package template
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -107,6 +108,10 @@ type Function struct {
 	MaximumConcurrency map[string]int
 	// BatchSize of each SQS event mapping by queue logical id (0: unset).
 	BatchSize map[string]int
+	// SystemLogLevel is the level of Lambda's own log lines the function
+	// keeps (LoggingConfig, its own or Globals'; Lambda's default INFO,
+	// which writes START and REPORT lines for every invocation).
+	SystemLogLevel string
 
 	envNodes map[string]*yaml.Node
 	policies *yaml.Node
@@ -165,6 +170,7 @@ func Parse(b []byte) (*Template, error) {
 	if err != nil {
 		globalMemory = 128 // Lambda's default
 	}
+	globalSystemLog := cmp.Or(scalar(get(get(globals, "LoggingConfig"), "SystemLogLevel")), "INFO")
 	resources := get(root, "Resources")
 	if resources == nil {
 		return nil, fmt.Errorf("parse template: no Resources")
@@ -214,6 +220,7 @@ func Parse(b []byte) (*Template, error) {
 				f.Timeout = v
 			}
 			f.MemorySize = globalMemory
+			f.SystemLogLevel = cmp.Or(scalar(get(get(props, "LoggingConfig"), "SystemLogLevel")), globalSystemLog)
 			if v, err := strconv.Atoi(scalar(get(props, "MemorySize"))); err == nil {
 				f.MemorySize = v
 			}
