@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/signet-im/signet/shared/client"
 	"github.com/signet-im/signet/shared/cost"
 )
 
@@ -96,9 +99,10 @@ func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
 			return ""
 		}},
 		{[]string{"--scenario", "idle-day"}, "device-day", 4, func(p cost.Priced) string {
-			// 288 pings of 5 minutes a day per device, 1,440 minutes.
-			if p.Invocations["PingFunction"] < 4*288-8 || p.Invocations["PingFunction"] > 4*288+8 || p.ConnectionMinutes != 4*1440 {
-				return "not scaled to 288 pings and 1,440 connection minutes per device"
+			// A day of the SDK's pings per device (180 of 8 minutes), 1,440 minutes.
+			perDay := int64(24 * time.Hour / client.DefaultPingInterval)
+			if p.Invocations["PingFunction"] < 4*perDay-8 || p.Invocations["PingFunction"] > 4*perDay+8 || p.ConnectionMinutes != 4*1440 {
+				return fmt.Sprintf("not scaled to %d pings and 1,440 connection minutes per device", perDay)
 			}
 			return ""
 		}},
