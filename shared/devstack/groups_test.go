@@ -224,12 +224,12 @@ type failingFanout struct {
 	calls, failAt, failed atomic.Int64
 }
 
-func (f *failingFanout) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
+func (f *failingFanout) AppendGroup(ctx context.Context, c im.ConversationID, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
 	if f.calls.Add(1) == f.failAt.Load() {
 		f.failed.Add(1)
 		return nil, errors.New("injected: fan-out Lambda died")
 	}
-	return f.Fanouts.AppendGroup(ctx, u, pos, msgs, now)
+	return f.Fanouts.AppendGroup(ctx, c, u, pos, msgs, now)
 }
 
 func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.T) {

@@ -17,13 +17,16 @@ import (
 // table, sk "v#<conversationId>". It holds what a login summary shows and
 // the user's watermarks of the conversation:
 //
-//	last, lastFrom, lastAt, preview   the last message in the user's inbox (convSeq)
+//	last, lastFrom, lastAt, preview   the last message in the user's inbox (convSeq);
+//	                                  for a group, the last one claimed (AppendGroup)
+//	iseq                              the inbox seq of that message (heads.go)
 //	base, left, removed               group view: joined after base; removed (1) at left
 //	read, readAt                      read watermark (forward-only)
 //	delivered, deliveredAt            highest convSeq one of the user's devices acked
 //	unread                            alert conversations only: alerts not yet read
 //
-// Writers: every inbox append (in the append's transaction), membership
+// Writers: every inbox append (in a 1:1 send's transaction; a group
+// fan-out claims the message just before putting its entry), membership
 // changes, read and ack. The item has no TTL: it outlives the inbox entries,
 // so a user back after the inbox retention still gets a true summary.
 const (
@@ -80,14 +83,6 @@ func (c indexChange) lastIs(last int64) indexChange {
 	}
 	c.ConditionExpression = aws.String(cond)
 	c.ExpressionAttributeValues[":was"] = n(last)
-	return c
-}
-
-// lastBelow makes the update conditional on the item's last convSeq being
-// below convSeq (or the item not existing yet).
-func (c indexChange) lastBelow(convSeq int64) indexChange {
-	c.ConditionExpression = aws.String("attribute_not_exists(#last) OR #last < :first")
-	c.ExpressionAttributeValues[":first"] = n(convSeq)
 	return c
 }
 

@@ -37,11 +37,15 @@
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the
 //     same head conditionally, so sends and changes are totally ordered.
-//   - Fan-out appends a run of group messages to one inbox in a transaction
-//     that advances the inbox head on the value read and the member's
-//     position ("last" of the index item) only if it is below the first
-//     appended convSeq: exactly once and in order per inbox, however often
-//     and however concurrently fan-out runs.
+//   - Fan-out appends group messages to one inbox one at a time, without a
+//     transaction (AppendGroup): a message is claimed in the member's
+//     conversation index (last convSeq moved from its predecessor, the
+//     inbox seq it takes recorded) and then its entry is put at that seq if
+//     free. Only the claim's winner puts the entry, only at the claimed seq,
+//     and nothing is claimed before its predecessor's entry is in place:
+//     exactly once and in order per inbox, however often and however
+//     concurrently fan-out runs, and a run that crashed between the two
+//     writes is completed by the next (SQS retries the job).
 //   - Device cursors and read/delivered watermarks only move forward
 //     (conditional update on the old value).
 package dynamo

@@ -96,15 +96,20 @@ func (st *Store) Positions(ctx context.Context, c im.ConversationID, users []im.
 	for _, u := range users {
 		keys = append(keys, inboxKey(u, convIndexSK(c)))
 	}
-	last := map[im.UserID]int64{}
+	last, lastSeq := map[im.UserID]int64{}, map[im.UserID]int64{}
 	heads, err := st.inboxHeads(ctx, users, keys, func(it map[string]types.AttributeValue) {
-		last[im.UserID(getS(it, attrUser))] = getN(it, attrLast)
+		u := im.UserID(getS(it, attrUser))
+		last[u], lastSeq[u] = getN(it, attrLast), getN(it, attrInboxSeq)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fan-out positions in %s: %w", c, err)
 	}
 	for _, u := range users {
-		out[u] = im.InboxPosition{Head: heads[u].top, Last: last[u], Epoch: heads[u].epoch}
+		h := heads[u]
+		out[u] = im.InboxPosition{Head: h.top, Last: last[u], LastSeq: lastSeq[u], Epoch: h.epoch,
+			// No seq recorded: nothing claimed yet (a join's start), or
+			// written with its entry in one transaction (before claims).
+			LastInPlace: last[u] == 0 || lastSeq[u] == 0 || (lastSeq[u] == h.top && h.newest == logRef{c, last[u]})}
 	}
 	return out, nil
 }
@@ -146,68 +151,173 @@ func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) (im.Me
 	return m, nil
 }
 
-// maxAppendPerTransaction bounds the messages one fan-out transaction
-// appends to one inbox (one more item: the conversation index).
-const maxAppendPerTransaction = 90
-
-// AppendGroup appends msgs (ascending convSeqs of one group, all after
-// pos.Last) to u's inbox, in transactions that put the entries at
-// pos.Head+1… on condition that those seqs are free (entries are their own
-// heads, see inboxHead) and advance the user's group position
-// conditionally on it being below the first appended convSeq. That
-// condition is what makes
-// fan-out exactly once and in order per inbox however often it is retried
-// or run concurrently: a message is appended only after everything before
-// it and never twice. It returns the new entries (none when another run
-// appended them first).
-func (st *Store) AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
+// AppendGroup appends msgs (ascending convSeqs of group c, all after
+// pos.Last; none to only complete a claim not in place) to u's inbox, exactly once and in order however often it is
+// retried or run concurrently, without a transaction (issue 12: two write
+// units per member and message instead of four). Each message is first
+// *claimed* — the user's conversation index moves its last convSeq from
+// the predecessor to the message and records the inbox seq it will take
+// (head + 1), on condition that last is still the predecessor — and then
+// its entry is put at that seq, on condition that the seq is free. Only
+// the run whose claim succeeded puts a message's entry, and only at the
+// claimed seq, so no message is in an inbox twice; a message is claimed
+// only after its predecessor's entry is known to be in place (checked, and
+// put if a crashed run left it missing: SQS retries the fan-out job), so
+// none is skipped or out of order. When another append took the claimed
+// seq first (a 1:1 send), the claim moves to the new head + 1. The index
+// may briefly be ahead of the entries (a summary may count a message whose
+// entry is a moment away), never behind. It returns the entries this call
+// put.
+func (st *Store) AppendGroup(ctx context.Context, c im.ConversationID, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error) {
+	if len(msgs) == 0 && pos.LastInPlace {
+		return nil, nil
+	}
 	var out []im.Entry
-	created := false // this call gave the inbox its epoch
-	for attempt := 0; len(msgs) > 0; {
+	if pos.Epoch == "" {
+		// The inbox's first entry may be among these: give it its epoch
+		// first, so that no reader sees an entry without one.
+		if _, _, err := st.EnsureHead(ctx, u, now); err != nil {
+			return nil, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
+		}
+	}
+	ttl := st.ttlAt(now)
+	for attempt := 0; ; attempt++ {
+		if attempt >= st.MaxAttempts {
+			return out, fmt.Errorf("fan-out %s to %s: %w", c, u, im.ErrContention)
+		}
+		if attempt > 0 {
+			if err := sleepJitter(ctx, attempt); err != nil {
+				return out, err
+			}
+			p, err := st.Positions(ctx, c, []im.UserID{u})
+			if err != nil {
+				return out, err
+			}
+			pos = p[u]
+		}
+		if !pos.LastInPlace {
+			e, err := st.placeClaimed(ctx, u, c, pos, ttl)
+			if err != nil {
+				if errors.Is(err, errMoved) {
+					continue
+				}
+				return out, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
+			}
+			if e != nil {
+				out = append(out, *e)
+			}
+			pos.Head, pos.LastInPlace = max(pos.Head, pos.LastSeq), true
+		}
 		for len(msgs) > 0 && msgs[0].ConvSeq <= pos.Last {
 			msgs = msgs[1:]
 		}
 		if len(msgs) == 0 {
-			break
+			return out, nil
 		}
-		batch := msgs[:min(len(msgs), maxAppendPerTransaction)]
-		ttl := st.ttlAt(now)
-		var items []types.TransactWriteItem
-		entries := make([]im.Entry, len(batch))
-		for i, m := range batch {
-			entries[i] = im.Entry{Seq: pos.Head + int64(i) + 1, Message: m}
-			items = append(items, types.TransactWriteItem{Put: st.entryPut(u, entries[i], ttl)})
+		m := msgs[0]
+		e := im.Entry{Seq: pos.Head + 1, Message: m}
+		_, err := st.db.UpdateItem(ctx, claim(st.tables.Inbox, u, m, e.Seq, pos.Last))
+		if isConditionFailed(err) {
+			continue // another run claimed it (or something after it): read again
 		}
-		if pos.Epoch == "" && !created {
-			items = append(items, types.TransactWriteItem{Update: epochCreate(st.tables.Inbox, u, now)})
-		}
-		last := batch[len(batch)-1]
-		items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last, entries[len(entries)-1].Seq).lastBelow(batch[0].ConvSeq).Update})
-		_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
-		if err == nil {
-			out = append(out, entries...)
-			pos = im.InboxPosition{Head: pos.Head + int64(len(batch)), Last: last.ConvSeq, Epoch: pos.Epoch}
-			created = true
-			msgs = msgs[len(batch):]
-			continue
-		}
-		if classifyTx(err, -1) != txRace {
-			return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, err)
-		}
-		// The inbox head moved (another message arrived) or another run
-		// appended some of these: read the position again and go on.
-		attempt++
-		if attempt >= st.MaxAttempts {
-			return out, fmt.Errorf("fan-out %s to %s: %w", last.Conversation, u, im.ErrContention)
-		}
-		if err := sleepJitter(ctx, attempt); err != nil {
-			return out, err
-		}
-		p, err := st.Positions(ctx, last.Conversation, []im.UserID{u})
 		if err != nil {
-			return out, err
+			return out, fmt.Errorf("fan-out %s to %s: claim #%d: %w", c, u, m.ConvSeq, err)
 		}
-		pos = p[u]
+		pos = im.InboxPosition{Head: pos.Head, Last: m.ConvSeq, LastSeq: e.Seq, Epoch: pos.Epoch}
+		put, err := st.putEntry(ctx, u, e, ttl)
+		if err != nil {
+			return out, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
+		}
+		if put {
+			out = append(out, e)
+			pos.Head, pos.LastInPlace = e.Seq, true
+			attempt = -1 // progress: the attempts count again
+		}
+		// Else the seq was taken: the next round finds the claim not in
+		// place and moves it.
 	}
-	return out, nil
+}
+
+// errMoved reports that a claim changed under the run: read the position
+// again.
+var errMoved = errors.New("claim moved")
+
+// claim is the update that claims message m for u's inbox at seq: u's
+// conversation index moves its last convSeq from prev to m (see
+// AppendGroup).
+func claim(table string, u im.UserID, m im.Message, seq, prev int64) *dynamodb.UpdateItemInput {
+	up := indexUpdate(table, u, m, seq).lastIs(prev).Update
+	return &dynamodb.UpdateItemInput{
+		TableName: up.TableName, Key: up.Key, UpdateExpression: up.UpdateExpression, ConditionExpression: up.ConditionExpression,
+		ExpressionAttributeNames: up.ExpressionAttributeNames, ExpressionAttributeValues: up.ExpressionAttributeValues,
+	}
+}
+
+// putEntry puts e into u's inbox if its seq is free, and reports whether
+// it did.
+func (st *Store) putEntry(ctx context.Context, u im.UserID, e im.Entry, ttl types.AttributeValue) (bool, error) {
+	p := st.entryPut(u, e, ttl)
+	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: p.TableName, Item: p.Item, ConditionExpression: p.ConditionExpression, ExpressionAttributeNames: p.ExpressionAttributeNames,
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("entry #%d: %w", e.Seq, err)
+	}
+	return true, nil
+}
+
+// placeClaimed makes sure the message pos claims in group c (pos.Last at
+// pos.LastSeq) is in u's inbox: it is when the entry at the claimed seq is
+// that message; a free seq gets it (a run that claimed it crashed or is
+// still on its way: the conditional put makes one of them win); a seq
+// another message took moves the claim to the head + 1 (errMoved: the
+// caller reads the position again and comes back here). It returns the
+// entry it put, if any.
+func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.ConversationID, pos im.InboxPosition, ttl types.AttributeValue) (*im.Entry, error) {
+	if pos.Last == 0 || pos.LastSeq == 0 {
+		// Nothing claimed, or claimed before claims recorded their seq
+		// (index and entry were then written in one transaction).
+		return nil, nil
+	}
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(pos.LastSeq)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, fmt.Errorf("claimed entry #%d: %w", pos.LastSeq, err)
+	}
+	if it := out.Item; it != nil {
+		if im.ConversationID(getS(it, attrConv)) == c && getN(it, "cseq") == pos.Last {
+			return nil, nil // in place
+		}
+		// Another message took the seq: claim the head + 1 instead.
+		head, _, err := st.Head(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
+			UpdateExpression:          aws.String("SET #iseq = :seq"),
+			ConditionExpression:       aws.String("#last = :last AND #iseq = :was"),
+			ExpressionAttributeNames:  map[string]string{"#iseq": attrInboxSeq, "#last": attrLast},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":seq": n(head + 1), ":last": n(pos.Last), ":was": n(pos.LastSeq)},
+		})
+		if err != nil && !isConditionFailed(err) {
+			return nil, fmt.Errorf("move the claim of #%d: %w", pos.Last, err)
+		}
+		return nil, errMoved
+	}
+	m, err := st.Message(ctx, c, pos.Last)
+	if err != nil {
+		return nil, fmt.Errorf("claimed message: %w", err)
+	}
+	e := im.Entry{Seq: pos.LastSeq, Message: m}
+	put, err := st.putEntry(ctx, u, e, ttl)
+	if err != nil {
+		return nil, err
+	}
+	if !put {
+		return nil, errMoved // something was put there meanwhile: look again
+	}
+	return &e, nil
 }

@@ -44,11 +44,11 @@ func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
 		t.Fatalf("positions = %+v, %v", pos, err)
 	}
 	// A stale position (head 0) is retried; a second run appends nothing.
-	entries, err := st.AppendGroup(ctx, "bob", im.InboxPosition{}, log, now)
+	entries, err := st.AppendGroup(ctx, g, "bob", im.InboxPosition{}, log, now)
 	if err != nil || len(entries) != 100 {
 		t.Fatalf("append: %d, %v", len(entries), err)
 	}
-	again, err := st.AppendGroup(ctx, "bob", im.InboxPosition{}, log, now)
+	again, err := st.AppendGroup(ctx, g, "bob", im.InboxPosition{}, log, now)
 	if err != nil || len(again) != 0 {
 		t.Fatalf("second append: %d, %v", len(again), err)
 	}

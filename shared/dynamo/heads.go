@@ -29,7 +29,8 @@ import (
 // idle for about the retention) the head is read from what outlives the
 // entries: each conversation index item records the inbox seq of that
 // conversation's newest entry (attrInboxSeq, set in the transaction that
-// writes the entry), so the highest of them is the head. The head item
+// writes the entry, or by the claim just before a group entry is put), so
+// the highest of them is the head. The head item
 // keeps the inbox's epoch, and its seq is a floor: the head of inboxes
 // written before entries were their own heads, and of every entry whose TTL
 // is shorter than the retention (an alert's ttlSeconds), which an append
@@ -40,10 +41,15 @@ type inboxHead struct {
 	// floor is the seq of the head item; epoch its epoch ("" if none).
 	floor int64
 	epoch string
+	// newest is the conversation and convSeq of the newest entry (when
+	// the head was read from it).
+	newest logRef
 }
 
 // attrInboxSeq is, on a conversation index item, the user's inbox seq of
-// the newest entry of that conversation.
+// the newest entry of that conversation (for a group, of the newest claimed
+// one: it may be ahead of the entries for a moment, never behind — as a
+// head it can only overstate, never hand out a seq twice).
 const attrInboxSeq = "iseq"
 
 // warmMargin is how far from its expiry the newest entry must be for the
@@ -95,7 +101,7 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 		wg.Go(func() {
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			top, err := st.newestSeq(ctx, u, now)
+			top, newest, err := st.newestSeq(ctx, u, now)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -104,6 +110,9 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 			}
 			h := heads[u]
 			h.top = max(top, h.floor)
+			if h.top == top {
+				h.newest = newest
+			}
 			heads[u] = h
 		})
 	}
@@ -125,39 +134,46 @@ func cmpErr(first, err error) error {
 // entries and conversation index show (the head item's floor aside): the
 // newest entry's seq when it is warm, else the highest attrInboxSeq of
 // u's conversation index items.
-func (st *Store) newestSeq(ctx context.Context, u im.UserID, now time.Time) (int64, error) {
-	seq, expires, found, err := st.newestEntry(ctx, u)
+func (st *Store) newestSeq(ctx context.Context, u im.UserID, now time.Time) (int64, logRef, error) {
+	e, expires, found, err := st.newestEntry(ctx, u)
 	if err != nil {
-		return 0, err
+		return 0, logRef{}, err
 	}
 	if found && (expires.IsZero() || expires.After(now.Add(st.warmMargin()))) {
-		return seq, nil
+		return e.seq, e.ref, nil
 	}
-	return st.indexedSeq(ctx, u)
+	seq, err := st.indexedSeq(ctx, u)
+	return seq, logRef{}, err
+}
+
+// newest is what newestEntry reads of an entry.
+type newest struct {
+	seq int64
+	ref logRef // its conversation and convSeq
 }
 
 // newestEntry reads the seq and expiry (zero: none) of u's newest inbox
 // entry: a strongly consistent Query of one item, newest first.
-func (st *Store) newestEntry(ctx context.Context, u im.UserID) (seq int64, expires time.Time, found bool, err error) {
+func (st *Store) newestEntry(ctx context.Context, u im.UserID) (e newest, expires time.Time, found bool, err error) {
 	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :e)"),
-		ProjectionExpression:      aws.String("#seq, #ttl"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#ttl": attrTTL},
+		ProjectionExpression:      aws.String("#seq, #ttl, #conv, cseq"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#ttl": attrTTL, "#conv": attrConv},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":e": s("e#")},
 		ScanIndexForward:          aws.Bool(false),
 		Limit:                     aws.Int32(1),
 		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil {
-		return 0, time.Time{}, false, fmt.Errorf("newest entry of %s: %w", u, err)
+		return newest{}, time.Time{}, false, fmt.Errorf("newest entry of %s: %w", u, err)
 	}
 	if len(out.Items) == 0 {
-		return 0, time.Time{}, false, nil
+		return newest{}, time.Time{}, false, nil
 	}
 	it := out.Items[0]
 	expires, _ = entryExpiry(it)
-	return getN(it, attrSeq), expires, true, nil
+	return newest{getN(it, attrSeq), logRef{im.ConversationID(getS(it, attrConv)), getN(it, "cseq")}}, expires, true, nil
 }
 
 // indexedSeq returns the highest attrInboxSeq of u's conversation index.

@@ -327,7 +327,7 @@ func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64
 	if err != nil {
 		return 0, false, err
 	}
-	if !found || newest < upTo {
+	if !found || newest.seq < upTo {
 		head, epoch, err := st.Head(ctx, u)
 		if err != nil {
 			return 0, false, err

@@ -22,7 +22,7 @@ type Fanouts interface {
 	SetFanoutMark(ctx context.Context, c im.ConversationID, upTo int64) error
 	Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error)
 	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
-	AppendGroup(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error)
+	AppendGroup(ctx context.Context, c im.ConversationID, u im.UserID, pos im.InboxPosition, msgs []im.Message, now time.Time) ([]im.Entry, error)
 }
 
 // FanoutQueue enqueues fan-out jobs, visible after delay.
@@ -183,14 +183,17 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 	if err != nil {
 		return err
 	}
-	from := upTo
+	from, unplaced := upTo, false
 	for _, u := range users {
 		f, t := members[u].Range(pos[u].Last, upTo)
 		if f < t {
 			from = min(from, f)
 		}
+		// A claim whose entry is not known to be in place (a run that
+		// failed between the two writes) is completed by AppendGroup.
+		unplaced = unplaced || !pos[u].LastInPlace
 	}
-	if from >= upTo {
+	if from >= upTo && !unplaced {
 		return nil // everyone is there already
 	}
 	log, err := h.Fanouts.Log(ctx, conv, from, upTo)
@@ -208,7 +211,7 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 	for _, u := range users {
 		m := members[u]
 		f, t := m.Range(pos[u].Last, upTo)
-		if f >= t {
+		if f >= t && pos[u].LastInPlace {
 			continue
 		}
 		var msgs []im.Message
@@ -220,7 +223,7 @@ func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			entries, err := h.Fanouts.AppendGroup(ctx, u, pos[u], msgs, h.now())
+			entries, err := h.Fanouts.AppendGroup(ctx, conv, u, pos[u], msgs, h.now())
 			for _, e := range entries {
 				tr.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
 			}

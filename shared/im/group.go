@@ -154,9 +154,14 @@ func Authorize(actor Member, op GroupOp, target Member, to Role) error {
 }
 
 // InboxPosition is where a user's inbox stands for a group's fan-out: the
-// inbox head and the last convSeq of the group already in the inbox.
+// inbox head and the last convSeq of the group claimed for the inbox.
 type InboxPosition struct {
 	Head, Last int64
+	// LastSeq is the inbox seq claimed for Last (0: unknown); LastInPlace
+	// is true when the newest entry is known to be Last's (a claim whose
+	// entry is not known to be there is checked before anything follows it).
+	LastSeq     int64
+	LastInPlace bool
 	// Epoch is the inbox's epoch ("" while it has none: its first
 	// append creates it).
 	Epoch string
