@@ -34,9 +34,9 @@ type outgoing struct {
 }
 
 // request sends frame with a fresh ref and decodes the answering frame into out.
-func (c *Client) request(ctx context.Context, frame map[string]any, out any) error {
+func (c *Client) request(ctx context.Context, frame wire.Request, out any) error {
 	ref := "q" + strconv.FormatInt(c.refs.Add(1), 10)
-	frame["ref"] = ref
+	frame.SetRef(ref)
 	ch := make(chan json.RawMessage, 1)
 	c.mu.Lock()
 	c.answers[ref] = ch
@@ -56,7 +56,7 @@ func (c *Client) request(ctx context.Context, frame map[string]any, out any) err
 			return &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
 		}
 		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("answer to %v: %w", frame["action"], err)
+			return fmt.Errorf("answer to %T: %w", frame, err)
 		}
 		return nil
 	case <-ctx.Done():
@@ -68,8 +68,8 @@ func (c *Client) request(ctx context.Context, frame map[string]any, out any) err
 
 var errClosed = errors.New("client closed")
 
-// write hands a frame to the session, waiting for a connection.
-func (c *Client) write(ctx context.Context, frame map[string]any) error {
+// write hands a frame (a wire type) to the session, waiting for a connection.
+func (c *Client) write(ctx context.Context, frame any) error {
 	b, err := json.Marshal(frame)
 	if err != nil {
 		return err
@@ -103,55 +103,55 @@ func (c *Client) answer(ref string, raw []byte) bool {
 	return ok
 }
 
-func (c *Client) group(ctx context.Context, frame map[string]any) (GroupInfo, error) {
-	frame["action"] = wire.ActionGroup
+func (c *Client) group(ctx context.Context, frame wire.Group) (GroupInfo, error) {
+	frame.Action = wire.ActionGroup
 	var g GroupInfo
-	err := c.request(ctx, frame, &g)
+	err := c.request(ctx, &frame, &g)
 	return g, err
 }
 
 // CreateGroup creates a group named name with this user as owner and
 // members as members. It returns the group (its conversationId is new).
 func (c *Client) CreateGroup(ctx context.Context, name string, members ...string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupCreate, "name": name, "users": members})
+	return c.group(ctx, wire.Group{Op: wire.GroupCreate, Name: name, Users: members})
 }
 
 // AddMembers adds users to a group with role (owner, admin or member; "" is member).
 func (c *Client) AddMembers(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupAdd, "conversationId": conversationID, "users": users, "role": role})
+	return c.group(ctx, wire.Group{Op: wire.GroupAdd, ConversationID: conversationID, Users: users, Role: role})
 }
 
 // RemoveMembers removes users from a group; they receive nothing sent after.
 func (c *Client) RemoveMembers(ctx context.Context, conversationID string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupRemove, "conversationId": conversationID, "users": users})
+	return c.group(ctx, wire.Group{Op: wire.GroupRemove, ConversationID: conversationID, Users: users})
 }
 
 // LeaveGroup removes this user from a group.
 func (c *Client) LeaveGroup(ctx context.Context, conversationID string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupLeave, "conversationId": conversationID})
+	return c.group(ctx, wire.Group{Op: wire.GroupLeave, ConversationID: conversationID})
 }
 
 // SetRole gives users role in a group (owners only).
 func (c *Client) SetRole(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupRole, "conversationId": conversationID, "users": users, "role": role})
+	return c.group(ctx, wire.Group{Op: wire.GroupRole, ConversationID: conversationID, Users: users, Role: role})
 }
 
 // Members lists a group's members (removed ones with Left set).
 func (c *Client) Members(ctx context.Context, conversationID string) (GroupInfo, error) {
-	return c.group(ctx, map[string]any{"op": wire.GroupMembers, "conversationId": conversationID})
+	return c.group(ctx, wire.Group{Op: wire.GroupMembers, ConversationID: conversationID})
 }
 
 // MarkRead moves this user's read watermark of a conversation to upTo (a
 // convSeq). Lower or equal values are ignored by the server. The server
 // answers only errors; MarkRead returns once the frame is written.
 func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64) error {
-	return c.write(ctx, map[string]any{"action": wire.ActionRead, "conversationId": conversationID, "upTo": upTo})
+	return c.write(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
 }
 
 // Receipts asks who has message convSeq of a conversation delivered and read.
 func (c *Client) Receipts(ctx context.Context, conversationID string, convSeq int64) (ReceiptsInfo, error) {
 	var r ReceiptsInfo
-	err := c.request(ctx, map[string]any{"action": wire.ActionReceipts, "conversationId": conversationID, "convSeq": convSeq}, &r)
+	err := c.request(ctx, &wire.Receipts{Action: wire.ActionReceipts, ConversationID: conversationID, ConvSeq: &convSeq}, &r)
 	return r, err
 }
 
@@ -159,7 +159,7 @@ func (c *Client) Receipts(ctx context.Context, conversationID string, convSeq in
 // invisible (others then see offline). It returns what others now see.
 func (c *Client) SetPresence(ctx context.Context, status string) (string, error) {
 	var p wire.PresenceAnswer
-	if err := c.request(ctx, map[string]any{"action": wire.ActionPresence, "status": status}, &p); err != nil {
+	if err := c.request(ctx, &wire.Presence{Action: wire.ActionPresence, Status: status}, &p); err != nil {
 		return "", err
 	}
 	if len(p.Users) != 1 {
@@ -171,7 +171,7 @@ func (c *Client) SetPresence(ctx context.Context, status string) (string, error)
 // QueryPresence returns what users show to others (online, away, dnd or offline).
 func (c *Client) QueryPresence(ctx context.Context, users ...string) (map[string]string, error) {
 	var p wire.PresenceAnswer
-	if err := c.request(ctx, map[string]any{"action": wire.ActionPresenceQuery, "users": users}, &p); err != nil {
+	if err := c.request(ctx, &wire.PresenceQuery{Action: wire.ActionPresenceQuery, Users: users}, &p); err != nil {
 		return nil, err
 	}
 	out := make(map[string]string, len(p.Users))
@@ -188,11 +188,7 @@ func (c *Client) Summary(ctx context.Context) ([]ConversationSummary, error) {
 	after := ""
 	for {
 		var p wire.SummaryPage
-		frame := map[string]any{"action": wire.ActionSummary, "limit": wire.MaxSummaryPage}
-		if after != "" {
-			frame["after"] = after
-		}
-		if err := c.request(ctx, frame, &p); err != nil {
+		if err := c.request(ctx, &wire.Summary{Action: wire.ActionSummary, Limit: wire.MaxSummaryPage, After: after}, &p); err != nil {
 			return out, err
 		}
 		out = append(out, p.Conversations...)
@@ -207,10 +203,6 @@ func (c *Client) Summary(ctx context.Context) ([]ConversationSummary, error) {
 // server (before 0: the newest), which is kept longer than inboxes.
 func (c *Client) ConversationHistory(ctx context.Context, conversationID string, before int64, limit int) (HistoryPage, error) {
 	var h HistoryPage
-	frame := map[string]any{"action": wire.ActionHistory, "conversationId": conversationID, "limit": limit}
-	if before > 0 {
-		frame["before"] = before
-	}
-	err := c.request(ctx, frame, &h)
+	err := c.request(ctx, &wire.History{Action: wire.ActionHistory, ConversationID: conversationID, Limit: limit, Before: max(before, 0)}, &h)
 	return h, err
 }

@@ -311,7 +311,7 @@ func (s *session) write(ctx context.Context, v any) error {
 
 func (s *session) requestSync(ctx context.Context, cursor int64) error {
 	s.syncing, s.syncSent = true, time.Now()
-	return s.write(ctx, map[string]any{"action": wire.ActionSync, "cursor": cursor, "limit": 100})
+	return s.write(ctx, wire.Sync{Action: wire.ActionSync, Cursor: &cursor, Limit: 100})
 }
 
 func (s *session) handle(ctx context.Context, data []byte) error {
@@ -658,7 +658,8 @@ func (s *session) ack(ctx context.Context) error {
 	if h := s.c.opts.hooks.beforeAck; h != nil && h(s.cursor) == errCrash {
 		return errCrash
 	}
-	if err := s.write(ctx, map[string]any{"action": wire.ActionAck, "upTo": s.cursor}); err != nil {
+	upTo := s.cursor
+	if err := s.write(ctx, wire.Ack{Action: wire.ActionAck, UpTo: &upTo}); err != nil {
 		return err
 	}
 	s.lastAck, s.forceAck, s.unacked, s.syncedUnacked, s.pushWaiting = s.cursor, false, 0, 0, false

@@ -44,6 +44,12 @@ type Query struct {
 	Ref string `json:"ref,omitempty"`
 }
 
+// SetRef sets the ref a client puts on a request.
+func (q *Query) SetRef(ref string) { q.Ref = ref }
+
+// Request is a client frame answered with a frame: one that embeds Query.
+type Request interface{ SetRef(ref string) }
+
 // RefOf returns the ref of a frame body, "" when it has none or a bad one.
 func RefOf(body string) string {
 	if !strings.Contains(body, `"ref"`) {
