@@ -2,17 +2,13 @@ package handler
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,136 +17,6 @@ import (
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
-
-// AlertStore is the storage of the HTTP alerts API.
-type AlertStore interface {
-	CreateApp(ctx context.Context, a im.App) error
-	App(ctx context.Context, id string) (im.App, error)
-	RevokeApp(ctx context.Context, id string, now time.Time) error
-	TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error)
-	KeyedAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error)
-	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
-	FinishAlert(ctx context.Context, appID, key, response string) error
-	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
-	AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error)
-	InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error)
-	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
-	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
-}
-
-// Validator checks a request body against a named OpenAPI schema.
-type Validator interface {
-	Validate(schema string, body []byte) error
-}
-
-// HTTP API limits and defaults.
-const (
-	MaxAlertRequestBytes = 64 << 10
-	DefaultAppRate       = 600 // posts per minute
-)
-
-// httpError is an HTTP API error: status, code and a client-safe message.
-type httpError struct {
-	status int
-	code   string
-	msg    string
-	retry  time.Duration
-}
-
-func (e *httpError) Error() string { return e.code + ": " + e.msg }
-
-func httpErr(status int, code, format string, a ...any) *httpError {
-	return &httpError{status: status, code: code, msg: fmt.Sprintf(format, a...)}
-}
-
-// Alerts serves the HTTP API (API Gateway HTTP API, payload format 2.0):
-// POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
-// POST /v1/apps and DELETE /v1/apps/{appId}.
-func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	reqID := req.RequestContext.RequestID
-	status, body, err := h.routeAlerts(ctx, req)
-	if err != nil {
-		he, ok := errors.AsType[*httpError](err)
-		if !ok {
-			h.log().ErrorContext(ctx, "alerts request failed", "err", err.Error(), "route", req.RouteKey, "requestId", reqID)
-			he = httpErr(http.StatusInternalServerError, "internal", "internal error; retry later")
-		} else {
-			h.log().InfoContext(ctx, "alerts request rejected", "status", he.status, "code", he.code, "msg", he.msg, "route", req.RouteKey, "requestId", reqID)
-		}
-		resp := jsonResponse(he.status, map[string]any{"error": map[string]string{"code": he.code, "message": he.msg}})
-		if he.retry > 0 {
-			resp.Headers["Retry-After"] = strconv.Itoa(int((he.retry + time.Second - 1) / time.Second))
-		}
-		return resp, nil
-	}
-	if body == nil {
-		return events.APIGatewayV2HTTPResponse{StatusCode: status}, nil
-	}
-	return jsonResponse(status, body), nil
-}
-
-func jsonResponse(status int, v any) events.APIGatewayV2HTTPResponse {
-	b, _ := json.Marshal(v)
-	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}
-}
-
-func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
-	if h.AlertStore == nil {
-		return 0, nil, httpErr(http.StatusNotFound, "not_found", "the alerts API is not configured")
-	}
-	switch req.RouteKey {
-	case "POST /v1/messages":
-		return h.postAlert(ctx, req)
-	case "GET /v1/messages/{id}":
-		return h.getAlert(ctx, req)
-	case "GET /v1/messages/{id}/trace":
-		return h.getTrace(ctx, req)
-	case "POST /v1/apps":
-		return h.createApp(ctx, req)
-	case "DELETE /v1/apps/{appId}":
-		return h.revokeApp(ctx, req)
-	}
-	return 0, nil, httpErr(http.StatusNotFound, "not_found", "no route %s", req.RouteKey)
-}
-
-// principal is who called: an app, or the admin.
-type principal struct {
-	app   im.App
-	admin bool
-}
-
-func header(req events.APIGatewayV2HTTPRequest, name string) string {
-	for k, v := range req.Headers {
-		if strings.EqualFold(k, name) {
-			return v
-		}
-	}
-	return ""
-}
-
-// authenticate resolves the bearer key to an app or the admin.
-func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
-	scheme, key, _ := strings.Cut(strings.TrimSpace(header(req, "Authorization")), " ")
-	key = strings.TrimSpace(key)
-	if !strings.EqualFold(scheme, "Bearer") || key == "" {
-		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "Authorization: Bearer <app key> is required")
-	}
-	if h.AdminKeyHash != "" && subtle.ConstantTimeCompare([]byte(im.HashSecret(key)), []byte(h.AdminKeyHash)) == 1 {
-		return principal{admin: true}, nil
-	}
-	appID, secret, ok := im.ParseAppKey(key)
-	if !ok {
-		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "invalid app key")
-	}
-	app, err := h.AlertStore.App(ctx, appID)
-	if errors.Is(err, im.ErrNotFound) || (err == nil && (!app.Matches(secret) || app.Revoked)) {
-		return principal{}, httpErr(http.StatusUnauthorized, "unauthorized", "invalid or revoked app key")
-	}
-	if err != nil {
-		return principal{}, err
-	}
-	return principal{app: app}, nil
-}
 
 // MaxAlertTitle is the longest alert title, in characters (docs/openapi.yaml).
 const MaxAlertTitle = 200
@@ -170,13 +36,13 @@ type alertRequest struct {
 func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 	var ar alertRequest
 	if err := json.Unmarshal(raw, &ar); err != nil {
-		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "body must be a JSON object")
+		return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "body must be a JSON object")
 	}
 	if !im.ValidDisplayText(ar.Title, MaxAlertTitle) {
-		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "title must be 1-%d characters without control or bidirectional-control characters", MaxAlertTitle)
+		return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "title must be 1-%d characters without control or bidirectional-control characters", MaxAlertTitle)
 	}
 	if len(ar.To) == 0 && ar.Group == "" {
-		return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "to must list at least one user, or group name a group")
+		return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "to must list at least one user, or group name a group")
 	}
 	if ar.Priority == "" {
 		ar.Priority = "normal"
@@ -185,7 +51,7 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 	for i, u := range ar.To {
 		recipients[i] = im.UserID(u)
 		if !recipients[i].Person() {
-			return alertRequest{}, nil, httpErr(http.StatusBadRequest, "bad_request", "to[%d] is not a user id (1-64 characters of [A-Za-z0-9._@-], not starting with %q)", i, im.AppSenderPrefix)
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "to[%d] is not a user id (1-64 characters of [A-Za-z0-9._@-], not starting with %q)", i, im.AppSenderPrefix)
 		}
 	}
 	return ar, recipients, nil
@@ -197,7 +63,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		return 0, nil, err
 	}
 	if p.admin {
-		return 0, nil, httpErr(http.StatusForbidden, "forbidden", "the admin key cannot post alerts; use an app key")
+		return 0, nil, wire.Problemf(wire.CodeForbidden, "the admin key cannot post alerts; use an app key")
 	}
 	raw, err := requestBody(req)
 	if err != nil {
@@ -205,11 +71,11 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	}
 	key := header(req, "Idempotency-Key")
 	if key == "" || len(key) > 128 || strings.ContainsFunc(key, func(r rune) bool { return r <= ' ' || r > '~' }) {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "Idempotency-Key header is required: 1-128 printable ASCII characters")
+		return 0, nil, wire.Problemf(wire.CodeBadRequest, "Idempotency-Key header is required: 1-128 printable ASCII characters")
 	}
 	if h.Validator != nil {
 		if err := h.Validator.Validate("AlertRequest", raw); err != nil {
-			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
+			return 0, nil, wire.Problemf(wire.CodeBadRequest, "%s", err.Error())
 		}
 	}
 	ar, recipients, err := decodeAlert(raw)
@@ -218,7 +84,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	}
 	for i, u := range recipients {
 		if !p.app.Allows(u) {
-			return 0, nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message %s", p.app.ID, ar.To[i])
+			return 0, nil, wire.Problemf(wire.CodeForbidden, "app %s may not message %s", p.app.ID, ar.To[i])
 		}
 	}
 	if ar.Group != "" {
@@ -238,7 +104,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	}
 	body, _ := json.Marshal(fields)
 	if len(body) > im.MaxBodyBytes {
-		return 0, nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
+		return 0, nil, wire.Problemf(wire.CodeTooLarge, "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
 	}
 	sum := sha256.Sum256(raw)
 	fingerprint := hex.EncodeToString(sum[:])
@@ -251,9 +117,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 			rate = DefaultAppRate
 		}
 		if wait, err := h.AlertStore.TakeAppSlot(ctx, p.app.ID, h.now(), rate); errors.Is(err, im.ErrRateLimited) {
-			he := httpErr(http.StatusTooManyRequests, "rate_limited", "app %s may post %d alerts per minute", p.app.ID, rate)
-			he.retry = wait
-			return 0, nil, he
+			return 0, nil, wire.RateLimited(fmt.Sprintf("app %s may post %d alerts per minute", p.app.ID, rate), max(wait.Milliseconds(), 1))
 		} else if err != nil {
 			return 0, nil, err
 		}
@@ -267,11 +131,8 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		}
 		start, err = h.AlertStore.BeginAlert(ctx, p.app.ID, key, fingerprint, alert, h.now())
 	}
-	if errors.Is(err, im.ErrIdempotencyConflict) {
-		return 0, nil, httpErr(http.StatusConflict, "conflict", "Idempotency-Key %q was used with a different payload", key)
-	}
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, err // im.ErrIdempotencyConflict: conflict (wire.ProblemOf)
 	}
 	if start.Response != "" {
 		return http.StatusAccepted, json.RawMessage(start.Response), nil
@@ -366,10 +227,10 @@ func (h *Handler) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
 // "g:" prefix) if the app may message that group.
 func (h *Handler) groupRecipients(ctx context.Context, app im.App, id string) ([]im.UserID, error) {
 	if !app.AllowsGroup(id) {
-		return nil, httpErr(http.StatusForbidden, "forbidden", "app %s may not message group %s", app.ID, id)
+		return nil, wire.Problemf(wire.CodeForbidden, "app %s may not message group %s", app.ID, id)
 	}
 	if h.Groups == nil {
-		return nil, httpErr(http.StatusBadRequest, "bad_request", "groups are not configured")
+		return nil, wire.Problemf(wire.CodeBadRequest, "groups are not configured")
 	}
 	all, err := h.Groups.Members(ctx, im.Group(id))
 	if err != nil {
@@ -382,29 +243,9 @@ func (h *Handler) groupRecipients(ctx context.Context, app im.App, id string) ([
 		}
 	}
 	if len(out) == 0 {
-		return nil, httpErr(http.StatusNotFound, "not_found", "no group %s (or it has no members)", id)
+		return nil, wire.Problemf(wire.CodeNotFound, "no group %s (or it has no members)", id)
 	}
 	return out, nil
-}
-
-func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
-	raw := []byte(req.Body)
-	if req.IsBase64Encoded {
-		b, err := base64.StdEncoding.DecodeString(req.Body)
-		if err != nil {
-			return nil, httpErr(http.StatusBadRequest, "bad_request", "body is not valid base64")
-		}
-		raw = b
-	}
-	if len(raw) > MaxAlertRequestBytes {
-		return nil, httpErr(http.StatusRequestEntityTooLarge, "too_large", "body is %d bytes; the limit is %d", len(raw), MaxAlertRequestBytes)
-	}
-	// The same rules as a message body: one JSON value every reader reads
-	// alike (valid UTF-8, no key twice, numbers a double holds).
-	if _, err := wire.CanonicalBody(raw); err != nil {
-		return nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
-	}
-	return raw, nil
 }
 
 // readableAlert loads the alert of {id} if the caller may read it.
@@ -415,20 +256,20 @@ func (h *Handler) readableAlert(ctx context.Context, req events.APIGatewayV2HTTP
 	}
 	id := im.MessageID(req.PathParameters["id"])
 	if len(id) == 0 || len(id) > 64 {
-		return im.Alert{}, p, httpErr(http.StatusBadRequest, "bad_request", "message id must be 1-64 characters")
+		return im.Alert{}, p, wire.Problemf(wire.CodeBadRequest, "message id must be 1-64 characters")
 	}
 	a, err := h.AlertStore.Alert(ctx, id)
 	if errors.Is(err, im.ErrNotFound) {
 		if p.admin {
 			return im.Alert{Message: im.Message{ID: id}}, p, nil // a chat message: trace only
 		}
-		return im.Alert{}, p, httpErr(http.StatusNotFound, "not_found", "no alert %s", id)
+		return im.Alert{}, p, wire.Problemf(wire.CodeNotFound, "no alert %s", id)
 	}
 	if err != nil {
 		return im.Alert{}, p, err
 	}
 	if !p.admin && a.App != p.app.ID {
-		return im.Alert{}, p, httpErr(http.StatusForbidden, "forbidden", "alert %s was sent by another app", id)
+		return im.Alert{}, p, wire.Problemf(wire.CodeForbidden, "alert %s was sent by another app", id)
 	}
 	return a, p, nil
 }
@@ -468,7 +309,7 @@ func (h *Handler) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReque
 		return 0, nil, err
 	}
 	if a.App == "" {
-		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no alert %s (chat messages have a trace only)", a.Message.ID)
+		return 0, nil, wire.Problemf(wire.CodeNotFound, "no alert %s (chat messages have a trace only)", a.Message.ID)
 	}
 	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
 	if err != nil {
@@ -535,7 +376,7 @@ func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPReque
 		return 0, nil, err
 	}
 	if len(evs) == 0 && a.App == "" {
-		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no trace for %s", a.Message.ID)
+		return 0, nil, wire.Problemf(wire.CodeNotFound, "no trace for %s", a.Message.ID)
 	}
 	out := struct {
 		MessageID string       `json:"messageId"`
@@ -553,67 +394,4 @@ func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPReque
 		out.Events = append(out.Events, te)
 	}
 	return http.StatusOK, out, nil
-}
-
-func (h *Handler) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPRequest) error {
-	p, err := h.authenticate(ctx, req)
-	if err != nil {
-		return err
-	}
-	if !p.admin {
-		return httpErr(http.StatusForbidden, "forbidden", "this needs the admin key")
-	}
-	return nil
-}
-
-func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
-	if err := h.requireAdmin(ctx, req); err != nil {
-		return 0, nil, err
-	}
-	raw, err := requestBody(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	if h.Validator != nil {
-		if err := h.Validator.Validate("AppRequest", raw); err != nil {
-			return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "%s", err.Error())
-		}
-	}
-	var in struct {
-		Name          string   `json:"name"`
-		AllowUsers    []string `json:"allowUsers"`
-		AllowGroups   []string `json:"allowGroups"`
-		RatePerMinute int      `json:"ratePerMinute"`
-	}
-	if err := json.Unmarshal(raw, &in); err != nil || !im.ValidAppID(in.Name) {
-		return 0, nil, httpErr(http.StatusBadRequest, "bad_request", "name must be 1-48 characters of [A-Za-z0-9.@-]")
-	}
-	secret := make([]byte, 24)
-	_, _ = rand.Read(secret)
-	sec := hex.EncodeToString(secret)
-	app := im.App{ID: in.Name, KeyHash: im.HashSecret(sec), AllowUsers: in.AllowUsers, AllowGroups: in.AllowGroups, RatePerMinute: in.RatePerMinute, CreatedAt: h.now()}
-	if app.RatePerMinute == 0 {
-		app.RatePerMinute = DefaultAppRate
-	}
-	if err := h.AlertStore.CreateApp(ctx, app); errors.Is(err, im.ErrAppExists) {
-		return 0, nil, httpErr(http.StatusConflict, "conflict", "app %s exists", in.Name)
-	} else if err != nil {
-		return 0, nil, err
-	}
-	h.log().InfoContext(ctx, "app created", "app", app.ID, "allowUsers", len(app.AllowUsers))
-	return http.StatusCreated, map[string]string{"appId": app.ID, "key": "sk_" + app.ID + "_" + sec}, nil
-}
-
-func (h *Handler) revokeApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
-	if err := h.requireAdmin(ctx, req); err != nil {
-		return 0, nil, err
-	}
-	err := h.AlertStore.RevokeApp(ctx, req.PathParameters["appId"], h.now())
-	if errors.Is(err, im.ErrNotFound) {
-		return 0, nil, httpErr(http.StatusNotFound, "not_found", "no app %s", req.PathParameters["appId"])
-	}
-	if err != nil {
-		return 0, nil, err
-	}
-	return http.StatusNoContent, nil, nil
 }

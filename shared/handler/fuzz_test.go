@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/wire"
 )
 
 // FuzzAlertRequestBody runs the HTTP body decoder of POST /v1/messages
@@ -32,8 +34,8 @@ func FuzzAlertRequestBody(f *testing.F) {
 		if err == nil {
 			return
 		}
-		var he *httpError
-		if !errors.As(err, &he) || he.status < 400 || he.status >= 500 {
+		var p *wire.Problem
+		if status := wire.HTTPStatus(wire.ProblemOf(err).Code); !errors.As(err, &p) || status < 400 || status >= 500 {
 			t.Fatalf("body %q: %v, want a 4xx", body, err)
 		}
 	})

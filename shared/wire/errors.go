@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/signet-im/signet/shared/im"
 )
@@ -41,7 +42,39 @@ const (
 	// of the user are refused (HTTP 429) for up to a minute. Reconnect after
 	// retryAfterMs, and wait as rate_limited asks.
 	CodeRateLimitIgnored Code = "rate_limit_ignored"
+	// CodeNotFound: the resource asked for does not exist (HTTP API).
+	CodeNotFound Code = "not_found"
+	// CodeConflict: an Idempotency-Key or a name was already used for
+	// something else (HTTP API).
+	CodeConflict Code = "conflict"
 )
+
+// httpStatus is the HTTP status of every code: the alerts API answers
+// with the same codes and messages as the WebSocket API (ProblemOf), in
+// the status its code names.
+var httpStatus = map[Code]int{
+	CodeBadRequest:       http.StatusBadRequest,
+	CodeUnknownAction:    http.StatusNotFound,
+	CodeTooLarge:         http.StatusRequestEntityTooLarge,
+	CodeForbidden:        http.StatusForbidden,
+	CodeRateLimited:      http.StatusTooManyRequests,
+	CodeInternal:         http.StatusInternalServerError,
+	CodeResync:           http.StatusConflict,
+	CodeConnectionLimit:  http.StatusTooManyRequests,
+	CodeUnauthorized:     http.StatusUnauthorized,
+	CodeRateLimitIgnored: http.StatusTooManyRequests,
+	CodeNotFound:         http.StatusNotFound,
+	CodeConflict:         http.StatusConflict,
+}
+
+// HTTPStatus returns the HTTP status of code (500 for a code without one,
+// which TestEveryCodeHasAnHTTPStatus keeps from existing).
+func HTTPStatus(code Code) int {
+	if s, ok := httpStatus[code]; ok {
+		return s
+	}
+	return http.StatusInternalServerError
+}
 
 // Error is the server frame {"type":"error",...}.
 type Error struct {
@@ -83,7 +116,12 @@ func RateLimited(msg string, ms int64) *Problem {
 	return &Problem{Code: CodeRateLimited, Msg: msg, RetryAfterMs: ms}
 }
 
-// domainCodes is the one table mapping domain errors to wire codes.
+// domainCodes is the one table mapping domain errors to wire codes — and
+// through the codes to HTTP statuses (HTTPStatus), for both APIs. Two
+// domain errors are not in it, on purpose: im.ErrNotFound and im.ErrGone
+// are conditions the handlers act on where they arise (a missing item, a
+// closed connection); one that escapes is a server fault (internal, which
+// clients retry), never a "not found" a client would take as final.
 var domainCodes = []struct {
 	err  error
 	code Code
@@ -102,6 +140,9 @@ var domainCodes = []struct {
 	{im.ErrLastOwner, CodeBadRequest, "a group needs at least one owner; make someone else owner first"},
 	{im.ErrNoSuchGroup, CodeBadRequest, "no such group"},
 	{im.ErrGroupExists, CodeBadRequest, "a group with this conversationId exists"},
+	{im.ErrRateLimited, CodeRateLimited, "too many requests; retry later"},
+	{im.ErrIdempotencyConflict, CodeConflict, "the Idempotency-Key was used with a different payload"},
+	{im.ErrAppExists, CodeConflict, "an app with this name exists"},
 }
 
 // ProblemOf translates any error into a client-safe Problem. Unknown errors

@@ -1,0 +1,164 @@
+package handler
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// AlertStore is the storage of the HTTP alerts API.
+type AlertStore interface {
+	CreateApp(ctx context.Context, a im.App) error
+	App(ctx context.Context, id string) (im.App, error)
+	RevokeApp(ctx context.Context, id string, now time.Time) error
+	TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error)
+	KeyedAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error)
+	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
+	FinishAlert(ctx context.Context, appID, key, response string) error
+	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
+	AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error)
+	InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error)
+	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
+	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
+}
+
+// Validator checks a request body against a named OpenAPI schema.
+type Validator interface {
+	Validate(schema string, body []byte) error
+}
+
+// HTTP API limits and defaults.
+const (
+	MaxAlertRequestBytes = 64 << 10
+	DefaultAppRate       = 600 // posts per minute
+)
+
+// httpErrorBody is the body of an HTTP API error: the code and message of
+// wire.ProblemOf, as the WebSocket API's error frames carry them.
+type httpErrorBody struct {
+	Error struct {
+		Code    wire.Code `json:"code"`
+		Message string    `json:"message"`
+	} `json:"error"`
+}
+
+// Alerts serves the HTTP API (API Gateway HTTP API, payload format 2.0):
+// POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
+// POST /v1/apps and DELETE /v1/apps/{appId}.
+func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	reqID := req.RequestContext.RequestID
+	status, body, err := h.routeAlerts(ctx, req)
+	if err != nil {
+		p := wire.ProblemOf(err)
+		status := wire.HTTPStatus(p.Code)
+		if p.Code == wire.CodeInternal {
+			h.log().ErrorContext(ctx, "alerts request failed", "err", err.Error(), "route", req.RouteKey, "requestId", reqID)
+		} else {
+			h.log().InfoContext(ctx, "alerts request rejected", "status", status, "code", p.Code, "msg", p.Msg, "route", req.RouteKey, "requestId", reqID)
+		}
+		var b httpErrorBody
+		b.Error.Code, b.Error.Message = p.Code, p.Msg
+		resp := jsonResponse(status, b)
+		if p.RetryAfterMs > 0 {
+			resp.Headers["Retry-After"] = strconv.FormatInt((p.RetryAfterMs+999)/1000, 10)
+		}
+		return resp, nil
+	}
+	if body == nil {
+		return events.APIGatewayV2HTTPResponse{StatusCode: status}, nil
+	}
+	return jsonResponse(status, body), nil
+}
+
+func jsonResponse(status int, v any) events.APIGatewayV2HTTPResponse {
+	b, _ := json.Marshal(v)
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}
+}
+
+func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if h.AlertStore == nil {
+		return 0, nil, wire.Problemf(wire.CodeNotFound, "the alerts API is not configured")
+	}
+	switch req.RouteKey {
+	case "POST /v1/messages":
+		return h.postAlert(ctx, req)
+	case "GET /v1/messages/{id}":
+		return h.getAlert(ctx, req)
+	case "GET /v1/messages/{id}/trace":
+		return h.getTrace(ctx, req)
+	case "POST /v1/apps":
+		return h.createApp(ctx, req)
+	case "DELETE /v1/apps/{appId}":
+		return h.revokeApp(ctx, req)
+	}
+	return 0, nil, wire.Problemf(wire.CodeNotFound, "no route %s", req.RouteKey)
+}
+
+// principal is who called: an app, or the admin.
+type principal struct {
+	app   im.App
+	admin bool
+}
+
+func header(req events.APIGatewayV2HTTPRequest, name string) string {
+	for k, v := range req.Headers {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+// authenticate resolves the bearer key to an app or the admin.
+func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
+	scheme, key, _ := strings.Cut(strings.TrimSpace(header(req, "Authorization")), " ")
+	key = strings.TrimSpace(key)
+	if !strings.EqualFold(scheme, "Bearer") || key == "" {
+		return principal{}, wire.Problemf(wire.CodeUnauthorized, "Authorization: Bearer <app key> is required")
+	}
+	if h.AdminKeyHash != "" && subtle.ConstantTimeCompare([]byte(im.HashSecret(key)), []byte(h.AdminKeyHash)) == 1 {
+		return principal{admin: true}, nil
+	}
+	appID, secret, ok := im.ParseAppKey(key)
+	if !ok {
+		return principal{}, wire.Problemf(wire.CodeUnauthorized, "invalid app key")
+	}
+	app, err := h.AlertStore.App(ctx, appID)
+	if errors.Is(err, im.ErrNotFound) || (err == nil && (!app.Matches(secret) || app.Revoked)) {
+		return principal{}, wire.Problemf(wire.CodeUnauthorized, "invalid or revoked app key")
+	}
+	if err != nil {
+		return principal{}, err
+	}
+	return principal{app: app}, nil
+}
+
+func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
+	raw := []byte(req.Body)
+	if req.IsBase64Encoded {
+		b, err := base64.StdEncoding.DecodeString(req.Body)
+		if err != nil {
+			return nil, wire.Problemf(wire.CodeBadRequest, "body is not valid base64")
+		}
+		raw = b
+	}
+	if len(raw) > MaxAlertRequestBytes {
+		return nil, wire.Problemf(wire.CodeTooLarge, "body is %d bytes; the limit is %d", len(raw), MaxAlertRequestBytes)
+	}
+	// The same rules as a message body: one JSON value every reader reads
+	// alike (valid UTF-8, no key twice, numbers a double holds).
+	if _, err := wire.CanonicalBody(raw); err != nil {
+		return nil, wire.Problemf(wire.CodeBadRequest, "%s", err.Error())
+	}
+	return raw, nil
+}
