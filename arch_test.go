@@ -40,3 +40,18 @@ func TestFunctionsDoNotLinkEmulators(t *testing.T) {
 		}
 	}
 }
+
+// Issue 13: handlers are use cases. They reach storage, queues and
+// connections through their own interfaces and never import an adapter or
+// the AWS SDK; the adapters own their codecs (the queue adapter decodes its
+// messages and runs a batch: queue.Consumer).
+func TestHandlersImportNoAdapter(t *testing.T) {
+	t.Parallel()
+	for _, d := range deps(t, "./shared/handler") {
+		for _, banned := range []string{"github.com/aws/aws-sdk-go-v2", "github.com/aws/smithy-go", "shared/queue", "shared/dynamo", "shared/push", "shared/gateway", "shared/devstack", "shared/app"} {
+			if strings.Contains(d, banned) {
+				t.Errorf("shared/handler depends on %s", d)
+			}
+		}
+	}
+}

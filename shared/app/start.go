@@ -2,12 +2,14 @@ package app
 
 import (
 	"context"
-
 	"fmt"
-	"github.com/signet-im/signet/shared/handler"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/queue"
 )
 
 // Start is the whole main of a Signet Lambda: it builds the handler for the
@@ -42,12 +44,14 @@ func Functions(h *handler.Handler) map[string]any {
 		"ReadFunction":       h.Read,
 		"HistoryFunction":    h.History,
 		"DefaultFunction":    h.Default,
-		"RedeliverFunction":  h.Redeliver,
-		"AlertsFunction":     h.Alerts,
-		"GroupFunction":      h.Group,
-		"ReceiptsFunction":   h.Receipts,
-		"PresenceFunction":   h.Presence,
-		"SummaryFunction":    h.Summary,
-		"FanoutFunction":     h.Fanout,
+		"RedeliverFunction": queue.Consumer[[]im.Check]{Name: "redelivery check", Decode: queue.Decode, Handle: h.RunChecks,
+			Log: h.Logger}.Lambda,
+		"AlertsFunction":   h.Alerts,
+		"GroupFunction":    h.Group,
+		"ReceiptsFunction": h.Receipts,
+		"PresenceFunction": h.Presence,
+		"SummaryFunction":  h.Summary,
+		"FanoutFunction": queue.Consumer[im.FanoutJob]{Name: "fan-out job", Decode: queue.DecodeJob, Handle: h.RunFanout,
+			Reserve: handler.FanoutReserve, Log: h.Logger}.Lambda,
 	}
 }

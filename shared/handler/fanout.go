@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
-	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -60,61 +59,26 @@ func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clien
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
-// Fanout consumes the fan-out queue (SQS event source with
-// ReportBatchItemFailures). A message job without members lists the
-// group's members as of the job's convSeq and splits them into batch jobs
-// (or fills them itself when one batch covers them); a batch job fills its
-// members' inboxes and pushes the new entries. A failed job is reported
-// and retried by SQS; what it already did is not done again (AppendGroup
-// is exactly once per inbox).
-//
-// The jobs of a batch run concurrently (one slow group or one recipient
-// that stopped reading does not hold up the others), and a job is only
-// started while the invocation has FanoutReserve left before its deadline:
-// the rest are reported for retry instead of being cut off mid-way by the
-// function timeout.
-func (h *Handler) Fanout(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var (
-		resp events.SQSEventResponse
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-	)
-	failed := func(id string) {
-		mu.Lock()
-		defer mu.Unlock()
-		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+// RunFanout runs one fan-out job (id: its queue message's id): a group
+// message's or group alert's batch of members, or a presence push. An error
+// leaves the job for a retry, which appends nothing twice. The queue
+// adapter decodes the jobs and runs a batch concurrently, starting a job
+// only while the invocation has FanoutReserve left before its deadline
+// (queue.Consumer).
+func (h *Handler) RunFanout(ctx context.Context, id string, job im.FanoutJob) error {
+	var err error
+	switch job.Kind {
+	case im.FanoutPresence:
+		err = h.pushPresence(ctx, job.User)
+	case im.FanoutAlert:
+		err = h.fanoutAlert(ctx, job)
+	default:
+		err = h.fanoutMessages(ctx, job)
 	}
-	for _, rec := range ev.Records {
-		job, err := queue.DecodeJob(rec.Body)
-		if err != nil {
-			// A malformed job can never succeed: drop it, loudly.
-			h.log().ErrorContext(ctx, "fan-out job dropped", "err", err.Error(), "sqsMessageId", rec.MessageId)
-			continue
-		}
-		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < FanoutReserve {
-			h.log().WarnContext(ctx, "fan-out job left for retry: too little time left in this invocation", "sqsMessageId", rec.MessageId)
-			failed(rec.MessageId)
-			continue
-		}
-		wg.Go(func() {
-			var err error
-			switch job.Kind {
-			case im.FanoutPresence:
-				err = h.pushPresence(ctx, job.User)
-			case im.FanoutAlert:
-				err = h.fanoutAlert(ctx, job)
-			default:
-				err = h.fanoutMessages(ctx, job)
-			}
-			if err != nil {
-				h.log().ErrorContext(ctx, "fan-out failed; left for retry", "err", err.Error(), "conversationId", job.Conversation,
-					"convSeq", job.UpTo, "members", len(job.Members), "sqsMessageId", rec.MessageId)
-				failed(rec.MessageId)
-			}
-		})
+	if err != nil {
+		return fmt.Errorf("fan-out of %s up to #%d to %d members: %w", job.Conversation, job.UpTo, len(job.Members), err)
 	}
-	wg.Wait()
-	return resp, nil
+	return nil
 }
 
 // FanoutReserve is the time a fan-out invocation must have left to start a

@@ -53,7 +53,7 @@ type Disconnector interface {
 	Disconnect(ctx context.Context, id im.ConnectionID) error
 }
 
-// Scheduler enqueues redelivery checks (at most queue.MaxChecksPerMessage) to
+// Scheduler enqueues redelivery checks (at most im.MaxChecksPerSchedule) to
 // run together after delay.
 type Scheduler interface {
 	Schedule(ctx context.Context, cs []im.Check, delay time.Duration) error
@@ -141,6 +141,9 @@ func (h *Handler) now() time.Time {
 	}
 	return time.Now().UTC()
 }
+
+// Logger is the handler's logger (Log, or slog's default).
+func (h *Handler) Logger() *slog.Logger { return h.log() }
 
 func (h *Handler) log() *slog.Logger {
 	if h.Log != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
-	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -184,7 +183,7 @@ func (cs *checks) add(c im.Check, ev im.Event) {
 }
 
 // scheduleChecks schedules the collected checks, one queue message per
-// attempt number and queue.MaxChecksPerMessage checks. A check that cannot
+// attempt number and im.MaxChecksPerSchedule checks. A check that cannot
 // be scheduled leaves its message to the next sync (the device's next
 // ping tells it the head), as a single failed schedule did.
 func (h *Handler) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
@@ -194,8 +193,8 @@ func (h *Handler) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
 	}
 	for attempt, ps := range byAttempt {
 		delay, _ := h.Redelivery.CheckDelay(attempt)
-		for start := 0; start < len(ps); start += queue.MaxChecksPerMessage {
-			chunk := ps[start:min(start+queue.MaxChecksPerMessage, len(ps))]
+		for start := 0; start < len(ps); start += im.MaxChecksPerSchedule {
+			chunk := ps[start:min(start+im.MaxChecksPerSchedule, len(ps))]
 			list := make([]im.Check, len(chunk))
 			for i, p := range chunk {
 				list[i] = p.check

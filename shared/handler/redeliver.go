@@ -6,54 +6,22 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/aws/aws-lambda-go/events"
-
 	"github.com/signet-im/signet/shared/im"
-	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/wire"
 )
 
-// Redeliver consumes redelivery checks from SQS. A queue message carries
-// the checks of one invocation's pushes (queue.Encode); for each check it
-// does nothing if the device acked the entry, else re-pushes it, and the
-// message's next checks are scheduled together while the policy allows.
-// A message whose checks failed for a transient reason is reported as a
-// batch item failure so SQS retries just it (its checks that did run may
-// then push again: devices drop entries they already have).
-//
-// The messages of a batch, and the checks of a message, run concurrently:
-// one recipient that stopped reading costs its own push deadline, not
-// everyone's.
-func (h *Handler) Redeliver(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
-	var (
-		resp events.SQSEventResponse
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-	)
-	for _, rec := range ev.Records {
-		wg.Go(func() {
-			tr := h.trail("redeliver", rec.MessageId)
-			err := h.redeliver(ctx, tr, rec.Body)
-			tr.flush(ctx)
-			if err != nil {
-				h.log().ErrorContext(ctx, "redelivery check failed; will be retried", "err", err.Error(), "sqsMessageId", rec.MessageId)
-				mu.Lock()
-				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	return resp, nil
-}
-
-func (h *Handler) redeliver(ctx context.Context, tr *trail, body string) error {
-	list, err := queue.Decode(body)
-	if err != nil {
-		// A malformed check can never succeed: drop it rather than loop.
-		h.log().ErrorContext(ctx, "dropping malformed redelivery check", "err", err.Error())
-		return nil
-	}
+// RunChecks runs the redelivery checks of one queue message (the checks of
+// one invocation's pushes; id is the message's id): for each check it does
+// nothing if the device acked the entry, else re-pushes it, and the next
+// checks are scheduled together while the policy allows. The checks run
+// concurrently: one recipient that stopped reading costs its own push
+// deadline, not everyone's. An error (some check failed for a transient
+// reason) leaves the message for a retry; its checks that did run may then
+// push again: devices drop entries they already have. The queue adapter
+// decodes the messages and runs a batch (queue.Consumer).
+func (h *Handler) RunChecks(ctx context.Context, id string, list []im.Check) error {
+	tr := h.trail("redeliver", id)
+	defer tr.flush(ctx)
 	cs := &checks{}
 	var (
 		wg   sync.WaitGroup

@@ -70,6 +70,10 @@ func (r Redelivery) Validate() error {
 	return nil
 }
 
+// MaxChecksPerSchedule is the most checks scheduled together (one queue
+// message: ~100 bytes each keeps it inside one 64 KB SQS billing chunk).
+const MaxChecksPerSchedule = 500
+
 // Check is one scheduled redelivery check: is Seq acked by the device behind
 // Connection? Attempt counts the pushes made so far minus one (0 after the
 // first push). It travels in the queue message body, so correctness never

@@ -42,9 +42,10 @@ type body struct {
 	Attempt    int    `json:"a"`
 }
 
-// MaxChecksPerMessage bounds the checks one queue message carries: ~100
-// bytes each, so a message stays inside one 64 KB SQS billing chunk.
-const MaxChecksPerMessage = 500
+// MaxChecksPerMessage bounds the checks one queue message carries (the
+// most a Scheduler is handed at once): ~100 bytes each, so a message stays
+// inside one 64 KB SQS billing chunk.
+const MaxChecksPerMessage = im.MaxChecksPerSchedule
 
 // Encode renders checks as a queue message body: one check as a JSON
 // object (the form every version reads), several as an array of them.

@@ -1,0 +1,69 @@
+package queue
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+)
+
+// Consumer is how a Lambda function consumes one of Signet's queues: the
+// queue's codec and the use case that handles one decoded message.
+type Consumer[T any] struct {
+	// Name names the queue's messages in logs ("redelivery check").
+	Name string
+	// Decode reads a message body; a body it refuses can never succeed
+	// and is dropped (logged), not retried.
+	Decode func(body string) (T, error)
+	// Handle handles one message; id is its SQS message id. An error
+	// leaves the message for SQS to retry.
+	Handle func(ctx context.Context, id string, v T) error
+	// Reserve is the time the invocation must have left to start a
+	// message; the rest of the batch is left for retry (0: no bound).
+	Reserve time.Duration
+	// Log receives the drops and failures (slog.Default when nil).
+	Log func() *slog.Logger
+}
+
+// Lambda is the handler of an SQS event source mapping with
+// ReportBatchItemFailures: the messages of a batch are handled
+// concurrently (one slow message holds up no other), and each that failed
+// or was not started is reported, so SQS retries just those.
+func (c Consumer[T]) Lambda(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	log := slog.Default()
+	if c.Log != nil {
+		log = c.Log()
+	}
+	var (
+		resp events.SQSEventResponse
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+	)
+	failed := func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+	}
+	for _, rec := range ev.Records {
+		v, err := c.Decode(rec.Body)
+		if err != nil {
+			log.ErrorContext(ctx, "dropping a malformed "+c.Name, "err", err.Error(), "sqsMessageId", rec.MessageId)
+			continue
+		}
+		if dl, ok := ctx.Deadline(); ok && c.Reserve > 0 && time.Until(dl) < c.Reserve {
+			log.WarnContext(ctx, c.Name+" left for retry: too little time left in this invocation", "sqsMessageId", rec.MessageId)
+			failed(rec.MessageId)
+			continue
+		}
+		wg.Go(func() {
+			if err := c.Handle(ctx, rec.MessageId, v); err != nil {
+				log.ErrorContext(ctx, c.Name+" failed; left for retry", "err", err.Error(), "sqsMessageId", rec.MessageId)
+				failed(rec.MessageId)
+			}
+		})
+	}
+	wg.Wait()
+	return resp, nil
+}
