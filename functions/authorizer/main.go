@@ -1,8 +1,11 @@
 // Command authorizer is the Lambda of the $connect REQUEST authorizer (template.yaml: AuthorizerFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("AuthorizerFunction")
+	app.Start("AuthorizerFunction", func(h *handler.Handler) any { return h.Authorize })
 }

@@ -1,8 +1,11 @@
 // Command disconnect is the Lambda of the $disconnect route (template.yaml: DisconnectFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("DisconnectFunction")
+	app.Start("DisconnectFunction", func(h *handler.Handler) any { return h.Disconnect })
 }

@@ -1,8 +1,11 @@
 // Command history is the Lambda of the history route (template.yaml: HistoryFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("HistoryFunction")
+	app.Start("HistoryFunction", func(h *handler.Handler) any { return h.History })
 }

@@ -1,8 +1,11 @@
 // Command ping is the Lambda of the ping route (template.yaml: PingFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("PingFunction")
+	app.Start("PingFunction", func(h *handler.Handler) any { return h.Ping })
 }

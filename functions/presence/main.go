@@ -1,8 +1,11 @@
 // Command presence is the Lambda of the presence and presence.query routes (template.yaml: PresenceFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("PresenceFunction")
+	app.Start("PresenceFunction", func(h *handler.Handler) any { return h.Presence })
 }

@@ -1,8 +1,11 @@
 // Command read is the Lambda of the read route (template.yaml: ReadFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("ReadFunction")
+	app.Start("ReadFunction", func(h *handler.Handler) any { return h.Read })
 }

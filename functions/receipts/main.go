@@ -1,8 +1,11 @@
 // Command receipts is the Lambda of the receipts route (template.yaml: ReceiptsFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("ReceiptsFunction")
+	app.Start("ReceiptsFunction", func(h *handler.Handler) any { return h.Receipts })
 }

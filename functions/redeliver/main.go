@@ -4,5 +4,5 @@ package main
 import "github.com/signet-im/signet/shared/app"
 
 func main() {
-	app.Start("RedeliverFunction")
+	app.Start("RedeliverFunction", app.Redeliver)
 }

@@ -1,8 +1,11 @@
 // Command send is the Lambda of the send route (template.yaml: SendFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("SendFunction")
+	app.Start("SendFunction", func(h *handler.Handler) any { return h.Send })
 }

@@ -1,8 +1,11 @@
 // Command summary is the Lambda of the summary route (template.yaml: SummaryFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("SummaryFunction")
+	app.Start("SummaryFunction", func(h *handler.Handler) any { return h.Summary })
 }

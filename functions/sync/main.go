@@ -1,8 +1,11 @@
 // Command sync is the Lambda of the sync route (template.yaml: SyncFunction).
 package main
 
-import "github.com/signet-im/signet/shared/app"
+import (
+	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/handler"
+)
 
 func main() {
-	app.Start("SyncFunction")
+	app.Start("SyncFunction", func(h *handler.Handler) any { return h.Sync })
 }

@@ -9,18 +9,15 @@ import (
 	"log/slog"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/apigatewaymanagementapi"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/signet-im/signet"
 	"github.com/signet-im/signet/shared/auth"
 	signetcfg "github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
-	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/push"
 	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/ratelimit"
@@ -32,15 +29,6 @@ type Clients struct {
 	SQS        *sqs.Client
 	Management *apigatewaymanagementapi.Client
 }
-
-// validator checks HTTP bodies against docs/openapi.yaml (embedded).
-var validator = func() *openapi.Validator {
-	v, err := openapi.Load(signet.OpenAPI, "AlertRequest", "AppRequest")
-	if err != nil {
-		panic(err) // the embedded document is tested; a broken one is a build defect
-	}
-	return v
-}()
 
 // New wires a handler over clients and configuration.
 func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
@@ -73,8 +61,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 		Log:              log,
 	}
 	if cfg.AlertsTable != "" {
-		h.AlertStore = store
-		h.Validator = validator
+		h.AlertStore = store // its Validator: openapi.Alerts, set by the alerts main
 	}
 	if cfg.OIDCIssuer != "" {
 		h.OIDC = &auth.OIDC{Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, UserClaim: cfg.OIDCUserClaim, JWKSURL: cfg.OIDCJWKSURL,
@@ -127,20 +114,23 @@ func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementa
 
 // FromEnv reads the configuration from the environment, checks that the
 // variables the function needs are set, and builds the handler with SDK
-// clients from the default AWS configuration (which honours
+// clients from the environment Lambda sets (loadLambdaAWS; it honours
 // AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS).
 func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) (*handler.Handler, error) {
 	cfg, err := LoadConfig(getenv, logicalID)
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := config.LoadDefaultConfig(ctx)
+	awsCfg, err := loadLambdaAWS(getenv)
 	if err != nil {
 		return nil, fmt.Errorf("aws config: %w", err)
 	}
-	c := Clients{DynamoDB: dynamodb.NewFromConfig(awsCfg), SQS: sqs.NewFromConfig(awsCfg)}
+	c := Clients{
+		DynamoDB: dynamodb.NewFromConfig(awsCfg.Config, func(o *dynamodb.Options) { o.BaseEndpoint = endpointOr(awsCfg.dynamoDBEndpoint) }),
+		SQS:      sqs.NewFromConfig(awsCfg.Config, func(o *sqs.Options) { o.BaseEndpoint = endpointOr(awsCfg.sqsEndpoint) }),
+	}
 	if cfg.WebSocketEndpoint != "" {
-		c.Management = ManagementClient(awsCfg, cfg.WebSocketEndpoint)
+		c.Management = ManagementClient(awsCfg.Config, cfg.WebSocketEndpoint)
 	}
 	log := slog.New(slog.NewJSONHandler(lambdaStdout{}, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	return New(cfg, c, log), nil

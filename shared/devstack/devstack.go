@@ -42,6 +42,7 @@ import (
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/iam"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/provision"
 	"github.com/signet-im/signet/shared/template"
 )
@@ -382,6 +383,11 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 	}
 	fn.sqs = clients.SQS
 	fn.handler = app.New(cfg, clients, o.Log.With("function", id))
+	if id == "AlertsFunction" {
+		if fn.handler.Validator, err = openapi.Alerts(); err != nil {
+			return nil, err
+		}
+	}
 	if o.Configure != nil {
 		o.Configure(id, fn.handler)
 	}
