@@ -2,11 +2,13 @@ package app
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 
+	signetcfg "github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/template"
 )
 
@@ -163,5 +165,56 @@ func TestFunctionLogsExpireAndAlarmsCanNotify(t *testing.T) {
 				t.Errorf("alarm %s: no AlarmActions/OKActions (the AlarmTopicArn parameter)", id)
 			}
 		}
+	}
+}
+
+// Issue 13: a default is written once. A deployed stack's settings come
+// from the template (its parameters' defaults and Globals), a local one's
+// from the code (config.Vars): with the template's defaults every
+// function must load exactly the configuration the code's defaults give,
+// so neither side can drift from the other unnoticed.
+func TestTheTemplatesDefaultsAreTheCodesDefaults(t *testing.T) {
+	t.Parallel()
+	tmpl := load(t)
+	params, err := tmpl.ParameterValues(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]bool{}
+	for _, v := range signetcfg.Vars {
+		if v.Default != "" {
+			settings[v.Name] = true
+		}
+	}
+	compared := 0
+	for id := range tmpl.Functions {
+		env, err := tmpl.Env(id, anyResource(params))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fromTemplate, err := LoadConfig(func(k string) string { return env[k] }, id)
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		fromCode, err := LoadConfig(func(k string) string {
+			if settings[k] {
+				return "" // the code's default
+			}
+			return env[k]
+		}, id)
+		if err != nil {
+			t.Fatalf("%s with the code's defaults: %v", id, err)
+		}
+		for k := range env {
+			if settings[k] {
+				compared++
+			}
+		}
+		if !reflect.DeepEqual(fromTemplate, fromCode) {
+			t.Errorf("%s: the template's defaults give\n%+v\nthe code's\n%+v", id, fromTemplate, fromCode)
+		}
+	}
+	if compared < 20 {
+		t.Fatalf("only %d settings compared: the test covers nothing", compared)
 	}
 }

@@ -2,10 +2,13 @@ package config
 
 import (
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/signet-im/signet/shared/im"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -58,5 +61,19 @@ func TestLoadOverridesAndErrors(t *testing.T) {
 	}
 	if err := c.Require(EnvMessagesTable); err == nil {
 		t.Error("require missing table: accepted")
+	}
+}
+
+// The redelivery policy's defaults are written twice, as configuration
+// (Vars, which the template's defaults match) and as the domain's
+// DefaultRedelivery (the SDK's and tests' reference): they must agree.
+func TestTheDefaultRedeliveryIsTheConfiguredDefault(t *testing.T) {
+	t.Parallel()
+	c, err := Load(func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c.Redelivery, im.DefaultRedelivery()) {
+		t.Errorf("configured default %+v, im.DefaultRedelivery %+v", c.Redelivery, im.DefaultRedelivery())
 	}
 }

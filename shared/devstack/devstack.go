@@ -81,9 +81,9 @@ type Options struct {
 	HTTPAddr string
 	// AdminKey is the HTTP API's admin key (default DefaultAdminKey).
 	AdminKey string
-	// Redelivery is the push timeout and backoff (default im.DefaultRedelivery()).
+	// Redelivery is the push timeout and backoff (nil: the template's).
 	Redelivery *im.Redelivery
-	// SyncInterval admits one new sync per user per interval (default 2s).
+	// SyncInterval admits one new sync per user per interval (0: the template's, 2s).
 	SyncInterval time.Duration
 	// PollWait is the SQS long-poll wait of the event source (default 1s).
 	PollWait time.Duration
@@ -541,23 +541,20 @@ func withDefaults(o Options) Options {
 	if o.AdminKey == "" {
 		o.AdminKey = DefaultAdminKey
 	}
-	if o.Redelivery == nil {
-		r := im.DefaultRedelivery()
-		o.Redelivery = &r
-	}
-	if o.SyncInterval == 0 {
-		o.SyncInterval = 2 * time.Second
-	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
-	env := map[string]string{
-		config.EnvPushTimeout:  o.Redelivery.PushTimeout.String(),
-		config.EnvBackoff:      joinDurations(o.Redelivery.Backoff),
-		config.EnvSyncInterval: o.SyncInterval.String(),
+	// Settings left unset take the template's defaults, which are the
+	// code's (TestTheTemplatesDefaultsAreTheCodesDefaults).
+	env := map[string]string{}
+	if o.Redelivery != nil {
+		env[config.EnvPushTimeout], env[config.EnvBackoff] = o.Redelivery.PushTimeout.String(), joinDurations(o.Redelivery.Backoff)
+	}
+	if o.SyncInterval > 0 {
+		env[config.EnvSyncInterval] = o.SyncInterval.String()
 	}
 	if o.FanoutBatch > 0 {
 		env[config.EnvFanoutBatch] = strconv.Itoa(o.FanoutBatch)
