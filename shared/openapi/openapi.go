@@ -9,11 +9,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/signet-im/signet"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 	"gopkg.in/yaml.v3"
 )
 
@@ -43,13 +41,9 @@ func Load(doc []byte, names ...string) (*Validator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("openapi: %w", err)
 	}
-	root, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-	if err != nil {
-		return nil, fmt.Errorf("openapi: %w", err)
-	}
 	c := jsonschema.NewCompiler()
-	c.DefaultDraft(jsonschema.Draft2020)
-	if err := c.AddResource("openapi.json", root); err != nil {
+	c.Draft = jsonschema.Draft2020
+	if err := c.AddResource("openapi.json", bytes.NewReader(b)); err != nil {
 		return nil, fmt.Errorf("openapi: %w", err)
 	}
 	v := &Validator{schemas: map[string]*jsonschema.Schema{}}
@@ -70,8 +64,10 @@ func (v *Validator) Validate(name string, body []byte) error {
 	if !ok {
 		return fmt.Errorf("no schema %s", name)
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
-	if err != nil {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var inst any
+	if err := dec.Decode(&inst); err != nil || dec.More() {
 		return fmt.Errorf("body is not valid JSON")
 	}
 	if err := sch.Validate(inst); err != nil {
@@ -83,16 +79,17 @@ func (v *Validator) Validate(name string, body []byte) error {
 	return nil
 }
 
-var printer = message.NewPrinter(language.English)
-
 // describe flattens a validation error into "at /path: reason" lines.
 func describe(ve *jsonschema.ValidationError) string {
 	var parts []string
 	var walk func(e *jsonschema.ValidationError)
 	walk = func(e *jsonschema.ValidationError) {
 		if len(e.Causes) == 0 {
-			loc := "/" + strings.Join(e.InstanceLocation, "/")
-			parts = append(parts, fmt.Sprintf("at %s: %s", loc, e.ErrorKind.LocalizedString(printer)))
+			loc := e.InstanceLocation
+			if loc == "" {
+				loc = "/"
+			}
+			parts = append(parts, fmt.Sprintf("at %s: %s", loc, e.Message))
 			return
 		}
 		for _, c := range e.Causes {
