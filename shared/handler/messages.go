@@ -316,15 +316,29 @@ func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.Conversat
 	if err != nil || peer == user || h.Pusher == nil {
 		return
 	}
-	conns, err := h.Connections.Connections(ctx, peer)
-	if err != nil {
-		h.log().WarnContext(ctx, "receipt skipped", "err", err.Error(), "userId", peer)
+	frame, _ := json.Marshal(wire.Receipt{Type: wire.TypeReceipt, Kind: kind, ConversationID: string(conv), UserID: string(user), UpTo: upTo})
+	h.pushAll(ctx, "receipt", peer, "", frame)
+}
+
+// pushAll pushes frame to every connection of u but except ("" for none),
+// best effort: what (a receipt, a presence change, a read watermark) is
+// also answered to a query or the next sync, so a failure is only logged
+// and a connection that is gone is skipped.
+func (h *Handler) pushAll(ctx context.Context, what string, u im.UserID, except im.ConnectionID, frame []byte) {
+	if h.Pusher == nil {
 		return
 	}
-	frame, _ := json.Marshal(wire.Receipt{Type: wire.TypeReceipt, Kind: kind, ConversationID: string(conv), UserID: string(user), UpTo: upTo})
+	conns, err := h.Connections.Connections(ctx, u)
+	if err != nil {
+		h.log().WarnContext(ctx, what+" push skipped", "err", err.Error(), "userId", u)
+		return
+	}
 	for _, conn := range conns {
+		if conn.ID == except {
+			continue
+		}
 		if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
-			h.log().WarnContext(ctx, "receipt push failed", "err", err.Error(), "connectionId", conn.ID)
+			h.log().WarnContext(ctx, what+" push failed", "err", err.Error(), "connectionId", conn.ID)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package handler
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -130,16 +129,7 @@ func (h *Handler) pushPresence(ctx context.Context, u im.UserID) error {
 	}
 	frame := presenceFrame("", ps)
 	for _, p := range peers {
-		conns, err := h.Connections.Connections(ctx, p)
-		if err != nil {
-			h.log().WarnContext(ctx, "presence push skipped", "err", err.Error(), "userId", p)
-			continue
-		}
-		for _, conn := range conns {
-			if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
-				h.log().WarnContext(ctx, "presence push failed", "err", err.Error(), "connectionId", conn.ID)
-			}
-		}
+		h.pushAll(ctx, "presence", p, "", frame)
 	}
 	h.log().InfoContext(ctx, "presence pushed", "userId", u, "status", ps[0].Visible(), "peers", len(peers))
 	return nil

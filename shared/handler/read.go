@@ -3,7 +3,6 @@ package handler
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"maps"
 	"time"
 
@@ -80,23 +79,8 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 
 // syncRead pushes the new watermark to the user's other connections.
 func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
-	if h.Pusher == nil {
-		return
-	}
-	conns, err := h.Connections.Connections(ctx, c.User)
-	if err != nil {
-		h.log().WarnContext(ctx, "read sync skipped", "err", err.Error())
-		return
-	}
 	frame, _ := json.Marshal(wire.ReadSync{Type: wire.TypeRead, ConversationID: string(conv), UpTo: upTo})
-	for _, conn := range conns {
-		if conn.ID == c.Connection {
-			continue
-		}
-		if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
-			h.log().WarnContext(ctx, "read sync push failed", "err", err.Error(), "connectionId", conn.ID)
-		}
-	}
+	h.pushAll(ctx, "read sync", c.User, c.Connection, frame)
 }
 
 // onlyReceived drops from ids the messages u did not receive: an app's log
