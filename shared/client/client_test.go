@@ -837,6 +837,9 @@ func TestABacklogIsAckedOnceWhenTheSyncEnds(t *testing.T) {
 		d, err := st.Store.Device(context.Background(), "bob", "phone")
 		return err == nil && d.Acked == n
 	})
+	// An invocation is metered when it ends: the ack's may still be
+	// writing its trace on a loaded machine when the cursor has moved.
+	waitFor(t, "the ack's invocation to end", func() bool { return acks() > before && st.Running() == 0 })
 	time.Sleep(300 * time.Millisecond) // three ack ticks: nothing more to ack
 	if got := acks() - before; got != 1 {
 		t.Fatalf("%d acks for a backlog of %d, want 1", got, n)
