@@ -136,10 +136,11 @@ func TestRetryAfterCrashBetweenStoreAndAck(t *testing.T) {
 	st := startStack(t, devstack.Options{})
 	bob := dial(t, st, "bob", "phone")
 	// The first attempt: stored, then the function "crashed" (no ACK, no push).
-	draft, _, err := wire.DecodeSend(`{"action":"send","clientMsgId":"crash-1","to":"bob","body":"hello"}`, "alice")
+	f, err := wire.DecodeSend(`{"action":"send","clientMsgId":"crash-1","to":"bob","body":"hello"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
+	draft := f.Draft("alice")
 	stored, err := st.Store.Send(context.Background(), draft, time.Now())
 	if err != nil {
 		t.Fatal(err)

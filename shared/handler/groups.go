@@ -35,6 +35,7 @@ func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxy
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
 	f, err := wire.DecodeGroup(req.Body)
+	c.useRef(f.Query)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}

@@ -158,16 +158,32 @@ type caller struct {
 	Device     im.DeviceID
 	Connection im.ConnectionID
 	RequestID  string
-	// Ref is the request's ref, echoed in answers and errors.
-	Ref string
+	// Ref is the request's ref, echoed in answers and errors: set from
+	// the decoded frame (useRef); until then ref reads it from body, once,
+	// for an error that comes before the decode.
+	Ref     string
+	refRead bool
+	body    string
 	// Expires is when the connection's token expires (zero: unknown).
 	Expires time.Time
+}
+
+// useRef takes the ref of the decoded frame q (valid, or "").
+func (c *caller) useRef(q wire.Query) { c.Ref, c.refRead = q.Ref, true }
+
+// ref is the request's ref: the decoded frame's, or (for an error before
+// the decode) read from the body.
+func (c *caller) ref() string {
+	if !c.refRead {
+		c.Ref, c.refRead = wire.RefOf(c.body), true
+	}
+	return c.Ref
 }
 
 // callerOf reads the authorizer context that API Gateway attaches to every
 // route of a connection authorized at $connect.
 func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
-	c := caller{Connection: im.ConnectionID(req.RequestContext.ConnectionID), RequestID: req.RequestContext.RequestID, Ref: wire.RefOf(req.Body)}
+	c := caller{Connection: im.ConnectionID(req.RequestContext.ConnectionID), RequestID: req.RequestContext.RequestID, body: req.Body}
 	ctx, _ := req.RequestContext.Authorizer.(map[string]any)
 	u, _ := ctx[ContextUser].(string)
 	d, _ := ctx[ContextDevice].(string)
@@ -250,7 +266,7 @@ func reply(v any) (events.APIGatewayProxyResponse, error) {
 // client does not see.
 func (h *Handler) fail(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	frame := wire.NewError(err, c.RequestID, clientMsgID)
-	frame.Ref = c.Ref
+	frame.Ref = c.ref()
 	level := slog.LevelInfo
 	if frame.Code == wire.CodeInternal {
 		level = slog.LevelError

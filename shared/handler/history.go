@@ -23,6 +23,7 @@ func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketPro
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
 	f, err := wire.DecodeHistory(req.Body)
+	c.useRef(f.Query)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}

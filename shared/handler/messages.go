@@ -29,10 +29,11 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, "")
 	}
-	draft, clientMsgID, err := wire.DecodeSend(req.Body, c.User)
+	f, err := wire.DecodeSend(req.Body)
 	if err != nil {
-		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
+		return h.failPushed(ctx, c, wire.ActionSend, err, f.ClientMsgID)
 	}
+	draft, clientMsgID := f.Draft(c.User), f.ClientMsgID
 	if err := h.limit(ctx, c, ratelimit.Send); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
@@ -241,10 +242,11 @@ func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRe
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
-	upTo, err := wire.DecodeAck(req.Body)
+	f, err := wire.DecodeAck(req.Body)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
+	upTo := *f.UpTo
 	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, h.now())
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
@@ -350,10 +352,11 @@ func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
-	cursor, limit, err := wire.DecodeSync(req.Body)
+	f, err := wire.DecodeSync(req.Body)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
+	cursor, limit := *f.Cursor, f.Limit
 	dev, err := h.Inbox.Device(ctx, c.User, c.Device)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")

@@ -44,15 +44,19 @@ func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketPr
 	now := h.now()
 	var users []im.UserID
 	if route == wire.ActionPresenceQuery {
-		var err error
-		if users, _, err = wire.DecodePresenceQuery(req.Body); err != nil {
-			return h.fail(ctx, c, route, err, "")
-		}
-	} else {
-		status, _, err := wire.DecodePresence(req.Body)
+		f, err := wire.DecodePresenceQuery(req.Body)
+		c.useRef(f.Query)
 		if err != nil {
 			return h.fail(ctx, c, route, err, "")
 		}
+		users = f.UserIDs()
+	} else {
+		f, err := wire.DecodePresence(req.Body)
+		c.useRef(f.Query)
+		if err != nil {
+			return h.fail(ctx, c, route, err, "")
+		}
+		status := im.Status(f.Status)
 		old, err := h.Presences.SetStatus(ctx, c.User, status, now)
 		if err != nil {
 			return h.fail(ctx, c, route, err, "")

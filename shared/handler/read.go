@@ -33,10 +33,11 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
-	conv, upTo, err := wire.DecodeRead(req.Body)
+	f, err := wire.DecodeRead(req.Body)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
+	conv, upTo := im.ConversationID(f.ConversationID), *f.UpTo
 	if err := conv.CanRead(c.User); err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}

@@ -29,6 +29,7 @@ func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketPro
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
 	}
 	f, err := wire.DecodeSummary(req.Body)
+	c.useRef(f.Query)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
 	}
@@ -55,10 +56,12 @@ func (h *Handler) Receipts(ctx context.Context, req events.APIGatewayWebsocketPr
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}
-	conv, seq, _, err := wire.DecodeReceipts(req.Body)
+	f, err := wire.DecodeReceipts(req.Body)
+	c.useRef(f.Query)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}
+	conv, seq := im.ConversationID(f.ConversationID), *f.ConvSeq
 	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}

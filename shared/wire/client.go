@@ -37,20 +37,21 @@ func DecodeHistory(body string) (History, error) {
 	if err := decode(body, &f); err != nil {
 		return History{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
-		return History{}, err
+	bad := func(p *Problem) (History, error) { return History{Query: f.Query}, p }
+	if err := f.Query.check(); err != nil {
+		return bad(err)
 	}
 	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
-		return History{}, Problemf(CodeBadRequest, "conversationId is required")
+		return bad(Problemf(CodeBadRequest, "conversationId is required"))
 	}
 	if f.Before < 0 {
-		return History{}, Problemf(CodeBadRequest, "before must be a convSeq (or 0 for the newest)")
+		return bad(Problemf(CodeBadRequest, "before must be a convSeq (or 0 for the newest)"))
 	}
 	if f.Limit == 0 {
 		f.Limit = 50
 	}
 	if f.Limit < 1 || f.Limit > im.MaxPageEntries {
-		return History{}, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
+		return bad(Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries))
 	}
 	return f, nil
 }
@@ -67,19 +68,19 @@ type Read struct {
 	UpTo *int64 `json:"upTo"`
 }
 
-// DecodeRead validates a read frame.
-func DecodeRead(body string) (im.ConversationID, int64, error) {
+// DecodeRead validates a read frame (UpTo is set).
+func DecodeRead(body string) (Read, error) {
 	var f Read
 	if err := decode(body, &f); err != nil {
-		return "", 0, err
+		return Read{}, err
 	}
 	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
-		return "", 0, Problemf(CodeBadRequest, "conversationId is required")
+		return Read{}, Problemf(CodeBadRequest, "conversationId is required")
 	}
 	if f.UpTo == nil || *f.UpTo < 1 {
-		return "", 0, Problemf(CodeBadRequest, "upTo is required: a convSeq of at least 1")
+		return Read{}, Problemf(CodeBadRequest, "upTo is required: a convSeq of at least 1")
 	}
-	return im.ConversationID(f.ConversationID), *f.UpTo, nil
+	return f, nil
 }
 
 // Send is the client frame {"action":"send",...}: deliver Body to user To or
@@ -145,70 +146,82 @@ func jsonReason(err error) string {
 	return "malformed"
 }
 
-// DecodeSend validates a send frame of the user `from` and returns the draft.
-func DecodeSend(body string, from im.UserID) (im.Draft, string, error) {
+// Every client frame has one decoder of one shape: DecodeX(body) returns
+// the frame's struct, validated and with its defaults filled in, or a
+// problem. Even with a problem the struct holds what could be read — its
+// ref (only if valid), a send's clientMsgId — so the error frame can name
+// them without reading the body again.
+
+// DecodeSend validates a send frame. Its Body is the canonical encoding
+// (CanonicalBody), the bytes stored and pushed; Draft names the sender.
+func DecodeSend(body string) (Send, error) {
 	var f Send
 	if err := decode(body, &f); err != nil {
-		return im.Draft{}, "", err
+		return Send{}, err
 	}
 	if !im.ValidClientMsgID(f.ClientMsgID) {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "clientMsgId is required: 1-64 printable ASCII characters")
+		return Send{ClientMsgID: f.ClientMsgID}, Problemf(CodeBadRequest, "clientMsgId is required: 1-64 printable ASCII characters")
 	}
-	var conv im.ConversationID
+	bad := func(p *Problem) (Send, error) { return Send{ClientMsgID: f.ClientMsgID}, p }
 	switch {
 	case f.To != "" && f.ConversationID != "":
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "give either to or conversationId, not both")
+		return bad(Problemf(CodeBadRequest, "give either to or conversationId, not both"))
 	case f.To != "":
-		to := im.UserID(f.To)
-		if !to.Person() {
-			return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to must be a user id: 1-64 characters of [A-Za-z0-9._@-], not starting with %q", im.AppSenderPrefix)
+		if !im.UserID(f.To).Person() {
+			return bad(Problemf(CodeBadRequest, "to must be a user id: 1-64 characters of [A-Za-z0-9._@-], not starting with %q", im.AppSenderPrefix))
 		}
-		conv = im.Direct(from, to)
-	case f.ConversationID != "":
-		conv = im.ConversationID(f.ConversationID)
-	default:
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "to or conversationId is required")
+	case f.ConversationID == "":
+		return bad(Problemf(CodeBadRequest, "to or conversationId is required"))
 	}
 	if len(f.Body) == 0 || string(f.Body) == "null" {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "body is required")
+		return bad(Problemf(CodeBadRequest, "body is required"))
 	}
 	canon, err := CanonicalBody(f.Body)
 	if err != nil {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeBadRequest, "%s", err.Error())
+		return bad(Problemf(CodeBadRequest, "%s", err.Error()))
 	}
 	if len(canon) > im.MaxBodyBytes {
-		return im.Draft{}, f.ClientMsgID, Problemf(CodeTooLarge, "body is %d bytes encoded; the limit is %d", len(canon), im.MaxBodyBytes)
+		return bad(Problemf(CodeTooLarge, "body is %d bytes encoded; the limit is %d", len(canon), im.MaxBodyBytes))
 	}
-	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: canon}, f.ClientMsgID, nil
+	f.Body = canon
+	return f, nil
 }
 
-// DecodeAck validates an ack frame and returns its upTo.
-func DecodeAck(body string) (int64, error) {
+// Draft is the message the send frame asks user from to send.
+func (f Send) Draft(from im.UserID) im.Draft {
+	conv := im.ConversationID(f.ConversationID)
+	if f.To != "" {
+		conv = im.Direct(from, im.UserID(f.To))
+	}
+	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: f.Body}
+}
+
+// DecodeAck validates an ack frame (UpTo is set).
+func DecodeAck(body string) (Ack, error) {
 	var f Ack
 	if err := decode(body, &f); err != nil {
-		return 0, err
+		return Ack{}, err
 	}
 	if f.UpTo == nil || *f.UpTo < 0 {
-		return 0, Problemf(CodeBadRequest, "upTo is required: a non-negative inbox seq")
+		return Ack{}, Problemf(CodeBadRequest, "upTo is required: a non-negative inbox seq")
 	}
-	return *f.UpTo, nil
+	return f, nil
 }
 
-// DecodeSync validates a sync frame and returns its cursor and limit.
-func DecodeSync(body string) (cursor int64, limit int, err error) {
+// DecodeSync validates a sync frame (Cursor is set, Limit defaults to 100).
+func DecodeSync(body string) (Sync, error) {
 	var f Sync
 	if err := decode(body, &f); err != nil {
-		return 0, 0, err
+		return Sync{}, err
 	}
 	if f.Cursor == nil || *f.Cursor < 0 {
-		return 0, 0, Problemf(CodeBadRequest, "cursor is required: a non-negative inbox seq")
+		return Sync{}, Problemf(CodeBadRequest, "cursor is required: a non-negative inbox seq")
 	}
-	limit = f.Limit
-	if limit == 0 {
-		limit = im.MaxPageEntries
+	if f.Limit == 0 {
+		f.Limit = im.MaxPageEntries
 	}
-	if limit < 1 || limit > im.MaxPageEntries {
-		return 0, 0, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
+	if f.Limit < 1 || f.Limit > im.MaxPageEntries {
+		return Sync{}, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
 	}
-	return *f.Cursor, limit, nil
+	return f, nil
 }

@@ -62,8 +62,11 @@ func RefOf(body string) string {
 	return q.Ref
 }
 
-func checkRef(ref string) error {
-	if ref != "" && !im.ValidClientMsgID(ref) {
+// check refuses an invalid ref, and then forgets it: an error frame echoes
+// only a valid one.
+func (q *Query) check() *Problem {
+	if q.Ref != "" && !im.ValidClientMsgID(q.Ref) {
+		q.Ref = ""
 		return Problemf(CodeBadRequest, "ref must be 1-64 printable ASCII characters")
 	}
 	return nil
@@ -96,9 +99,18 @@ func DecodeGroup(body string) (Group, error) {
 	if err := decode(body, &f); err != nil {
 		return Group{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
+	if err := f.Query.check(); err != nil {
 		return Group{}, err
 	}
+	g, err := f.validate()
+	if err != nil {
+		return Group{Query: f.Query}, err
+	}
+	return g, nil
+}
+
+// validate checks a decoded group frame and fills in its defaults.
+func (f Group) validate() (Group, error) {
 	needUsers := false
 	switch f.Op {
 	case GroupCreate:
@@ -205,21 +217,22 @@ type Receipts struct {
 }
 
 // DecodeReceipts validates a receipts frame.
-func DecodeReceipts(body string) (im.ConversationID, int64, string, error) {
+// DecodeReceipts validates a receipts frame (ConvSeq is set).
+func DecodeReceipts(body string) (Receipts, error) {
 	var f Receipts
 	if err := decode(body, &f); err != nil {
-		return "", 0, "", err
+		return Receipts{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
-		return "", 0, "", err
+	if err := f.Query.check(); err != nil {
+		return Receipts{}, err
 	}
 	if f.ConversationID == "" || len(f.ConversationID) > 3*im.MaxIDLength {
-		return "", 0, f.Ref, Problemf(CodeBadRequest, "conversationId is required")
+		return Receipts{Query: f.Query}, Problemf(CodeBadRequest, "conversationId is required")
 	}
 	if f.ConvSeq == nil || *f.ConvSeq < 1 {
-		return "", 0, f.Ref, Problemf(CodeBadRequest, "convSeq is required: a convSeq of at least 1")
+		return Receipts{Query: f.Query}, Problemf(CodeBadRequest, "convSeq is required: a convSeq of at least 1")
 	}
-	return im.ConversationID(f.ConversationID), *f.ConvSeq, f.Ref, nil
+	return f, nil
 }
 
 // ReceiptsAnswer answers a receipts frame. Members are the users message
@@ -256,18 +269,18 @@ type Presence struct {
 }
 
 // DecodePresence validates a presence frame.
-func DecodePresence(body string) (im.Status, string, error) {
+func DecodePresence(body string) (Presence, error) {
 	var f Presence
 	if err := decode(body, &f); err != nil {
-		return "", "", err
+		return Presence{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
-		return "", "", err
+	if err := f.Query.check(); err != nil {
+		return Presence{}, err
 	}
 	if !im.Status(f.Status).Settable() {
-		return "", f.Ref, Problemf(CodeBadRequest, "status must be online, away, dnd or invisible")
+		return Presence{Query: f.Query}, Problemf(CodeBadRequest, "status must be online, away, dnd or invisible")
 	}
-	return im.Status(f.Status), f.Ref, nil
+	return f, nil
 }
 
 // PresenceQuery is the client frame {"action":"presence.query","users":[…]}.
@@ -283,24 +296,32 @@ type PresenceQuery struct {
 const MaxPresenceQuery = 100
 
 // DecodePresenceQuery validates a presence.query frame.
-func DecodePresenceQuery(body string) ([]im.UserID, string, error) {
+func DecodePresenceQuery(body string) (PresenceQuery, error) {
 	var f PresenceQuery
 	if err := decode(body, &f); err != nil {
-		return nil, "", err
+		return PresenceQuery{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
-		return nil, "", err
+	if err := f.Query.check(); err != nil {
+		return PresenceQuery{}, err
 	}
 	if len(f.Users) == 0 || len(f.Users) > MaxPresenceQuery {
-		return nil, f.Ref, Problemf(CodeBadRequest, "users is required: 1-%d user ids", MaxPresenceQuery)
+		return PresenceQuery{Query: f.Query}, Problemf(CodeBadRequest, "users is required: 1-%d user ids", MaxPresenceQuery)
 	}
-	out := make([]im.UserID, len(f.Users))
-	for i, u := range f.Users {
-		if out[i] = im.UserID(u); !out[i].Valid() {
-			return nil, f.Ref, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
+	for _, u := range f.Users {
+		if !im.UserID(u).Valid() {
+			return PresenceQuery{Query: f.Query}, Problemf(CodeBadRequest, "users must be user ids: 1-64 characters of [A-Za-z0-9._@-]")
 		}
 	}
-	return out, f.Ref, nil
+	return f, nil
+}
+
+// UserIDs returns the users asked about.
+func (f PresenceQuery) UserIDs() []im.UserID {
+	out := make([]im.UserID, len(f.Users))
+	for i, u := range f.Users {
+		out[i] = im.UserID(u)
+	}
+	return out
 }
 
 // UserPresence is what one user shows to others.
@@ -344,17 +365,17 @@ func DecodeSummary(body string) (Summary, error) {
 	if err := decode(body, &f); err != nil {
 		return Summary{}, err
 	}
-	if err := checkRef(f.Ref); err != nil {
+	if err := f.Query.check(); err != nil {
 		return Summary{}, err
 	}
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
 	if f.Limit < 1 || f.Limit > MaxSummaryPage {
-		return Summary{}, Problemf(CodeBadRequest, "limit must be 1..%d", MaxSummaryPage)
+		return Summary{Query: f.Query}, Problemf(CodeBadRequest, "limit must be 1..%d", MaxSummaryPage)
 	}
 	if len(f.After) > 3*im.MaxIDLength {
-		return Summary{}, Problemf(CodeBadRequest, "after must be a conversation id")
+		return Summary{Query: f.Query}, Problemf(CodeBadRequest, "after must be a conversation id")
 	}
 	return f, nil
 }

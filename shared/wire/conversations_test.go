@@ -55,9 +55,9 @@ func TestDecodeConversationFrames(t *testing.T) {
 }
 
 func groupDecoder(b string) error         { _, err := DecodeGroup(b); return err }
-func receiptsDecoder(b string) error      { _, _, _, err := DecodeReceipts(b); return err }
-func presenceDecoder(b string) error      { _, _, err := DecodePresence(b); return err }
-func presenceQueryDecoder(b string) error { _, _, err := DecodePresenceQuery(b); return err }
+func receiptsDecoder(b string) error      { _, err := DecodeReceipts(b); return err }
+func presenceDecoder(b string) error      { _, err := DecodePresence(b); return err }
+func presenceQueryDecoder(b string) error { _, err := DecodePresenceQuery(b); return err }
 func summaryDecoder(b string) error       { _, err := DecodeSummary(b); return err }
 
 // The frames of docs/protocol.md, as the server encodes them.

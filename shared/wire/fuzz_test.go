@@ -38,7 +38,7 @@ func FuzzDecodeFrames(f *testing.F) {
 				t.Fatalf("%s(%q) answered internal: %v", name, frame, err)
 			}
 		}
-		d, _, err := DecodeSend(frame, "alice")
+		d, err := DecodeSend(frame)
 		refused("DecodeSend", err)
 		if err == nil {
 			if canon, cerr := CanonicalBody(d.Body); cerr != nil || string(canon) != string(d.Body) || len(d.Body) > im.MaxBodyBytes {
@@ -47,9 +47,9 @@ func FuzzDecodeFrames(f *testing.F) {
 		}
 		_, err = DecodeAck(frame)
 		refused("DecodeAck", err)
-		_, _, err = DecodeSync(frame)
+		_, err = DecodeSync(frame)
 		refused("DecodeSync", err)
-		_, _, err = DecodeRead(frame)
+		_, err = DecodeRead(frame)
 		refused("DecodeRead", err)
 		_, err = DecodeHistory(frame)
 		refused("DecodeHistory", err)
@@ -64,11 +64,11 @@ func FuzzDecodeFrames(f *testing.F) {
 				seen[u] = true
 			}
 		}
-		_, _, _, err = DecodeReceipts(frame)
+		_, err = DecodeReceipts(frame)
 		refused("DecodeReceipts", err)
-		_, _, err = DecodePresence(frame)
+		_, err = DecodePresence(frame)
 		refused("DecodePresence", err)
-		_, _, err = DecodePresenceQuery(frame)
+		_, err = DecodePresenceQuery(frame)
 		refused("DecodePresenceQuery", err)
 		_, err = DecodeSummary(frame)
 		refused("DecodeSummary", err)

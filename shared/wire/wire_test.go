@@ -30,7 +30,8 @@ func TestDecodeSend(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d, _, err := DecodeSend(tc.body, "alice")
+			f, err := DecodeSend(tc.body)
+			d := f.Draft("alice")
 			if tc.code != "" {
 				if p := ProblemOf(err); err == nil || p.Code != tc.code {
 					t.Fatalf("err = %v, want %s", err, tc.code)
@@ -46,29 +47,29 @@ func TestDecodeSend(t *testing.T) {
 
 func TestDecodeSendCompactsBodyAndLimitsEncodedSize(t *testing.T) {
 	t.Parallel()
-	d, _, err := DecodeSend(`{"action":"send","clientMsgId":"c","to":"bob","body": { "a" : [1, 2] } }`, "alice")
-	if err != nil || string(d.Body) != `{"a":[1,2]}` {
+	f, err := DecodeSend(`{"action":"send","clientMsgId":"c","to":"bob","body": { "a" : [1, 2] } }`)
+	if d := f.Draft("alice"); err != nil || string(d.Body) != `{"a":[1,2]}` {
 		t.Fatalf("body %s, %v", d.Body, err)
 	}
 	// Whitespace does not count: exactly the limit once compacted passes.
 	exact := `"` + strings.Repeat("a", im.MaxBodyBytes-2) + `"`
-	if _, _, err := DecodeSend(`{"action":"send","clientMsgId":"c","to":"bob","body":   `+exact+`}`, "alice"); err != nil {
+	if _, err := DecodeSend(`{"action":"send","clientMsgId":"c","to":"bob","body":   ` + exact + `}`); err != nil {
 		t.Fatalf("body of exactly the limit: %v", err)
 	}
 }
 
 func TestDecodeSyncAndAck(t *testing.T) {
 	t.Parallel()
-	if c, l, err := DecodeSync(`{"action":"sync","cursor":7}`); err != nil || c != 7 || l != 100 {
-		t.Fatalf("sync default limit: %d %d %v", c, l, err)
+	if f, err := DecodeSync(`{"action":"sync","cursor":7}`); err != nil || *f.Cursor != 7 || f.Limit != 100 {
+		t.Fatalf("sync default limit: %+v %v", f, err)
 	}
 	for _, bad := range []string{`{"action":"sync"}`, `{"action":"sync","cursor":-1}`, `{"action":"sync","cursor":0,"limit":0.5}`, `{"action":"sync","cursor":0,"limit":-1}`} {
-		if _, _, err := DecodeSync(bad); ProblemOf(err).Code != CodeBadRequest {
+		if _, err := DecodeSync(bad); ProblemOf(err).Code != CodeBadRequest {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	if n, err := DecodeAck(`{"action":"ack","upTo":0}`); err != nil || n != 0 {
-		t.Fatalf("ack 0: %d %v", n, err)
+	if f, err := DecodeAck(`{"action":"ack","upTo":0}`); err != nil || *f.UpTo != 0 {
+		t.Fatalf("ack 0: %+v %v", f, err)
 	}
 }
 
@@ -114,5 +115,24 @@ func TestServerFrameShapes(t *testing.T) {
 		if err != nil || string(b) != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, b, tc.want)
 		}
+	}
+}
+
+// A decoder that refuses a frame still hands back what it could read for
+// the error frame — a valid ref, a send's clientMsgId — and never an invalid
+// ref.
+func TestRefusedFramesKeepTheirRefAndClientMsgID(t *testing.T) {
+	t.Parallel()
+	if f, err := DecodeReceipts(`{"action":"receipts","ref":"q7","conversationId":"g:x"}`); err == nil || f.Ref != "q7" {
+		t.Errorf("receipts without convSeq: ref %q, %v", f.Ref, err)
+	}
+	if f, err := DecodeGroup(`{"action":"group","op":"rename","ref":"q8"}`); err == nil || f.Ref != "q8" {
+		t.Errorf("group with a bad op: ref %q, %v", f.Ref, err)
+	}
+	if f, err := DecodeSummary(`{"action":"summary","ref":"a b"}`); err == nil || f.Ref != "" {
+		t.Errorf("summary with a bad ref: ref %q, %v; want no ref", f.Ref, err)
+	}
+	if f, err := DecodeSend(`{"action":"send","clientMsgId":"c9","to":"bob"}`); err == nil || f.ClientMsgID != "c9" {
+		t.Errorf("send without body: clientMsgId %q, %v", f.ClientMsgID, err)
 	}
 }
