@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -10,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The store's read loops, once each: a paginated Query and a BatchGetItem
-// over any number of keys.
+// The store's batch loops, once each: a paginated Query, a BatchGetItem
+// over any number of keys and a BatchWriteItem of any number of puts.
 
 // queryAll runs in page after page and hands every item to visit.
 func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue)) error {
@@ -52,6 +53,36 @@ func (st *Store) batchGet(ctx context.Context, table string, keys []map[string]t
 				visit(it)
 			}
 			req = out.UnprocessedKeys
+		}
+	}
+	return nil
+}
+
+// batchPut puts items into table in BatchWriteItem calls of 25 (DynamoDB's
+// limit), retrying the items a call leaves unprocessed (throttling) with
+// jitter, at most six rounds per call.
+func (st *Store) batchPut(ctx context.Context, table string, items []map[string]types.AttributeValue) error {
+	for start := 0; start < len(items); start += 25 {
+		chunk := items[start:min(start+25, len(items))]
+		reqs := make([]types.WriteRequest, len(chunk))
+		for i, it := range chunk {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+		}
+		pending := map[string][]types.WriteRequest{table: reqs}
+		for attempt := 0; len(pending) > 0; attempt++ {
+			out, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
+			if err != nil {
+				return err
+			}
+			pending = out.UnprocessedItems
+			if len(pending) > 0 {
+				if attempt >= 5 {
+					return fmt.Errorf("%d items left unprocessed", len(pending[table]))
+				}
+				if err := sleepJitter(ctx, attempt+3); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil

@@ -510,19 +510,8 @@ func (st *Store) SeedInbox(ctx context.Context, u im.UserID, entries []im.Entry,
 			"lastAt": n(m.SentAt.UnixMilli()), "preview": s(im.Preview(m.Body)), attrInboxSeq: n(e.Seq),
 		})
 	}
-	for start := 0; start < len(puts); start += 25 {
-		var reqs []types.WriteRequest
-		for _, item := range puts[start:min(start+25, len(puts))] {
-			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: item}})
-		}
-		pending := map[string][]types.WriteRequest{st.tables.Inbox: reqs}
-		for len(pending) > 0 {
-			out, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				return fmt.Errorf("seed inbox %s: %w", u, err)
-			}
-			pending = out.UnprocessedItems
-		}
+	if err := st.batchPut(ctx, st.tables.Inbox, puts); err != nil {
+		return fmt.Errorf("seed inbox %s: %w", u, err)
 	}
 	return nil
 }

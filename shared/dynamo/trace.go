@@ -23,7 +23,7 @@ const TraceRetention = 30 * 24 * time.Hour
 // one message in one call (one invocation's steps) are packed into one item
 // of the Trace table — messageId / "<unix ms>#<part>#<random>", the events
 // as a list in their recorded order — so a 1:1 send's seven steps cost one
-// write unit, not seven. Items go 25 per BatchWriteItem.
+// write unit, not seven (batchPut).
 func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 	if st.tables.Trace == "" || len(events) == 0 {
 		return nil
@@ -43,28 +43,8 @@ func (st *Store) AppendEvents(ctx context.Context, events []im.Event) error {
 			items = append(items, traceItem(evs[part*eventsPerItem:min((part+1)*eventsPerItem, len(evs))], part))
 		}
 	}
-	for start := 0; start < len(items); start += 25 {
-		chunk := items[start:min(start+25, len(items))]
-		reqs := make([]types.WriteRequest, len(chunk))
-		for i, it := range chunk {
-			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
-		}
-		pending := map[string][]types.WriteRequest{st.tables.Trace: reqs}
-		for attempt := 0; len(pending) > 0; attempt++ {
-			out, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
-			if err != nil {
-				return fmt.Errorf("append trace events: %w", err)
-			}
-			pending = out.UnprocessedItems
-			if len(pending) > 0 {
-				if attempt >= 5 {
-					return fmt.Errorf("append trace events: %d left unprocessed", len(pending[st.tables.Trace]))
-				}
-				if err := sleepJitter(ctx, attempt+3); err != nil {
-					return err
-				}
-			}
-		}
+	if err := st.batchPut(ctx, st.tables.Trace, items); err != nil {
+		return fmt.Errorf("append trace events: %w", err)
 	}
 	return nil
 }
@@ -155,11 +135,9 @@ func (st *Store) AppendAck(ctx context.Context, a im.AckRange) error {
 	if a.RequestID != "" {
 		item["requestId"] = s(a.RequestID)
 	}
-	// BatchWriteItem, as every trace write (the functions' policies grant it).
-	_, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{
-		st.tables.Trace: {{PutRequest: &types.PutRequest{Item: item}}},
-	}})
-	if err != nil {
+	// BatchWriteItem, as every trace write (the functions' policies grant
+	// it), retried if throttled (it used to drop an unprocessed item).
+	if err := st.batchPut(ctx, st.tables.Trace, []map[string]types.AttributeValue{item}); err != nil {
 		return fmt.Errorf("append ack %s/%s (%d, %d]: %w", a.User, a.Device, a.From, a.UpTo, err)
 	}
 	return nil
