@@ -147,7 +147,7 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 			{Put: &types.Put{
 				TableName: aws.String(st.tables.Alerts),
 				Item: map[string]types.AttributeValue{
-					"pk": s("app#" + appID), attrSK: s("idem#" + key), "fp": s(fingerprint), "mid": s(string(m.ID)),
+					"pk": s("app#" + appID), attrSK: s("idem#" + key), "fp": s(fingerprint), attrMID: s(string(m.ID)),
 					attrTTL: n(now.Add(IdempotencyRetention).Unix()),
 				},
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
@@ -156,7 +156,7 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 				TableName: aws.String(st.tables.Alerts),
 				Item: map[string]types.AttributeValue{
 					"pk": s("msg#" + string(m.ID)), attrSK: s("alert"), "app": s(appID), "to": strList(recipients),
-					attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq), "title": s(a.Title), "priority": s(a.Priority),
+					attrConv: s(string(m.Conversation)), attrCSeq: n(m.ConvSeq), "title": s(a.Title), "priority": s(a.Priority),
 					"expiryS": n(int64(a.Expiry / time.Second)),
 				},
 			}},
@@ -203,7 +203,7 @@ func (st *Store) KeyedAlert(ctx context.Context, appID, key, fingerprint string)
 	if getS(out.Item, "fp") != fingerprint {
 		return im.AlertStart{}, fmt.Errorf("idempotency key %s: %w", key, im.ErrIdempotencyConflict)
 	}
-	a, err := st.Alert(ctx, im.MessageID(getS(out.Item, "mid")))
+	a, err := st.Alert(ctx, im.MessageID(getS(out.Item, attrMID)))
 	if err != nil {
 		return im.AlertStart{}, err
 	}
@@ -233,7 +233,7 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 		return im.Alert{}, fmt.Errorf("alert %s: %w", id, im.ErrNotFound)
 	}
 	it := out.Item
-	m, err := st.Message(ctx, im.ConversationID(getS(it, attrConv)), getN(it, "cseq"))
+	m, err := st.Message(ctx, im.ConversationID(getS(it, attrConv)), getN(it, attrCSeq))
 	if err != nil {
 		return im.Alert{}, err
 	}

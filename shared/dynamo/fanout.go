@@ -140,8 +140,8 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 
 func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) (im.Message, error) {
 	m := im.Message{
-		ID: im.MessageID(getS(it, "mid")), Conversation: c, ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from")),
-		SentAt: time.UnixMilli(getN(it, "at")).UTC(),
+		ID: im.MessageID(getS(it, attrMID)), Conversation: c, ConvSeq: getN(it, attrCSeq), From: im.UserID(getS(it, attrFrom)),
+		SentAt: time.UnixMilli(getN(it, attrAt)).UTC(),
 	}
 	body, err := bodyOf(it)
 	if err != nil {
@@ -287,7 +287,7 @@ func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.Conversatio
 		return nil, fmt.Errorf("claimed entry #%d: %w", pos.LastSeq, err)
 	}
 	if it := out.Item; it != nil {
-		if im.ConversationID(getS(it, attrConv)) == c && getN(it, "cseq") == pos.Last {
+		if im.ConversationID(getS(it, attrConv)) == c && getN(it, attrCSeq) == pos.Last {
 			return nil, nil // in place
 		}
 		// Another message took the seq: claim the head + 1 instead.

@@ -173,7 +173,7 @@ func (st *Store) newestEntry(ctx context.Context, u im.UserID) (e newest, expire
 	}
 	it := out.Items[0]
 	expires, _ = entryExpiry(it)
-	return newest{getN(it, attrSeq), logRef{im.ConversationID(getS(it, attrConv)), getN(it, "cseq")}}, expires, true, nil
+	return newest{getN(it, attrSeq), logRef{im.ConversationID(getS(it, attrConv)), getN(it, attrCSeq)}}, expires, true, nil
 }
 
 // indexedSeq returns the highest attrInboxSeq of u's conversation index.

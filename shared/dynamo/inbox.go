@@ -28,8 +28,8 @@ func entryItem(u im.UserID, e im.Entry, ttl types.AttributeValue) map[string]typ
 	m := e.Message
 	return map[string]types.AttributeValue{
 		attrUser: s(string(u)), attrSK: s(entrySK(e.Seq)), attrSeq: n(e.Seq),
-		"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
-		"from": s(string(m.From)), "at": n(m.SentAt.UnixMilli()), attrTTL: ttl,
+		attrMID: s(string(m.ID)), attrConv: s(string(m.Conversation)), attrCSeq: n(m.ConvSeq),
+		attrFrom: s(string(m.From)), attrAt: n(m.SentAt.UnixMilli()), attrTTL: ttl,
 	}
 }
 
@@ -40,11 +40,11 @@ func entryFrom(item map[string]types.AttributeValue) (im.Entry, error) {
 	e := im.Entry{
 		Seq: getN(item, attrSeq),
 		Message: im.Message{
-			ID:           im.MessageID(getS(item, "mid")),
+			ID:           im.MessageID(getS(item, attrMID)),
 			Conversation: im.ConversationID(getS(item, attrConv)),
-			ConvSeq:      getN(item, "cseq"),
-			From:         im.UserID(getS(item, "from")),
-			SentAt:       time.UnixMilli(getN(item, "at")).UTC(),
+			ConvSeq:      getN(item, attrCSeq),
+			From:         im.UserID(getS(item, attrFrom)),
+			SentAt:       time.UnixMilli(getN(item, attrAt)).UTC(),
 		},
 	}
 	if hasBody(item) {
@@ -145,7 +145,7 @@ func (st *Store) logRange(ctx context.Context, c im.ConversationID, lo, hi int64
 		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":lo": s(convSK(lo)), ":hi": s(convSK(hi))},
 	}, func(it map[string]types.AttributeValue) {
-		if r := (logRef{c, getN(it, "cseq")}); wanted[r] {
+		if r := (logRef{c, getN(it, attrCSeq)}); wanted[r] {
 			body, err := bodyOf(it)
 			bad = cmp.Or(bad, err)
 			bodies[r] = body
@@ -164,7 +164,7 @@ func (st *Store) logBatch(ctx context.Context, keys []map[string]types.Attribute
 	err := st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
 		body, err := bodyOf(it)
 		bad = cmp.Or(bad, err)
-		bodies[logRef{im.ConversationID(getS(it, attrConv)), getN(it, "cseq")}] = body
+		bodies[logRef{im.ConversationID(getS(it, attrConv)), getN(it, attrCSeq)}] = body
 	})
 	if err = cmp.Or(err, bad); err != nil {
 		return fmt.Errorf("message bodies: %w", err)

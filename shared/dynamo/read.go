@@ -92,7 +92,7 @@ func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after
 		return nil, fmt.Errorf("conversation ids %s (%d, %d]: %w", c, after, upTo, err)
 	}
 	for _, it := range res.Items {
-		out[getN(it, "cseq")] = im.MessageID(getS(it, "mid"))
+		out[getN(it, attrCSeq)] = im.MessageID(getS(it, attrMID))
 	}
 	return out, nil
 }

@@ -178,8 +178,8 @@ func senderIndexUpdate(table string, u, sender im.UserID, m im.Message, head, se
 func idemItem(d im.Draft, m im.Message, seqs map[im.UserID]int64, at, ttl types.AttributeValue) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		attrUser: s(string(d.From)), attrSK: s(idemSK(d.ClientMsgID)),
-		"mid": s(string(m.ID)), attrConv: s(string(m.Conversation)), "cseq": n(m.ConvSeq),
-		"fp": s(d.Fingerprint()), "at": at, attrTTL: ttl,
+		attrMID: s(string(m.ID)), attrConv: s(string(m.Conversation)), attrCSeq: n(m.ConvSeq),
+		"fp": s(d.Fingerprint()), attrAt: at, attrTTL: ttl,
 	}
 	if len(seqs) > 0 {
 		// (A group send has none: its inboxes are filled by the fan-out.
@@ -212,7 +212,7 @@ func (st *Store) replay(ctx context.Context, d im.Draft) (im.Stored, error) {
 		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, im.ErrClientMsgIDReused)
 	}
 	conv := im.ConversationID(getS(out.Item, attrConv))
-	msg, err := st.Message(ctx, conv, getN(out.Item, "cseq"))
+	msg, err := st.Message(ctx, conv, getN(out.Item, attrCSeq))
 	if err != nil {
 		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
 	}

@@ -58,6 +58,11 @@ const (
 	attrEpoch = "epoch"
 	attrTTL   = "ttl"
 	skHead    = "head"
+	// A message as log items, inbox entries and idempotency items name it.
+	attrMID  = "mid"  // message id
+	attrCSeq = "cseq" // convSeq
+	attrFrom = "from" // sender
+	attrAt   = "at"   // sent at, Unix ms
 )
 
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
@@ -115,8 +120,8 @@ func (st *Store) inboxBatchGet(ctx context.Context, keys []map[string]types.Attr
 func (st *Store) logPut(m im.Message, cmid string, now time.Time) *types.Put {
 	item := map[string]types.AttributeValue{
 		attrConv: s(string(m.Conversation)), attrSK: s(convSK(m.ConvSeq)),
-		"mid": s(string(m.ID)), "cseq": n(m.ConvSeq), "from": s(string(m.From)),
-		"at": n(m.SentAt.UnixMilli()),
+		attrMID: s(string(m.ID)), attrCSeq: n(m.ConvSeq), attrFrom: s(string(m.From)),
+		attrAt: n(m.SentAt.UnixMilli()),
 	}
 	setBody(item, m.Body, st.CompressBodies)
 	if cmid != "" {

@@ -238,7 +238,7 @@ func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, 
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
 		ProjectionExpression:      aws.String("#seq, mid, #conv, cseq, #from"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#conv": attrConv, "#from": "from"},
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#conv": attrConv, "#from": attrFrom},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(after + 1)), ":to": s(entrySK(upTo))},
 		Limit:                     aws.Int32(int32(limit)),
 	})
@@ -246,8 +246,8 @@ func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, 
 		return nil, fmt.Errorf("entry ids %s (%d, %d]: %w", u, after, upTo, err)
 	}
 	for _, it := range res.Items {
-		out = append(out, im.EntryRef{Seq: getN(it, attrSeq), ID: im.MessageID(getS(it, "mid")),
-			Conversation: im.ConversationID(getS(it, attrConv)), ConvSeq: getN(it, "cseq"), From: im.UserID(getS(it, "from"))})
+		out = append(out, im.EntryRef{Seq: getN(it, attrSeq), ID: im.MessageID(getS(it, attrMID)),
+			Conversation: im.ConversationID(getS(it, attrConv)), ConvSeq: getN(it, attrCSeq), From: im.UserID(getS(it, attrFrom))})
 	}
 	return out, nil
 }
