@@ -17,9 +17,12 @@ import (
 // stringList is a repeatable string flag.
 type stringList []string
 
+// String and Set make stringList a repeatable flag.
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
+// apiFlags registers --api and --key, the HTTP API base URL and the key to
+// call it with (environment, then the local stack's defaults).
 func apiFlags(fs *flag.FlagSet) (url, key *string) {
 	url = fs.String("api", envOr("SIGNET_API_URL", "http://127.0.0.1:3000"), "HTTP API base URL (env SIGNET_API_URL)")
 	key = fs.String("key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "admin key, or an app key for its own messages (env SIGNET_ADMIN_KEY; default: the local stack's)")
@@ -62,6 +65,8 @@ func apiCall(ctx context.Context, method, url, key string, body any, out any) er
 	return nil
 }
 
+// runApps is `signet apps`: create an app that may post alerts (its key is
+// printed once) or revoke one, through the HTTP API with the admin key.
 func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, `Usage:
@@ -140,6 +145,8 @@ type traceEvent struct {
 	Detail       string `json:"detail"`
 }
 
+// runTrace is `signet trace <messageId>`: a message's trace from the HTTP
+// API, each step with when, where and on which device.
 func runTrace(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet trace", flag.ContinueOnError)
 	url, key := apiFlags(fs)

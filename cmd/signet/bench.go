@@ -64,6 +64,8 @@ type costFlags struct {
 	emulator                                                 string
 }
 
+// runBench is `signet bench`: its one benchmark, cost, prices delivered
+// messages at AWS list prices through an in-process local stack.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "cost" {
 		fmt.Fprint(stderr, `Usage: signet bench cost [flags]
@@ -192,6 +194,7 @@ Flags:
 // countingWriter counts the bytes written to it.
 type countingWriter struct{ n atomic.Int64 }
 
+// Write counts p and discards it.
 func (w *countingWriter) Write(p []byte) (int, error) { w.n.Add(int64(len(p))); return len(p), nil }
 
 // platformLogBytes is what Lambda itself logs per invocation (START, END
@@ -212,6 +215,8 @@ type costRun struct {
 	logsBefore int64
 }
 
+// newCostRun starts a metered local stack (every SDK call counted, logs
+// counted at the template's level) on emulator.
 func newCostRun(ctx context.Context, emulator string) (*costRun, error) {
 	r := &costRun{counter: callcount.New(), logs: &countingWriter{}}
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
@@ -233,6 +238,7 @@ func newCostRun(ctx context.Context, emulator string) (*costRun, error) {
 	return r, nil
 }
 
+// close closes the scenario's clients and stack and removes their files.
 func (r *costRun) close() {
 	for _, c := range r.clients {
 		c.Close()
@@ -601,6 +607,7 @@ func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	return u, nil
 }
 
+// mustJSON encodes v, which cannot fail for the benchmark's bodies.
 func mustJSON(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
 	return b

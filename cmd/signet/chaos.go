@@ -17,6 +17,8 @@ import (
 
 var errChaos = errors.New("the chaos run found faults")
 
+// runChaos is `signet chaos`: a seeded run of the whole system under a weak
+// network, crashes, retries and server faults, reconciled at the end.
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet chaos", flag.ContinueOnError)
 	seed := fs.Uint64("seed", 1, "seed of every random choice: network faults, device actions, server faults")

@@ -20,6 +20,8 @@ import (
 // stdin is where chat reads its input (tests replace it).
 var stdin io.Reader = os.Stdin
 
+// runChat is `signet chat`: an interactive terminal chat of one user's
+// device through the Go SDK.
 func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	in := stdin
 	fs := flag.NewFlagSet("signet chat", flag.ContinueOnError)
@@ -135,12 +137,14 @@ type chat struct {
 	lastSent map[string]int64
 }
 
+// printf prints a line of the chat (one writer at a time).
 func (ch *chat) printf(format string, a ...any) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	fmt.Fprintf(ch.out, format, a...)
 }
 
+// text returns a body's "text" field, or the body itself when it has none.
 func text(body json.RawMessage) string {
 	var b struct {
 		Text *string `json:"text"`
@@ -151,6 +155,8 @@ func text(body json.RawMessage) string {
 	return string(body)
 }
 
+// peerOf names the other user of a 1:1 conversation (the id itself for
+// any other conversation).
 func peerOf(conv, me string) string {
 	p, err := im.ConversationID(conv).Peer(im.UserID(me))
 	if err != nil {
@@ -173,6 +179,8 @@ func (ch *chat) label(conv string) string {
 	return peerOf(conv, ch.me)
 }
 
+// incoming prints a message that arrived: one of this user's own sends
+// (from another device, or the echo of this one) or someone else's.
 func (ch *chat) incoming(ctx context.Context, m client.Message) {
 	label := ch.label(m.ConversationID)
 	if m.From == ch.me {
@@ -268,6 +276,7 @@ func (ch *chat) query(ctx context.Context, q func(context.Context) error) {
 	}
 }
 
+// remember keeps a conversation's title (a group's name) for its label.
 func (ch *chat) remember(conv, title string) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
@@ -306,6 +315,7 @@ func (ch *chat) switchTo(ctx context.Context, target string) {
 	})
 }
 
+// groupCommand runs /add, /remove, /leave or /members in the current group.
 func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
 	if !im.ConversationID(ch.conv).IsGroup() {
 		ch.printf("%s works in a group: /to g:<id> first\n", cmd)
@@ -343,6 +353,8 @@ func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
 	})
 }
 
+// receipts prints who has a message of the current conversation delivered
+// and read (/receipts [convSeq]; default the last one sent).
 func (ch *chat) receipts(ctx context.Context, arg string) {
 	if ch.conv == "" {
 		ch.printf("choose a conversation first\n")
@@ -374,6 +386,9 @@ func (ch *chat) receipts(ctx context.Context, arg string) {
 	})
 }
 
+// send queues a line as a message to conv and prints its ✓ when the
+// server ACKs it, or a ✗ when no ACK came within 30 s (the SDK keeps
+// retrying it from the outbox).
 func (ch *chat) send(ctx context.Context, conv, line string) {
 	body, _ := json.Marshal(map[string]string{"text": line})
 	label := ch.label(conv)
@@ -399,6 +414,7 @@ func (ch *chat) send(ctx context.Context, conv, line string) {
 	})
 }
 
+// truncateText shortens s to n characters, marking the cut.
 func truncateText(s string, n int) string {
 	if len([]rune(s)) > n {
 		return string([]rune(s)[:n]) + "…"
@@ -449,6 +465,7 @@ func (ch *chat) list(ctx context.Context) {
 	})
 }
 
+// history prints the current conversation's messages stored on this device.
 func (ch *chat) history() {
 	if ch.conv == "" {
 		ch.printf("choose a conversation first: /to <user>\n")

@@ -21,6 +21,8 @@ type clientFlags struct {
 	user, device, url, token, secret, data string
 }
 
+// dataHome is where device stores live by default: $XDG_DATA_HOME/signet,
+// else ~/.local/share/signet, else ./.signet.
 func dataHome() string {
 	if d := os.Getenv("XDG_DATA_HOME"); d != "" {
 		return filepath.Join(d, "signet")
@@ -31,6 +33,7 @@ func dataHome() string {
 	return ".signet"
 }
 
+// register adds the flags every client command shares to fs.
 func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
 	fs.StringVar(&f.user, "user", "", "your user id (required)")
 	fs.StringVar(&f.device, "device", defaultDevice, "this device's id: each device has its own cursor and outbox")
@@ -40,6 +43,7 @@ func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
 	fs.StringVar(&f.data, "data", dataHome(), "data directory; the device store is <data>/<user>/<device>/client.db")
 }
 
+// check refuses a missing or malformed --user or --device.
 func (f *clientFlags) check() error {
 	if !im.UserID(f.user).Valid() {
 		return fmt.Errorf("%w: --user is required (1-64 characters of [A-Za-z0-9._@-])", errUsage)
@@ -50,6 +54,7 @@ func (f *clientFlags) check() error {
 	return nil
 }
 
+// dir is the device's data directory.
 func (f *clientFlags) dir() string { return filepath.Join(f.data, f.user, f.device) }
 
 // dial connects the user's device client.

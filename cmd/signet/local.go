@@ -13,6 +13,8 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 )
 
+// runLocal is `signet local`: the whole backend on this machine (the
+// template's functions in-process, emulators, a local API Gateway).
 func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet local", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:3001", "listen address of the WebSocket API and @connections")
@@ -105,6 +107,7 @@ Press Ctrl-C to stop.
 	return nil
 }
 
+// envOr returns the environment variable name, or def when it is unset.
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -115,6 +118,7 @@ func envOr(name, def string) string {
 // paramFlags collects repeated --parameter Name=Value flags.
 type paramFlags struct{ values map[string]string }
 
+// String and Set make paramFlags a repeatable Name=Value flag.
 func (p *paramFlags) String() string { return "" }
 
 func (p *paramFlags) Set(v string) error {

@@ -36,6 +36,7 @@ var commands = []command{
 	{"bench", "price a delivered message at AWS list prices through the local stack: signet bench cost", runBench},
 }
 
+// usage prints the commands.
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "Signet - serverless enterprise messaging with confirmable delivery.")
 	fmt.Fprintln(w, "\nUsage: signet <command> [flags]\n\nCommands:")
@@ -45,12 +46,15 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'signet <command> --help' for a command's flags.")
 }
 
+// main runs the command line and exits with its status.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// run runs one command line: 0 on success, 1 when the command failed, 2
+// for a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
@@ -121,11 +125,13 @@ func interleaved(fs *flag.FlagSet, args []string) ([]string, []string) {
 	return flags, positional
 }
 
+// isBool reports whether f is a boolean flag (it takes no separate value).
 func isBool(f *flag.Flag) bool {
 	b, ok := f.Value.(interface{ IsBoolFlag() bool })
 	return ok && b.IsBoolFlag()
 }
 
+// containsEq reports whether s holds an "=" (a --flag=value argument).
 func containsEq(s string) bool {
 	for i := range len(s) {
 		if s[i] == '=' {

@@ -15,6 +15,8 @@ import (
 	"github.com/signet-im/signet/shared/netem"
 )
 
+// runNetem is `signet netem`: a weak-network WebSocket proxy in front of a
+// Signet endpoint, for any client.
 func runNetem(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet netem", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:3002", "address clients connect to")

@@ -18,8 +18,11 @@ import (
 	"github.com/signet-im/signet/shared/template"
 )
 
+// envLookup reads the environment (a variable, so tests can replace it).
 func envLookup(name string) string { return os.Getenv(name) }
 
+// runProvision is `signet provision`: create the template's tables and
+// queues at a DynamoDB- and SQS-compatible endpoint (LocalStack, emulators).
 func runProvision(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet provision", flag.ContinueOnError)
 	endpoint := fs.String("endpoint", os.Getenv("AWS_ENDPOINT_URL"), "endpoint for both DynamoDB and SQS (env AWS_ENDPOINT_URL), e.g. http://localhost:4566")

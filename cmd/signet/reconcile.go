@@ -28,6 +28,8 @@ import (
 // entries (exit status 1, after the report).
 var errMismatch = errors.New("the device journal does not match the server")
 
+// runReconcile is `signet reconcile`: compare a user's server inbox with a
+// device journal and report what is lost, duplicated or out of order.
 func runReconcile(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet reconcile", flag.ContinueOnError)
 	user := fs.String("user", "", "the user whose inbox to reconcile (required)")
@@ -149,6 +151,7 @@ func readJournal(path, storePath string, stdin io.Reader) ([]reconcile.Entry, er
 	return out, sc.Err()
 }
 
+// fromWire is the reconcile entry of an inbox entry.
 func fromWire(e wire.Entry) reconcile.Entry {
 	return reconcile.Entry{Seq: e.Seq, MessageID: e.Message.MessageID, Conversation: e.Message.ConversationID, ConvSeq: e.Message.ConvSeq, From: e.Message.From}
 }

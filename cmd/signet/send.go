@@ -13,6 +13,8 @@ import (
 	"github.com/signet-im/signet/shared/client"
 )
 
+// runSend is `signet send`: send one message and print the server's ACK as
+// a JSON line (unACKed, it stays in the device's outbox for the next run).
 func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet send", flag.ContinueOnError)
 	var cf clientFlags

@@ -15,6 +15,8 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
+// runTail is `signet tail`: print a user's messages as JSON lines as they
+// arrive (--count to stop after N).
 func runTail(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet tail", flag.ContinueOnError)
 	var cf clientFlags

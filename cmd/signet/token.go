@@ -13,6 +13,7 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
+// runToken is `signet token`: print a development token for a user.
 func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("signet token", flag.ContinueOnError)
 	device := fs.String("device", "", "device id to put in the token's did claim (default: none; the client may pass ?deviceId=)")
