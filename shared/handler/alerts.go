@@ -57,6 +57,8 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 	return ar, recipients, nil
 }
 
+// postAlert serves POST /v1/messages: an app posts an alert to users and
+// groups, once per Idempotency-Key, answered 202 once it is durable.
 func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	p, err := h.authenticate(ctx, req)
 	if err != nil {
@@ -296,6 +298,7 @@ type recipientStatus struct {
 	ReadAt      string `json:"readAt,omitempty"`
 }
 
+// ts renders t for the HTTP API (empty for the zero time).
 func ts(t time.Time) string {
 	if t.IsZero() {
 		return ""
@@ -303,6 +306,7 @@ func ts(t time.Time) string {
 	return wire.Timestamp(t)
 }
 
+// getAlert serves GET /v1/messages/{id}: an alert's status per recipient.
 func (h *Handler) getAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	a, _, err := h.readableAlert(ctx, req)
 	if err != nil {
@@ -366,6 +370,8 @@ type traceEvent struct {
 	Detail       string `json:"detail,omitempty"`
 }
 
+// getTrace serves GET /v1/messages/{id}/trace: every step of a message's
+// path (an app sees its own alerts' traces, redacted; the admin any).
 func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	a, p, err := h.readableAlert(ctx, req)
 	if err != nil {

@@ -26,6 +26,8 @@ func (h *Handler) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPR
 	return nil
 }
 
+// createApp serves POST /v1/apps (admin key): an app and its key, shown
+// once; only the key's hash is stored.
 func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err
@@ -62,6 +64,7 @@ func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	return http.StatusCreated, map[string]string{"appId": app.ID, "key": "sk_" + app.ID + "_" + sec}, nil
 }
 
+// revokeApp serves DELETE /v1/apps/{appId} (admin key).
 func (h *Handler) revokeApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err

@@ -80,6 +80,8 @@ func bearer(headers map[string]string) string {
 	return ""
 }
 
+// policy is the authorizer answer that allows or denies principal to
+// invoke resource, with ctx as the connection's authorizer context.
 func policy(principal, effect, resource string, ctx map[string]any) events.APIGatewayCustomAuthorizerResponse {
 	return events.APIGatewayCustomAuthorizerResponse{
 		PrincipalID: principal,

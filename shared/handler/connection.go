@@ -130,6 +130,7 @@ func (h *Handler) Default(ctx context.Context, req events.APIGatewayWebsocketPro
 	return h.fail(ctx, c, "$default", wire.Problemf(wire.CodeUnknownAction, "unknown action %q", truncate(env.Action, 64)), "")
 }
 
+// truncate shortens s to n bytes for a message, marking the cut.
 func truncate(s string, n int) string {
 	if len(s) > n {
 		return s[:n] + "…"

@@ -85,6 +85,8 @@ func (h *Handler) RunFanout(ctx context.Context, id string, job im.FanoutJob) er
 // job: a batch job of 50 members with a push deadline each fits in it.
 const FanoutReserve = 10 * time.Second
 
+// fanoutBatch is how many members one fan-out job fills (FanoutBatch or
+// im.DefaultFanoutBatch).
 func (h *Handler) fanoutBatch() int {
 	if h.FanoutBatch > 0 {
 		return h.FanoutBatch

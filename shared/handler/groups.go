@@ -108,6 +108,8 @@ func newGroupID() im.ConversationID {
 	return im.Group(hex.EncodeToString(b))
 }
 
+// memberLimit is the most members of a group (MemberLimit or
+// im.DefaultMemberLimit).
 func (h *Handler) memberLimit() int {
 	if h.MemberLimit > 0 {
 		return h.MemberLimit

@@ -135,6 +135,7 @@ type Handler struct {
 	Log *slog.Logger
 }
 
+// now is the handler's clock (Now, or the time).
 func (h *Handler) now() time.Time {
 	if h.Now != nil {
 		return h.Now().UTC()
@@ -145,6 +146,7 @@ func (h *Handler) now() time.Time {
 // Logger is the handler's logger (Log, or slog's default).
 func (h *Handler) Logger() *slog.Logger { return h.log() }
 
+// log is the handler's logger (Log, or slog's default).
 func (h *Handler) log() *slog.Logger {
 	if h.Log != nil {
 		return h.Log
@@ -337,6 +339,7 @@ func (h *Handler) push(ctx context.Context, id im.ConnectionID, frame []byte) er
 	return h.pushWithin(ctx, d, id, frame)
 }
 
+// pushWithin posts frame to connection id, giving up after d.
 func (h *Handler) pushWithin(ctx context.Context, d time.Duration, id im.ConnectionID, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -357,10 +360,12 @@ type trail struct {
 	events   []im.Event
 }
 
+// trail starts the trace events of one invocation of function.
 func (h *Handler) trail(function, requestID string) *trail {
 	return &trail{h: h, function: function, request: requestID}
 }
 
+// add records e, stamped with the time, function and request.
 func (t *trail) add(e im.Event) {
 	e.At, e.Function, e.RequestID = t.h.now(), t.function, t.request
 	t.mu.Lock()
@@ -368,6 +373,8 @@ func (t *trail) add(e im.Event) {
 	t.events = append(t.events, e)
 }
 
+// flush writes the events recorded so far in one batch; a failure is
+// logged (the trace is diagnostic), never returned.
 func (t *trail) flush(ctx context.Context) {
 	t.mu.Lock()
 	events := t.events

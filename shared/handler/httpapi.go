@@ -80,11 +80,13 @@ func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	return jsonResponse(status, body), nil
 }
 
+// jsonResponse is an HTTP response of status with v as its JSON body.
 func jsonResponse(status int, v any) events.APIGatewayV2HTTPResponse {
 	b, _ := json.Marshal(v)
 	return events.APIGatewayV2HTTPResponse{StatusCode: status, Headers: map[string]string{"Content-Type": "application/json"}, Body: string(b)}
 }
 
+// routeAlerts dispatches an HTTP API request by its route key.
 func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if h.AlertStore == nil {
 		return 0, nil, wire.Problemf(wire.CodeNotFound, "the alerts API is not configured")
@@ -110,6 +112,7 @@ type principal struct {
 	admin bool
 }
 
+// header returns a request header by its name, in any case.
 func header(req events.APIGatewayV2HTTPRequest, name string) string {
 	for k, v := range req.Headers {
 		if strings.EqualFold(k, name) {
@@ -143,6 +146,8 @@ func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPR
 	return principal{app: app}, nil
 }
 
+// requestBody returns a request's body (base64-decoded when API Gateway
+// encoded it), refusing one over MaxAlertRequestBytes.
 func requestBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
 	raw := []byte(req.Body)
 	if req.IsBase64Encoded {

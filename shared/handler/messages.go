@@ -16,6 +16,7 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
+// jsonUnmarshal decodes the JSON text s into v.
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
 
 // Send stores a message and answers with the server ACK ("sent", posted to
@@ -177,6 +178,7 @@ type pendingCheck struct {
 	ev    im.Event // the push's trace event, for the scheduled/awaiting one
 }
 
+// add collects check c with the trace event of its push.
 func (cs *checks) add(c im.Check, ev im.Event) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -386,6 +388,8 @@ func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	return reply(wire.NewSyncPage(page, h.Redelivery.PushTimeout))
 }
 
+// syncInterval is how often a user may start a new sync (SyncInterval, or
+// the configuration's default).
 func (h *Handler) syncInterval() time.Duration {
 	if h.SyncInterval > 0 {
 		return h.SyncInterval

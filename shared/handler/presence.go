@@ -74,6 +74,8 @@ func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketPr
 	return events.APIGatewayProxyResponse{StatusCode: 200, Body: string(presenceFrame(c.Ref, ps))}, nil
 }
 
+// presenceStale is how long a connection counts as live after its last
+// connect or ping (PresenceStale or im.DefaultPresenceStale).
 func (h *Handler) presenceStale() time.Duration {
 	if h.PresenceStale > 0 {
 		return h.PresenceStale
@@ -81,6 +83,8 @@ func (h *Handler) presenceStale() time.Duration {
 	return im.DefaultPresenceStale
 }
 
+// presenceDebounce is how long presence changes wait before they are
+// pushed (PresenceDebounce or im.DefaultPresenceDebounce).
 func (h *Handler) presenceDebounce() time.Duration {
 	if h.PresenceDebounce > 0 {
 		return h.PresenceDebounce
