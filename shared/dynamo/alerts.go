@@ -23,10 +23,12 @@ import (
 // IdempotencyRetention is how long an Idempotency-Key is remembered.
 const IdempotencyRetention = 48 * time.Hour
 
+// alertKey is the key of an Alerts table item.
 func alertKey(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{"pk": s(pk), attrSK: s(sk)}
 }
 
+// strList stores v as a list of strings.
 func strList(v []string) types.AttributeValue {
 	l := make([]types.AttributeValue, len(v))
 	for i, x := range v {
@@ -35,6 +37,7 @@ func strList(v []string) types.AttributeValue {
 	return &types.AttributeValueMemberL{Value: l}
 }
 
+// getList reads the list of strings name of item (nil when absent).
 func getList(item map[string]types.AttributeValue, name string) []string {
 	l, _ := item[name].(*types.AttributeValueMemberL)
 	if l == nil {
@@ -179,6 +182,9 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 	return im.AlertStart{}, fmt.Errorf("begin alert %s/%s: %w", appID, key, im.ErrContention)
 }
 
+// resumeAlert returns the alert an Idempotency-Key already started, after
+// BeginAlert lost the race to create it (ErrContention if it vanished:
+// the caller retries).
 func (st *Store) resumeAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error) {
 	a, err := st.KeyedAlert(ctx, appID, key, fingerprint)
 	if errors.Is(err, im.ErrNotFound) {

@@ -65,6 +65,7 @@ func hasBody(item map[string]types.AttributeValue) bool {
 	return plain || z
 }
 
+// deflate compresses body with raw DEFLATE at the default level.
 func deflate(body []byte) []byte {
 	var buf bytes.Buffer
 	w, _ := flate.NewWriter(&buf, flate.DefaultCompression) // only a bad level errors
@@ -73,6 +74,7 @@ func deflate(body []byte) []byte {
 	return buf.Bytes()
 }
 
+// inflate decompresses z, refusing more than maxInflated bytes.
 func inflate(z []byte) ([]byte, error) {
 	r := flate.NewReader(bytes.NewReader(z))
 	defer r.Close()

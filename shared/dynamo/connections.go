@@ -13,10 +13,12 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
+// errorsAsCCF finds a failed condition in err, with the item it saw.
 func errorsAsCCF(err error) (*types.ConditionalCheckFailedException, bool) {
 	return errors.AsType[*types.ConditionalCheckFailedException](err)
 }
 
+// connKey is the key of user u's connection record id.
 func connKey(u im.UserID, id im.ConnectionID) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrUser: s(string(u)), attrConn: s(string(id))}
 }

@@ -38,6 +38,7 @@ const (
 	attrUnread    = "unread"
 )
 
+// convIndexSK is the sort key of a user's index item of conversation c.
 func convIndexSK(c im.ConversationID) string { return "v#" + string(c) }
 
 // indexUpdate sets the last-message fields of u's index item of m's
@@ -86,6 +87,7 @@ func (c indexChange) lastIs(last int64) indexChange {
 	return c
 }
 
+// stateFrom reads a conversation index item.
 func stateFrom(item map[string]types.AttributeValue) im.ConversationState {
 	return im.ConversationState{
 		Conversation: im.ConversationID(strings.TrimPrefix(getS(item, attrSK), "v#")),

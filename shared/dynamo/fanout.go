@@ -32,6 +32,9 @@ func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.S
 	return stored, err
 }
 
+// groupSend is SendGroup's transaction: the log item and idempotency item,
+// the group head advanced, the sender's membership checked and their read
+// watermark moved to the message.
 func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
 		head, member, err := st.headAndMember(ctx, d.Conversation, d.From)
@@ -138,6 +141,7 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 	return out, nil
 }
 
+// messageFrom reads a conversation log item of c (its body inflated).
 func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) (im.Message, error) {
 	m := im.Message{
 		ID: im.MessageID(getS(it, attrMID)), Conversation: c, ConvSeq: getN(it, attrCSeq), From: im.UserID(getS(it, attrFrom)),

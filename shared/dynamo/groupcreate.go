@@ -261,6 +261,7 @@ func (st *Store) clearAbandonedCreate(ctx context.Context, c im.ConversationID, 
 	return true, nil
 }
 
+// newStageToken names one staged create (random, 16 hex digits).
 func newStageToken() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)

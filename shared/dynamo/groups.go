@@ -23,6 +23,7 @@ import (
 // seq it read, in the same transaction as the member items: a change and a
 // send never interleave, so "member when message N was sent" is exact.
 
+// memberSK is the sort key of user u's member item in a group.
 func memberSK(u im.UserID) string { return "u#" + string(u) }
 
 // attrRemoved is 1 on the member and index items of a removed member (a
@@ -33,6 +34,7 @@ const attrRemoved = "removed"
 // costs two items; a transaction holds 100).
 const maxMembersPerChange = 45
 
+// memberFrom reads a member item.
 func memberFrom(it map[string]types.AttributeValue) im.Member {
 	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"),
 		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft)}
@@ -210,6 +212,10 @@ func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor i
 	return changed, nil
 }
 
+// changeChunk applies one membership change to at most
+// maxMembersPerChange targets in one transaction ordered against the
+// group's messages (the head advanced on its value read), retrying a
+// lost race with the state read again.
 func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
 	for attempt := range st.MaxAttempts {
 		h, members, err := st.groupState(ctx, c, append([]im.UserID{actor}, targets...))

@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -105,7 +106,7 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
-				firstErr = cmpErr(firstErr, err)
+				firstErr = cmp.Or(firstErr, err)
 				return
 			}
 			h := heads[u]
@@ -121,13 +122,6 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 		return nil, firstErr
 	}
 	return heads, nil
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // newestSeq returns the highest seq allocated in u's inbox as far as its

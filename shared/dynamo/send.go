@@ -189,6 +189,7 @@ func idemItem(d im.Draft, m im.Message, seqs map[im.UserID]int64, at, ttl types.
 	return item
 }
 
+// seqMap stores per-user inbox seqs as a map attribute.
 func seqMap(seqs map[im.UserID]int64) types.AttributeValue {
 	m := make(map[string]types.AttributeValue, len(seqs))
 	for u, seq := range seqs {

@@ -65,11 +65,14 @@ const (
 	attrAt   = "at"   // sent at, Unix ms
 )
 
+// s and n build string and number attribute values.
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
 
+// Sort keys: an inbox entry, a conversation log item, a dedup item, an
+// idempotency item, a device cursor.
 func entrySK(seq int64) string         { return fmt.Sprintf("e#%016d", seq) }
 func convSK(seq int64) string          { return fmt.Sprintf("s#%016d", seq) }
 func dedupSK(id im.MessageID) string   { return "m#" + string(id) }
@@ -79,10 +82,12 @@ func deviceSK(d im.DeviceID) string    { return "c#" + string(d) }
 // maxConvSeq is the highest convSeq convSK orders correctly.
 const maxConvSeq = 9_999_999_999_999_999
 
+// inboxKey is the key of user u's inbox item sk.
 func inboxKey(u im.UserID, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrUser: s(string(u)), attrSK: s(sk)}
 }
 
+// convKey is the key of conversation c's item sk in the Messages table.
 func convKey(c im.ConversationID, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(sk)}
 }
@@ -95,6 +100,7 @@ func getS(item map[string]types.AttributeValue, name string) string {
 	return ""
 }
 
+// getN reads the number attribute name of item (0 when absent).
 func getN(item map[string]types.AttributeValue, name string) int64 {
 	if v, ok := item[name].(*types.AttributeValueMemberN); ok {
 		i, _ := strconv.ParseInt(v.Value, 10, 64)
