@@ -4,15 +4,52 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
 )
 
 // The store's batch loops, once each: a paginated Query, a BatchGetItem
 // over any number of keys and a BatchWriteItem of any number of puts.
+
+// logSpan is a Query of conversation c's log items from convSeq lo to hi
+// (both included), ascending; inboxSpan of user u's inbox entries from seq
+// lo to hi. Callers add consistency, limits, order and a projection.
+func (st *Store) logSpan(c im.ConversationID, lo, hi int64) *dynamodb.QueryInput {
+	return span(st.tables.Messages, attrConv, string(c), convSK(lo), convSK(hi))
+}
+
+func (st *Store) inboxSpan(u im.UserID, lo, hi int64) *dynamodb.QueryInput {
+	return span(st.tables.Inbox, attrUser, string(u), entrySK(lo), entrySK(hi))
+}
+
+// span is a Query of the items of partition pk (attribute pkName) whose
+// sort key lies in [from, to].
+func span(table, pkName, pk, from, to string) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		TableName:                 aws.String(table),
+		KeyConditionExpression:    aws.String("#pk = :pk AND #sk BETWEEN :from AND :to"),
+		ExpressionAttributeNames:  map[string]string{"#pk": pkName, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s(pk), ":from": s(from), ":to": s(to)},
+	}
+}
+
+// project makes q return only attrs (named through placeholders, so a
+// reserved word such as "from" is no problem).
+func project(q *dynamodb.QueryInput, attrs ...string) *dynamodb.QueryInput {
+	names := make([]string, len(attrs))
+	for i, a := range attrs {
+		names[i] = "#p" + strconv.Itoa(i)
+		q.ExpressionAttributeNames[names[i]] = a
+	}
+	q.ProjectionExpression = aws.String(strings.Join(names, ", "))
+	return q
+}
 
 // queryAll runs in page after page and hands every item to visit.
 func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue)) error {

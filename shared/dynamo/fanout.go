@@ -124,13 +124,9 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 		return out, nil
 	}
 	var bad error
-	err := st.queryAll(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Messages),
-		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
-		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(upTo))},
-		ConsistentRead:            aws.Bool(true),
-	}, func(it map[string]types.AttributeValue) {
+	q := st.logSpan(c, after+1, upTo)
+	q.ConsistentRead = aws.Bool(true)
+	err := st.queryAll(ctx, q, func(it map[string]types.AttributeValue) {
 		m, err := messageFrom(c, it)
 		bad = cmp.Or(bad, err)
 		out = append(out, m)

@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/im"
 )
@@ -24,15 +22,9 @@ func (st *Store) History(ctx context.Context, c im.ConversationID, after, before
 	if before <= after+1 {
 		return nil, false, nil
 	}
-	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Messages),
-		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
-		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(before - 1))},
-		ScanIndexForward:          aws.Bool(false),
-		Limit:                     aws.Int32(int32(limit)),
-		ConsistentRead:            aws.Bool(true),
-	})
+	q := st.logSpan(c, after+1, before-1)
+	q.ScanIndexForward, q.Limit, q.ConsistentRead = aws.Bool(false), aws.Int32(int32(limit)), aws.Bool(true)
+	res, err := st.db.Query(ctx, q)
 	if err != nil {
 		return nil, false, fmt.Errorf("history %s before %d: %w", c, before, err)
 	}

@@ -139,12 +139,7 @@ const denseRun = 4
 // benchmark's meter counts what a read returns).
 func (st *Store) logRange(ctx context.Context, c im.ConversationID, lo, hi int64, wanted map[logRef]bool, bodies map[logRef][]byte) error {
 	var bad error
-	err := st.queryAll(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Messages),
-		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :lo AND :hi"),
-		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":lo": s(convSK(lo)), ":hi": s(convSK(hi))},
-	}, func(it map[string]types.AttributeValue) {
+	err := st.queryAll(ctx, st.logSpan(c, lo, hi), func(it map[string]types.AttributeValue) {
 		if r := (logRef{c, getN(it, attrCSeq)}); wanted[r] {
 			body, err := bodyOf(it)
 			bad = cmp.Or(bad, err)
@@ -237,14 +232,9 @@ func (st *Store) Page(ctx context.Context, u im.UserID, cursor int64, limit int,
 	// is expired the same way (withBodies): read on past it.
 	var entries []im.Entry
 	for from := cursor; len(entries) == 0 && from < head; {
-		out, err := st.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(st.tables.Inbox),
-			KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
-			ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(from + 1)), ":to": s(entrySK(head))},
-			ConsistentRead:            aws.Bool(true),
-			Limit:                     aws.Int32(int32(limit)),
-		})
+		q := st.inboxSpan(u, from+1, head)
+		q.ConsistentRead, q.Limit = aws.Bool(true), aws.Int32(int32(limit))
+		out, err := st.db.Query(ctx, q)
 		if err != nil {
 			return im.Page{}, fmt.Errorf("inbox page %s after %d: %w", u, cursor, err)
 		}

@@ -80,14 +80,9 @@ func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after
 	if upTo <= after {
 		return out, nil
 	}
-	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Messages),
-		KeyConditionExpression:    aws.String("#c = :c AND #sk BETWEEN :from AND :to"),
-		ProjectionExpression:      aws.String("cseq, mid"),
-		ExpressionAttributeNames:  map[string]string{"#c": attrConv, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":c": s(string(c)), ":from": s(convSK(after + 1)), ":to": s(convSK(upTo))},
-		Limit:                     aws.Int32(int32(limit)),
-	})
+	q := project(st.logSpan(c, after+1, upTo), attrCSeq, attrMID)
+	q.Limit = aws.Int32(int32(limit))
+	res, err := st.db.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("conversation ids %s (%d, %d]: %w", c, after, upTo, err)
 	}

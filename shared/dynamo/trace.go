@@ -234,14 +234,9 @@ func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, 
 	if upTo <= after {
 		return out, nil
 	}
-	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Inbox),
-		KeyConditionExpression:    aws.String("#u = :u AND #sk BETWEEN :from AND :to"),
-		ProjectionExpression:      aws.String("#seq, mid, #conv, cseq, #from"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#seq": attrSeq, "#conv": attrConv, "#from": attrFrom},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":from": s(entrySK(after + 1)), ":to": s(entrySK(upTo))},
-		Limit:                     aws.Int32(int32(limit)),
-	})
+	q := project(st.inboxSpan(u, after+1, upTo), attrSeq, attrMID, attrConv, attrCSeq, attrFrom)
+	q.Limit = aws.Int32(int32(limit))
+	res, err := st.db.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("entry ids %s (%d, %d]: %w", u, after, upTo, err)
 	}
