@@ -92,6 +92,36 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
+// sendGroup stores a group message in the conversation log, enqueues its
+// fan-out and only then ACKs: a message the sender has a "sent" for is in
+// the log and has a fan-out job. If enqueueing fails the sender gets an
+// internal error and retries with the same clientMsgId; the retry (a
+// replay) enqueues again. Even a job that is never enqueued is made good by
+// the group's next message, whose fan-out fills every inbox from where it
+// stands, not just with that one message.
+func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
+	if err != nil {
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
+	}
+	m := stored.Message
+	if err := h.FanoutQueue.Enqueue(ctx, 0, im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}); err != nil {
+		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
+	}
+	h.answer(ctx, c, wire.ActionSend, wire.NewSent(clientMsgID, m))
+	tr := h.trail("send", c.RequestID)
+	defer tr.flush(ctx)
+	if stored.Replayed {
+		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device, Detail: "retry of clientMsgId " + clientMsgID})
+	} else {
+		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device})
+		tr.add(im.Event{Message: m.ID, Type: im.EventStored, Detail: fmt.Sprintf("%s #%d; fan-out queued", m.Conversation, m.ConvSeq)})
+	}
+	h.log().InfoContext(ctx, "group message stored", "messageId", m.ID, "conversationId", m.Conversation, "convSeq", m.ConvSeq,
+		"userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
 // deliver pushes an entry to every connection of user but skip (the
 // sending connection, which had it in "sent"; "" for none), all at once,
 // and adds the first redelivery check of each push to cs. Failures are

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -141,4 +142,14 @@ func (h *Handler) pushPresence(ctx context.Context, u im.UserID) error {
 	}
 	h.log().InfoContext(ctx, "presence pushed", "userId", u, "status", ps[0].Visible(), "peers", len(peers))
 	return nil
+}
+
+// presenceFrame renders a presence answer or push.
+func presenceFrame(ref string, ps []im.Presence) []byte {
+	out := wire.PresenceAnswer{Type: wire.TypePresence, Ref: ref, Users: make([]wire.UserPresence, len(ps))}
+	for i, p := range ps {
+		out.Users[i] = wire.UserPresence{UserID: string(p.User), Status: string(p.Visible())}
+	}
+	b, _ := json.Marshal(out)
+	return b
 }
