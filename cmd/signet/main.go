@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 )
@@ -43,7 +44,32 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'signet <command> --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'signet <command> --help' for a command's flags, 'signet --version' for the build.")
+}
+
+// version describes this build from the information Go records in every
+// binary: the module version (a tag, or "(devel)"), the commit and its
+// time when built from a checkout (and whether it had changes), and Go's.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "signet (no build information)"
+	}
+	out := "signet " + bi.Main.Version
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if rev := settings["vcs.revision"]; rev != "" {
+		out += " " + rev[:min(12, len(rev))]
+		if settings["vcs.modified"] == "true" {
+			out += "+changes"
+		}
+		if t := settings["vcs.time"]; t != "" {
+			out += " " + t
+		}
+	}
+	return out + " " + bi.GoVersion
 }
 
 // main runs the command line and exits with its status.
@@ -56,6 +82,10 @@ func main() {
 // run runs one command line: 0 on success, 1 when the command failed, 2
 // for a usage error.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Fprintln(stdout, version())
+		return 0
+	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		usage(stdout)
 		if len(args) == 0 {

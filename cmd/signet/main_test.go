@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,17 @@ func TestLocalServesAndStopsCleanly(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("signet local did not stop")
+	}
+}
+
+// Issue 14: `signet --version` says which build this is (from the build
+// information Go records), and exits 0.
+func TestVersionNamesTheBuild(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--version", "version"} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), []string{arg}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "signet ") || !strings.Contains(out.String(), runtime.Version()) {
+			t.Errorf("%s: exit %d, %q %q", arg, code, out.String(), errOut.String())
+		}
 	}
 }
