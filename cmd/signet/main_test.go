@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"regexp"
 	"runtime"
@@ -149,5 +150,17 @@ func TestVersionNamesTheBuild(t *testing.T) {
 		if code := run(context.Background(), []string{arg}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "signet ") || !strings.Contains(out.String(), runtime.Version()) {
 			t.Errorf("%s: exit %d, %q %q", arg, code, out.String(), errOut.String())
 		}
+	}
+}
+
+// Issue 14: the client commands take their WebSocket URL from SIGNET_URL
+// when --url is not given.
+func TestClientCommandsHonourSIGNET_URL(t *testing.T) {
+	t.Setenv("SIGNET_URL", "ws://example.test:4001/")
+	var cf clientFlags
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	cf.register(fs, "d")
+	if err := fs.Parse(nil); err != nil || cf.url != "ws://example.test:4001/" {
+		t.Fatalf("url %q, %v; want SIGNET_URL's", cf.url, err)
 	}
 }
