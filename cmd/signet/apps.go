@@ -98,7 +98,6 @@ lets the app message every user. Run 'signet apps create --help' for flags.
 			return err
 		}
 		if *name == "" {
-			fs.Usage()
 			return fmt.Errorf("%w: --name is required", errUsage)
 		}
 		var out struct{ AppID, Key string }
@@ -168,8 +167,7 @@ Flags:
 		return err
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("%w: give one messageId", errUsage)
 	}
 	var out struct {
 		MessageID string       `json:"messageId"`

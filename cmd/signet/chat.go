@@ -59,7 +59,6 @@ and unsent ones are retried.
 		return err
 	}
 	if err := cf.check(); err != nil {
-		fs.Usage()
 		return err
 	}
 	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}}

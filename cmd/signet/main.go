@@ -100,10 +100,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			case errors.Is(err, flag.ErrHelp):
 				return 0
 			case errors.Is(err, errUsage):
-				// A bare errUsage was explained already (flag errors,
-				// usage text); a wrapped one carries what was wrong.
+				// A bare errUsage was explained already (a flag error and
+				// the usage text, by the flag package); a wrapped one says
+				// what was wrong, on one line, and where the usage is.
 				if err != errUsage {
 					fmt.Fprintf(stderr, "signet %s: %s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+					fmt.Fprintf(stderr, "Run 'signet %s --help' for its usage.\n", c.name)
 				}
 				return 2
 			case err != nil:

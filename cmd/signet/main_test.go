@@ -164,3 +164,25 @@ func TestClientCommandsHonourSIGNET_URL(t *testing.T) {
 		t.Fatalf("url %q, %v; want SIGNET_URL's", cf.url, err)
 	}
 }
+
+// Issue 14: a usage error says what was wrong on its first line (then where
+// the usage is), instead of the whole usage text with the reason last.
+func TestUsageErrorsSayWhatWasWrongFirst(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"send", "--user", "alice"}, "signet send: give --to and the text"},
+		{[]string{"send", "--user", "a b", "--to", "bob", "hi"}, "signet send: --user is required"},
+		{[]string{"token"}, "signet token: give one userId"},
+		{[]string{"trace"}, "signet trace: give one messageId"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), tc.args, &out, &errOut)
+		first, _, _ := strings.Cut(errOut.String(), "\n")
+		if code != 2 || !strings.HasPrefix(first, tc.want) || strings.Contains(errOut.String(), "Usage:") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q first, no usage text", tc.args, code, errOut.String(), tc.want)
+		}
+	}
+}

@@ -53,7 +53,6 @@ Flags:
 		sqsURL = *endpoint
 	}
 	if ddbURL == "" || sqsURL == "" {
-		fs.Usage()
 		return fmt.Errorf("%w: give --endpoint (or both --dynamodb-endpoint and --sqs-endpoint)", errUsage)
 	}
 	var opts []func(*awsconfig.LoadOptions) error

@@ -71,7 +71,6 @@ Flags:
 		return err
 	}
 	if *user == "" || (*journal == "") == (*storePath == "") {
-		fs.Usage()
 		return fmt.Errorf("%w: give --user and exactly one of --journal and --store", errUsage)
 	}
 	entries, err := readJournal(*journal, *storePath, os.Stdin)

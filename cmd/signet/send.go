@@ -38,11 +38,9 @@ runs a client command.
 		return err
 	}
 	if err := cf.check(); err != nil {
-		fs.Usage()
 		return err
 	}
 	if *to == "" || len(pos) == 0 {
-		fs.Usage()
 		return fmt.Errorf("%w: give --to and the text", errUsage)
 	}
 	text := strings.Join(pos, " ")

@@ -39,7 +39,6 @@ consumer drops a repeat by seq.
 		return err
 	}
 	if err := cf.check(); err != nil {
-		fs.Usage()
 		return err
 	}
 	shownPath := filepath.Join(cf.dir(), "tail.shown")

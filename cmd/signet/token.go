@@ -28,8 +28,7 @@ func runToken(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return errUsage
+		return fmt.Errorf("%w: give one userId", errUsage)
 	}
 	tok, err := auth.Mint([]byte(*secret), im.UserID(pos[0]), im.DeviceID(*device), time.Now(), *ttl)
 	if err != nil {
