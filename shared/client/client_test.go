@@ -886,3 +886,18 @@ func TestPushesWithinTheAckWindowShareAnAck(t *testing.T) {
 		t.Fatalf("%d acks for %d pushes over %v, want at most %d", got, n, elapsed.Round(time.Millisecond), min(limit, n-1))
 	}
 }
+
+// Issue 14: a second client of the same user and device (another process)
+// is told that the device's store is in use, not a bare timeout.
+func TestASecondClientOfOneDeviceIsToldTheStoreIsInUse(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	dev := newDevice(t, st, "alice", "laptop")
+	dev.dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := Dial(ctx, dev.options())
+	if !errors.Is(err, ErrStoreInUse) || !strings.Contains(err.Error(), "--device") {
+		t.Fatalf("second client: %v, want ErrStoreInUse saying how to run another", err)
+	}
+}

@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,10 @@ var (
 	keyEpoch     = []byte("epoch")
 	keySkipped   = []byte("skipped")
 )
+
+// ErrStoreInUse means another client (another process) has this device's
+// store open: one client per user and device at a time.
+var ErrStoreInUse = errors.New("device store in use")
 
 // store is the device's local state in one bbolt file.
 type store struct{ db *bolt.DB }
@@ -54,6 +59,10 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("client store dir: %w", err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		// bbolt locks the file: another client holds this device's store.
+		return nil, fmt.Errorf("open client store %s: it is in use by another client of the same user and device (one process per device; give this one another --device): %w", path, ErrStoreInUse)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open client store %s: %w", path, err)
 	}
