@@ -10,6 +10,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -59,7 +60,7 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("client store dir: %w", err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		// bbolt locks the file: another client holds this device's store.
 		return nil, fmt.Errorf("open client store %s: it is in use by another client of the same user and device (one process per device; give this one another --device): %w", path, ErrStoreInUse)
 	}
