@@ -214,6 +214,24 @@ func (st *Store) AppendGroup(ctx context.Context, c im.ConversationID, u im.User
 		if len(msgs) == 0 {
 			return out, nil
 		}
+		if len(msgs) > 1 {
+			// A backlog (a member behind, a burst): one transaction puts a
+			// run of entries and claims the last of them together — on
+			// condition that the claim is still the one read — instead of
+			// two round trips per message.
+			appended, err := st.appendRun(ctx, u, pos, msgs, ttl)
+			if isTxRace(err) {
+				continue
+			}
+			if err != nil {
+				return out, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
+			}
+			out = append(out, appended...)
+			last := appended[len(appended)-1]
+			pos = im.InboxPosition{Head: last.Seq, Last: last.Message.ConvSeq, LastSeq: last.Seq, Epoch: pos.Epoch, LastInPlace: true}
+			attempt = -1
+			continue
+		}
 		m := msgs[0]
 		e := im.Entry{Seq: pos.Head + 1, Message: m}
 		_, err := st.db.UpdateItem(ctx, claim(st.tables.Inbox, u, m, e.Seq, pos.Last))
@@ -237,6 +255,35 @@ func (st *Store) AppendGroup(ctx context.Context, c im.ConversationID, u im.User
 		// place and moves it.
 	}
 }
+
+// maxAppendPerTransaction bounds the entries one fan-out transaction puts
+// (one more item: the conversation index).
+const maxAppendPerTransaction = 90
+
+// appendRun puts the first maxAppendPerTransaction of msgs into u's inbox
+// at pos.Head+1… and claims the last of them, in one transaction: each
+// entry on condition that its seq is free, the claim on condition that
+// the index's last convSeq is still pos.Last (a claim in flight elsewhere
+// makes it fail, and the caller reads the position again).
+func (st *Store) appendRun(ctx context.Context, u im.UserID, pos im.InboxPosition, msgs []im.Message, ttl types.AttributeValue) ([]im.Entry, error) {
+	batch := msgs[:min(len(msgs), maxAppendPerTransaction)]
+	entries := make([]im.Entry, len(batch))
+	items := make([]types.TransactWriteItem, 0, len(batch)+1)
+	for i, m := range batch {
+		entries[i] = im.Entry{Seq: pos.Head + int64(i) + 1, Message: m}
+		items = append(items, types.TransactWriteItem{Put: st.entryPut(u, entries[i], ttl)})
+	}
+	last := entries[len(entries)-1]
+	items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last.Message, last.Seq).lastIs(pos.Last).Update})
+	if _, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}); err != nil {
+		return nil, err
+	}
+	return entries, nil
+}
+
+// isTxRace reports a transaction cancelled by a condition or a conflict:
+// read again and retry.
+func isTxRace(err error) bool { return err != nil && classifyTx(err, -1) == txRace }
 
 // errMoved reports that a claim changed under the run: read the position
 // again.
