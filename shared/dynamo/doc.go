@@ -37,8 +37,9 @@
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the
 //     same head conditionally, so sends and changes are totally ordered.
-//   - Fan-out appends group messages to one inbox one at a time, without a
-//     transaction (AppendGroup): a message is claimed in the member's
+//   - Fan-out appends a single owed group message to an inbox without a
+//     transaction (AppendGroup; a backlog goes in one transaction that puts
+//     the entries and claims the last): a message is claimed in the member's
 //     conversation index (last convSeq moved from its predecessor, the
 //     inbox seq it takes recorded) and then its entry is put at that seq if
 //     free. Only the claim's winner puts the entry, only at the claimed seq,
