@@ -1,6 +1,6 @@
 # Signet - the Makefile is the interface: CI runs these same targets.
 #
-#   make run        local stack on ws://127.0.0.1:3001 (no AWS account, no Docker)
+#   make run        local stack on ws://127.0.0.1:3001, data kept in .signet/data (ADDR=, HTTP_ADDR=, DATA=; DATA= keeps it in memory)
 #   make test       every test (unit, store contract, end-to-end), with -race
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery and summary benchmarks through the local stack
@@ -144,8 +144,13 @@ fuzz-go:
 		$(GO) test $${t%%:*} -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME); \
 	done
 
+# The local stack: where it listens and where it keeps its data (empty
+# DATA keeps everything in memory, lost at exit).
+ADDR ?= 127.0.0.1:3001
+HTTP_ADDR ?= 127.0.0.1:3000
+DATA ?= .signet/data
 run: ## the local stack
-	$(GO) run ./cmd/signet local
+	$(GO) run ./cmd/signet local --addr $(ADDR) --http-addr $(HTTP_ADDR) $(if $(DATA),--data $(DATA))
 
 lint:
 	@bad=$$(gofmt -l .); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi

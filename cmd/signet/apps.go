@@ -24,7 +24,7 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 // apiFlags registers --api and --key, the HTTP API base URL and the key to
 // call it with (environment, then the local stack's defaults).
 func apiFlags(fs *flag.FlagSet) (url, key *string) {
-	url = fs.String("api", envOr("SIGNET_API_URL", "http://127.0.0.1:3000"), "HTTP API base URL (env SIGNET_API_URL)")
+	url = fs.String("api", envOr("SIGNET_API_URL", defaultAPIURL), "HTTP API base URL (env SIGNET_API_URL)")
 	key = fs.String("key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "admin key, or an app key for its own messages (env SIGNET_ADMIN_KEY; default: the local stack's)")
 	return url, key
 }

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -189,9 +188,9 @@ func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
 	// test is about the tail being killed, so it runs at AWS's standard
 	// account concurrency (1,000), not a new account's 10.
 	st := startLocal(t, 1000)
-	bin := filepath.Join(t.TempDir(), "signet")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
+	bin, err := signetBinary()
+	if err != nil {
+		t.Fatal(err)
 	}
 	data := t.TempDir()
 	total := burstSize(t)

@@ -16,6 +16,13 @@ import (
 	"github.com/signet-im/signet/shared/im"
 )
 
+// Where the client commands look for the stack by default: signet local's
+// addresses.
+const (
+	defaultWebSocketURL = "ws://127.0.0.1:3001/"
+	defaultAPIURL       = "http://127.0.0.1:3000"
+)
+
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
 	user, device, url, token, secret, data string
@@ -37,7 +44,7 @@ func dataHome() string {
 func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
 	fs.StringVar(&f.user, "user", "", "your user id (required)")
 	fs.StringVar(&f.device, "device", defaultDevice, "this device's id: each device has its own cursor and outbox")
-	fs.StringVar(&f.url, "url", envOr("SIGNET_URL", "ws://127.0.0.1:3001/"), "WebSocket URL: signet local's, or a deployed wss://…/<stage> (env SIGNET_URL)")
+	fs.StringVar(&f.url, "url", envOr("SIGNET_URL", defaultWebSocketURL), "WebSocket URL: signet local's, or a deployed wss://…/<stage> (env SIGNET_URL)")
 	fs.StringVar(&f.token, "token", os.Getenv("SIGNET_TOKEN"), "JWT to connect with (env SIGNET_TOKEN); default: mint one with --secret")
 	fs.StringVar(&f.secret, "secret", envOr(config.EnvJWTSecret, devstack.DefaultSecret), "HS256 secret for minting a token (env SIGNET_JWT_SECRET; default: the local stack's)")
 	fs.StringVar(&f.data, "data", dataHome(), "data directory; the device store is <data>/<user>/<device>/client.db")

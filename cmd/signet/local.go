@@ -25,6 +25,9 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB when no endpoint is set: minidyn (default) or memdyn, the B-tree emulator for large tables (env "+devstack.EnvEmulator+")")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS when no endpoint is set: goaws (default) or memsqs, for queues with large backlogs (env "+devstack.EnvSQSEmulator+")")
+	data := fs.String("data", "", "keep messages, cursors, groups, apps and traces in this directory across restarts (memdyn and memsqs journals); default: in memory, lost when the stack stops")
+	dynamoAddr := fs.String("dynamodb-addr", defaultDynamoDBAddr, "listen address of the in-process DynamoDB (aws dynamodb … --endpoint-url http://<it>)")
+	sqsAddr := fs.String("sqs-addr", defaultSQSAddr, "listen address of the in-process SQS")
 	concurrency := fs.Int("concurrency", devstack.DefaultConcurrency, "account Lambda concurrency: invocations beyond it are throttled (a new AWS account has 10)")
 	var params paramFlags
 	fs.Var(&params, "parameter", "template parameter override Name=Value, as sam deploy --parameter-overrides (repeatable)")
@@ -32,14 +35,22 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(fs.Output(), `Usage: signet local [flags]
 
 Runs Signet's whole backend on this machine with no AWS account and no
-Docker: DynamoDB (minidyn, in-process), SQS (goaws, in-process), the tables
-and queues of template.yaml, an API Gateway WebSocket emulation on --addr
-and the SQS event sources. It is as strict as AWS: each function runs with
-the environment, IAM policy and timeout template.yaml gives it, within a
-shared account concurrency (--concurrency); a call its policy does not
-allow fails with AccessDeniedException and is logged as "IAM DENIED".
-Frames of one connection are dispatched concurrently, as API Gateway does.
-Handlers are the same code the Lambdas run. Stop with Ctrl-C.
+Docker: DynamoDB (minidyn, in-process, on --dynamodb-addr), SQS (goaws,
+in-process, on --sqs-addr), the tables and queues of template.yaml, an API
+Gateway WebSocket emulation on --addr and the SQS event sources.
+
+Data lives in memory unless --data DIR is given: then DynamoDB and SQS are
+memdyn and memsqs, which journal every change to DIR before answering it,
+so a restart — also after kill -9 — keeps every acknowledged message,
+cursor, group, app key and trace (an OS crash or power loss can lose the
+last second). make run uses --data .signet/data.
+
+It is as strict as AWS: each function runs with the environment, IAM
+policy and timeout template.yaml gives it, within a shared account
+concurrency (--concurrency); a call its policy does not allow fails with
+AccessDeniedException and is logged as "IAM DENIED". Frames of one
+connection are dispatched concurrently, as API Gateway does. Handlers are
+the same code the Lambdas run. Stop with Ctrl-C.
 
 Environment:
   AWS_ENDPOINT_URL_DYNAMODB  use this DynamoDB endpoint instead of minidyn
@@ -73,27 +84,13 @@ Flags:
 		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
 		Concurrency: *concurrency, Parameters: params.values, Emulator: *emulator,
-		SQSEmulator: *sqsEmulator,
+		SQSEmulator: *sqsEmulator, DataDir: *data, DynamoDBAddr: *dynamoAddr, SQSAddr: *sqsAddr,
 	})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	fmt.Fprintf(stdout, `
-Signet is running.
-  WebSocket API   %s?token=<token>
-  @connections    %s/@connections/{connectionId}
-  HTTP alerts API %s  (admin key: --admin-key / SIGNET_ADMIN_KEY)
-  Tokens          signet token <userId> [--device <deviceId>]
-  Chat            signet chat --user alice   (another terminal: signet chat --user bob)
-  Alerts          KEY=$(signet apps create --name monitoring --allow-user bob)
-                  curl -X POST %s/v1/messages -H "Authorization: Bearer $KEY" \
-                    -H "Idempotency-Key: inc-1" -d '{"to":["bob"],"title":"DB down","body":"failover"}'
-                  then: curl -H "Authorization: Bearer $KEY" %s/v1/messages/<messageId>;  signet trace <messageId>
-  Try             websocat "%s?token=$(go run ./cmd/signet token alice)"
-                  then send {"action":"send","clientMsgId":"1","to":"bob","body":{"text":"hi"}}
-Press Ctrl-C to stop.
-`, st.URL, st.ManagementURL, st.HTTPURL, st.HTTPURL, st.HTTPURL, st.URL)
+	printBanner(stdout, st)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nStopping: closing connections...")
 	done := make(chan struct{})
@@ -105,6 +102,57 @@ Press Ctrl-C to stop.
 	}
 	fmt.Fprintln(stdout, "Stopped.")
 	return nil
+}
+
+// The in-process emulators' default ports, beside the API's 3000 and 3001,
+// so that scripts can reach them (aws dynamodb scan --endpoint-url …).
+const (
+	defaultDynamoDBAddr = "127.0.0.1:3002"
+	defaultSQSAddr      = "127.0.0.1:3003"
+)
+
+// printBanner tells what runs where, and how to use it: the hints carry
+// --url and --api when the stack is not where the client commands look
+// by default.
+func printBanner(w io.Writer, st *devstack.Stack) {
+	urlFlag, apiFlag := "", ""
+	if st.URL != defaultWebSocketURL {
+		urlFlag = " --url " + st.URL
+	}
+	if st.HTTPURL != defaultAPIURL {
+		apiFlag = " --api " + st.HTTPURL
+	}
+	fmt.Fprintf(w, `
+Signet is running.
+  WebSocket API   %s?token=<token>
+  @connections    %s/@connections/{connectionId}
+  HTTP alerts API %s  (admin key: --admin-key / SIGNET_ADMIN_KEY)
+`, st.URL, st.ManagementURL, st.HTTPURL)
+	if st.DynamoDBEmulator != "" {
+		fmt.Fprintf(w, "  DynamoDB        %s  (%s; aws dynamodb list-tables --endpoint-url %s)\n", st.DynamoDBEndpoint, st.DynamoDBEmulator, st.DynamoDBEndpoint)
+	}
+	if st.SQSEmulator != "" {
+		fmt.Fprintf(w, "  SQS             %s  (%s)\n", st.SQSEndpoint, st.SQSEmulator)
+	}
+	switch {
+	case st.DataDir != "":
+		fmt.Fprintf(w, "  Data            %s, kept across restarts (%d items and %d queued messages from before)\n", st.DataDir, st.RestoredItems, st.RestoredMessages)
+	case st.DynamoDBEmulator != "":
+		fmt.Fprintln(w, "  Data            in memory: lost when the stack stops (keep it with --data DIR; make run does)")
+	}
+	if urlFlag != "" || apiFlag != "" {
+		fmt.Fprintf(w, "  Clients         export SIGNET_URL=%s SIGNET_API_URL=%s  (or the flags below)\n", st.URL, st.HTTPURL)
+	}
+	fmt.Fprintf(w, `  Tokens          signet token <userId> [--device <deviceId>]
+  Chat            signet chat --user alice%[1]s   (another terminal: signet chat --user bob%[1]s)
+  Alerts          KEY=$(signet apps create --name monitoring --allow-user bob%[2]s)
+                  curl -X POST %[3]s/v1/messages -H "Authorization: Bearer $KEY" \
+                    -H "Idempotency-Key: inc-1" -d '{"to":["bob"],"title":"DB down","body":"failover"}'
+                  then: curl -H "Authorization: Bearer $KEY" %[3]s/v1/messages/<messageId>;  signet trace <messageId>%[2]s
+  Try             websocat "%[4]s?token=$(go run ./cmd/signet token alice)"
+                  then send {"action":"send","clientMsgId":"1","to":"bob","body":{"text":"hi"}}
+Press Ctrl-C to stop.
+`, urlFlag, apiFlag, st.HTTPURL, st.URL)
 }
 
 // envOr returns the environment variable name, or def when it is unset.

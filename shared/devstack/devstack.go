@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ import (
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/iam"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/journal"
 	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/provision"
 	"github.com/signet-im/signet/shared/template"
@@ -69,6 +71,14 @@ type Options struct {
 	// "goaws" (the default) or "memsqs" (see StartSQS); empty reads
 	// EnvSQSEmulator.
 	SQSEmulator string
+	// DataDir keeps the in-process emulators' data across restarts (a
+	// journal each, see package journal; memdyn and memsqs, the defaults
+	// then); "" keeps everything in memory. One stack at a time may use a
+	// directory.
+	DataDir string
+	// DynamoDBAddr and SQSAddr are where the in-process emulators listen
+	// (default a free loopback port each).
+	DynamoDBAddr, SQSAddr string
 	// Region of the SDK clients (default us-east-1).
 	Region string
 	// Prefix names the tables and queues (default "signet-local"); stacks
@@ -141,6 +151,13 @@ type Stack struct {
 	HTTPURL string
 	// DynamoDBEndpoint and SQSEndpoint are the endpoints in use.
 	DynamoDBEndpoint, SQSEndpoint string
+	// DynamoDBEmulator and SQSEmulator name the in-process emulators
+	// started ("" for an endpoint given).
+	DynamoDBEmulator, SQSEmulator string
+	// DataDir is where the emulators keep their data ("" in memory);
+	// RestoredItems and RestoredMessages count what it held at start.
+	DataDir                         string
+	RestoredItems, RestoredMessages int
 	// DynamoDB and SQS are SDK clients for the stack's emulators.
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
@@ -189,33 +206,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err := tmpl.CheckRules(params); err != nil {
 		return nil, err
 	}
-	if st.DynamoDBEndpoint = o.DynamoDBEndpoint; st.DynamoDBEndpoint == "" {
-		var stop func()
-		kind := o.Emulator
-		if kind == "" {
-			kind = os.Getenv(EnvEmulator)
-		}
-		if st.DynamoDBEndpoint, stop, kind, err = StartDynamoDB(kind); err != nil {
-			return nil, err
-		}
-		st.stops = append(st.stops, stop)
-		o.Progress("dynamodb: %s in-process at %s", kind, st.DynamoDBEndpoint)
-	} else {
-		o.Progress("dynamodb: %s", st.DynamoDBEndpoint)
-	}
-	if st.SQSEndpoint = o.SQSEndpoint; st.SQSEndpoint == "" {
-		var stop func()
-		kind := o.SQSEmulator
-		if kind == "" {
-			kind = os.Getenv(EnvSQSEmulator)
-		}
-		if st.SQSEndpoint, stop, kind, err = StartSQS(kind); err != nil {
-			return nil, fmt.Errorf("start sqs: %w", err)
-		}
-		st.stops = append(st.stops, stop)
-		o.Progress("sqs: %s in-process at %s", kind, st.SQSEndpoint)
-	} else {
-		o.Progress("sqs: %s", st.SQSEndpoint)
+	if err := st.startEmulators(o); err != nil {
+		return nil, err
 	}
 	adminCfg := st.awsConfig(o, nil)
 	st.DynamoDB = dynamodb.NewFromConfig(adminCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) })
@@ -310,6 +302,56 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	o.Progress("lambda: %d functions, each with its own environment, role and timeout; account concurrency %d", len(fns), o.Concurrency)
 	ok = true
 	return st, nil
+}
+
+// startEmulators starts the in-process DynamoDB and SQS the options ask
+// for (none where an endpoint is given), keeping their data in o.DataDir
+// when it is set.
+func (st *Stack) startEmulators(o Options) error {
+	var dynamoAt, sqsAt Place = Place{Addr: o.DynamoDBAddr}, Place{Addr: o.SQSAddr}
+	if o.DataDir != "" {
+		if o.DynamoDBEndpoint != "" || o.SQSEndpoint != "" {
+			return fmt.Errorf("a data directory keeps the in-process emulators' data; with an endpoint given (AWS_ENDPOINT_URL…) the data is where that service keeps it")
+		}
+		unlock, err := journal.Lock(o.DataDir)
+		if err != nil {
+			return err
+		}
+		st.stops = append(st.stops, unlock)
+		st.DataDir = o.DataDir
+		dynamoAt.Journal, sqsAt.Journal = filepath.Join(o.DataDir, "dynamodb.jsonl"), filepath.Join(o.DataDir, "sqs.jsonl")
+	}
+	if st.DynamoDBEndpoint = o.DynamoDBEndpoint; st.DynamoDBEndpoint == "" {
+		kind := o.Emulator
+		if kind == "" {
+			kind = os.Getenv(EnvEmulator)
+		}
+		e, err := StartDynamoDB(kind, dynamoAt)
+		if err != nil {
+			return err
+		}
+		st.stops = append(st.stops, e.Stop)
+		st.DynamoDBEndpoint, st.DynamoDBEmulator, st.RestoredItems = e.Endpoint, e.Kind, e.Restored
+		o.Progress("dynamodb: %s in-process at %s", e.Kind, e.Endpoint)
+	} else {
+		o.Progress("dynamodb: %s", st.DynamoDBEndpoint)
+	}
+	if st.SQSEndpoint = o.SQSEndpoint; st.SQSEndpoint == "" {
+		kind := o.SQSEmulator
+		if kind == "" {
+			kind = os.Getenv(EnvSQSEmulator)
+		}
+		e, err := StartSQS(kind, sqsAt)
+		if err != nil {
+			return fmt.Errorf("start sqs: %w", err)
+		}
+		st.stops = append(st.stops, e.Stop)
+		st.SQSEndpoint, st.SQSEmulator, st.RestoredMessages = e.Endpoint, e.Kind, e.Restored
+		o.Progress("sqs: %s in-process at %s", e.Kind, e.Endpoint)
+	} else {
+		o.Progress("sqs: %s", st.SQSEndpoint)
+	}
+	return nil
 }
 
 // awsConfig is the SDK configuration of the stack's clients; a non-nil

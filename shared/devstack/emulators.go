@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,32 +23,83 @@ import (
 // contract suite) starts when no endpoint is given: minidyn or memdyn.
 const EnvEmulator = "SIGNET_DYNAMODB_EMULATOR"
 
+// Place is where an in-process emulator listens and keeps its data.
+type Place struct {
+	// Addr is its listen address (default 127.0.0.1:0, a free port).
+	Addr string
+	// Journal is the file that keeps its data across restarts (see package
+	// journal); "" keeps it in memory. memdyn and memsqs only.
+	Journal string
+}
+
+func (p Place) addr() string {
+	if p.Addr == "" {
+		return "127.0.0.1:0"
+	}
+	return p.Addr
+}
+
+// Emulator is a started in-process emulator.
+type Emulator struct {
+	// Kind is the emulator started (minidyn, memdyn, goaws, memsqs).
+	Kind string
+	// Endpoint is its URL; Stop stops it (and closes its journal).
+	Endpoint string
+	Stop     func()
+	// Restored counts what its journal held at start (items or messages).
+	Restored int
+}
+
 // StartDynamoDB starts the named in-process DynamoDB ("" or "minidyn":
 // truora/minidyn; "memdyn": Signet's B-tree emulator, for tables that grow
-// past what minidyn scans quickly) and returns its endpoint, a stop
-// function and the name it started.
-func StartDynamoDB(kind string) (endpoint string, stop func(), started string, err error) {
+// past what minidyn scans quickly and for data kept across restarts; ""
+// means memdyn when at keeps a journal).
+func StartDynamoDB(kind string, at Place) (Emulator, error) {
+	if kind == "" && at.Journal != "" {
+		kind = "memdyn"
+	}
 	switch kind {
 	case "", "minidyn":
-		endpoint, stop, err = StartMinidyn()
-		return endpoint, stop, "minidyn", err
+		if at.Journal != "" {
+			return Emulator{}, fmt.Errorf("minidyn keeps its data in memory only: keeping data across restarts takes memdyn (the default then)")
+		}
+		endpoint, stop, err := StartMinidyn(at.addr())
+		return Emulator{Kind: "minidyn", Endpoint: endpoint, Stop: stop}, err
 	case "memdyn":
-		endpoint, stop, err = memdyn.Start()
-		return endpoint, stop, "memdyn", err
+		s := memdyn.New()
+		if at.Journal != "" {
+			var err error
+			if s, err = memdyn.Open(at.Journal); err != nil {
+				return Emulator{}, fmt.Errorf("memdyn data: %w", err)
+			}
+		}
+		endpoint, stop, err := serve(s, at.addr(), s.Close)
+		if err != nil {
+			return Emulator{}, fmt.Errorf("memdyn: %w", err)
+		}
+		return Emulator{Kind: "memdyn", Endpoint: endpoint, Stop: stop, Restored: s.Items()}, nil
 	}
-	return "", nil, "", fmt.Errorf("%s=%q: want minidyn or memdyn", EnvEmulator, kind)
+	return Emulator{}, fmt.Errorf("%s=%q: want minidyn or memdyn", EnvEmulator, kind)
 }
 
 // StartMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
-// a loopback port and returns its URL and a stop function.
-func StartMinidyn() (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// addr and returns its URL and a stop function.
+func StartMinidyn(addr string) (string, func(), error) {
+	return serve(miniserver.NewServer(), addr, func() error { return nil })
+}
+
+// serve serves an emulator on addr and returns its URL and a stop
+// function that stops serving, then closes the emulator (its journal). A
+// failure to listen closes it at once.
+func serve(h http.Handler, addr string, closeEmulator func() error) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
+		closeEmulator()
 		return "", nil, err
 	}
-	srv := &http.Server{Handler: miniserver.NewServer(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+	return "http://" + ln.Addr().String(), func() { srv.Close(); closeEmulator() }, nil
 }
 
 // EnvSQSEmulator names the in-process SQS a stack starts when no endpoint
@@ -56,18 +108,35 @@ const EnvSQSEmulator = "SIGNET_SQS_EMULATOR"
 
 // StartSQS starts the named in-process SQS ("" or "goaws": goaws, shared
 // by every stack of the process; "memsqs": Signet's heap-and-map emulator,
-// one per stack, for queues that grow past what goaws handles quickly) and
-// returns its endpoint, a stop function and the name it started.
-func StartSQS(kind string) (endpoint string, stop func(), started string, err error) {
+// one per stack, for queues that grow past what goaws handles quickly and
+// for messages kept across restarts; "" means memsqs when at keeps a
+// journal).
+func StartSQS(kind string, at Place) (Emulator, error) {
+	if kind == "" && at.Journal != "" {
+		kind = "memsqs"
+	}
 	switch kind {
 	case "", "goaws":
-		endpoint, err = StartGoaws()
-		return endpoint, func() {}, "goaws", err
+		if at.Journal != "" {
+			return Emulator{}, fmt.Errorf("goaws keeps its messages in memory only: keeping data across restarts takes memsqs (the default then)")
+		}
+		endpoint, err := StartGoawsAt(at.addr())
+		return Emulator{Kind: "goaws", Endpoint: endpoint, Stop: func() {}}, err
 	case "memsqs":
-		endpoint, stop, err = memsqs.Start()
-		return endpoint, stop, "memsqs", err
+		s := memsqs.New()
+		if at.Journal != "" {
+			var err error
+			if s, err = memsqs.Open(at.Journal); err != nil {
+				return Emulator{}, fmt.Errorf("memsqs data: %w", err)
+			}
+		}
+		endpoint, stop, err := serve(s, at.addr(), s.Close)
+		if err != nil {
+			return Emulator{}, fmt.Errorf("memsqs: %w", err)
+		}
+		return Emulator{Kind: "memsqs", Endpoint: endpoint, Stop: stop, Restored: s.Messages()}, nil
 	}
-	return "", nil, "", fmt.Errorf("%s=%q: want goaws or memsqs", EnvSQSEmulator, kind)
+	return Emulator{}, fmt.Errorf("%s=%q: want goaws or memsqs", EnvSQSEmulator, kind)
 }
 
 // goaws keeps its queues in package-level state, so one process runs one
@@ -80,9 +149,13 @@ var goawsOnce struct {
 
 // StartGoaws serves goaws (SQS, JSON protocol) on a loopback port, once per
 // process, and returns its URL.
-func StartGoaws() (string, error) {
+func StartGoaws() (string, error) { return StartGoawsAt("127.0.0.1:0") }
+
+// StartGoawsAt is StartGoaws on addr. The process's one goaws listens where
+// the first call asked; a later call naming another fixed port fails.
+func StartGoawsAt(addr string) (string, error) {
 	goawsOnce.Do(func() {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			goawsOnce.err = err
 			return
@@ -104,6 +177,9 @@ func StartGoaws() (string, error) {
 		go srv.Serve(ln)
 		goawsOnce.url = "http://" + ln.Addr().String()
 	})
+	if _, port, _ := net.SplitHostPort(addr); goawsOnce.err == nil && port != "0" && !strings.HasSuffix(goawsOnce.url, ":"+port) {
+		return "", fmt.Errorf("goaws already serves this process at %s, not %s", goawsOnce.url, addr)
+	}
 	return goawsOnce.url, goawsOnce.err
 }
 

@@ -23,7 +23,7 @@ import (
 // a denied request never reaches the emulator.
 func TestFunctionRoleIsEnforcedOnEveryCallAsAWSWould(t *testing.T) {
 	t.Parallel()
-	ddbURL, stop, err := StartMinidyn()
+	ddbURL, stop, err := StartMinidyn("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

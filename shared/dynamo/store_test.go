@@ -40,12 +40,12 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 	t.Helper()
 	endpoint := os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT")
 	if endpoint == "" {
-		url, stop, _, err := devstack.StartDynamoDB(os.Getenv(devstack.EnvEmulator))
+		e, err := devstack.StartDynamoDB(os.Getenv(devstack.EnvEmulator), devstack.Place{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(stop)
-		endpoint = url
+		t.Cleanup(e.Stop)
+		endpoint = e.Endpoint
 	}
 	db := dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
 		func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })

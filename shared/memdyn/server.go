@@ -10,12 +10,18 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/signet-im/signet/shared/journal"
 )
 
 // Server is the DynamoDB JSON API (X-Amz-Target DynamoDB_20120810.*).
 type Server struct {
 	mu     sync.Mutex
 	tables map[string]*table
+	// journal, when set (Open), receives every change; pending holds the
+	// records of the call being served until it is answered.
+	journal *journal.Journal
+	pending [][]byte
 }
 
 // New returns an empty server.
@@ -96,7 +102,13 @@ func (s *Server) call(op string, body []byte) (any, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return h(body)
+	out, err := h(body)
+	// Whatever the call changed is journaled before it is answered, also
+	// when it failed part-way (a batch write stopped by an oversize item).
+	if ferr := s.flush(); ferr != nil {
+		return nil, ferr
+	}
+	return out, err
 }
 
 func decode(body []byte, v any) error {
@@ -153,7 +165,12 @@ func (s *Server) createTable(body []byte) (any, error) {
 		return nil, validation("a table needs a name and a HASH key")
 	}
 	t := newTable(in.TableName, *hash, rng, in.AttributeDefinitions)
+	t.def = compactJSON(body)
 	s.tables[in.TableName] = t
+	if s.journal != nil {
+		t.record = s.note
+		s.note(record{Op: "table", Def: t.def})
+	}
 	return map[string]any{"TableDescription": t.describe()}, nil
 }
 
@@ -167,6 +184,9 @@ func (s *Server) deleteTable(body []byte) (any, error) {
 		return nil, err
 	}
 	delete(s.tables, in.TableName)
+	if s.journal != nil {
+		s.note(record{Op: "drop", Table: in.TableName})
+	}
 	d := t.describe()
 	d["TableStatus"] = "DELETING"
 	return map[string]any{"TableDescription": d}, nil
@@ -209,6 +229,9 @@ func (s *Server) updateTTL(body []byte) (any, error) {
 		return nil, err
 	}
 	t.ttlAttr, t.ttlOn = in.TimeToLiveSpecification.AttributeName, in.TimeToLiveSpecification.Enabled
+	if s.journal != nil {
+		s.note(record{Op: "ttl", Def: compactJSON(body)})
+	}
 	return map[string]any{"TimeToLiveSpecification": map[string]any{"AttributeName": t.ttlAttr, "Enabled": t.ttlOn}}, nil
 }
 

@@ -25,6 +25,10 @@ type table struct {
 	ttlAttr  string
 	ttlOn    bool
 	items    *btree.BTreeG[*entry]
+	// def is the CreateTable request (a journal's snapshot replays it);
+	// record, when set, journals every put and delete (see Open).
+	def    json.RawMessage
+	record func(record)
 }
 
 // entry is one stored item with its decoded key. The item itself is kept
@@ -165,10 +169,17 @@ func (t *table) put(k *entry, it Item) error {
 	}
 	k.raw = raw
 	t.items.ReplaceOrInsert(k)
+	if t.record != nil {
+		t.record(record{Op: "put", Table: t.name, Item: raw})
+	}
 	return nil
 }
 
-func (t *table) remove(k *entry) { t.items.Delete(k) }
+func (t *table) remove(k *entry) {
+	if _, ok := t.items.Delete(k); ok && t.record != nil {
+		t.record(record{Op: "del", Table: t.name, Key: t.entryKey(k)})
+	}
+}
 
 // entryKey returns the key attributes of a stored entry.
 func (t *table) entryKey(e *entry) Item {

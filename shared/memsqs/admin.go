@@ -38,12 +38,21 @@ func (c *call) createQueue(body []byte) (any, error) {
 		if err := c.applyAttrs(&cur, in.Attributes); err != nil || cur != q.attrs {
 			return nil, errorf("QueueNameExists", "QueueAlreadyExists", "A queue already exists with the same name and a different value for attribute(s)")
 		}
-		return map[string]string{"QueueUrl": q.url}, nil
+		return map[string]string{"QueueUrl": c.queueURL(q.name)}, nil
 	}
-	url := "http://" + c.host + "/" + Account + "/" + in.QueueName
 	arn := "arn:aws:sqs:" + c.region + ":" + Account + ":" + in.QueueName
-	c.s.queues[in.QueueName] = newQueue(in.QueueName, url, arn, a, c.now)
-	return map[string]string{"QueueUrl": url}, nil
+	q := newQueue(in.QueueName, arn, a, c.now)
+	c.s.queues[in.QueueName] = q
+	if c.s.journal != nil {
+		q.record = c.s.note
+		c.s.note(record{Op: "queue", Queue: q.name, ARN: arn, Attrs: toJournal(a), Created: c.now.UnixMilli()})
+	}
+	return map[string]string{"QueueUrl": c.queueURL(q.name)}, nil
+}
+
+// queueURL is the URL of the named queue on the endpoint the call came to.
+func (c *call) queueURL(name string) string {
+	return "http://" + c.host + "/" + Account + "/" + name
 }
 
 // applyAttrs validates and sets settable attributes. The caller holds the
@@ -124,7 +133,7 @@ func (c *call) getQueueURL(body []byte) (any, error) {
 	if !ok {
 		return nil, noQueue()
 	}
-	return map[string]string{"QueueUrl": q.url}, nil
+	return map[string]string{"QueueUrl": c.queueURL(q.name)}, nil
 }
 
 func (c *call) listQueues(body []byte) (any, error) {
@@ -135,9 +144,9 @@ func (c *call) listQueues(body []byte) (any, error) {
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
 	urls := []string{}
-	for name, q := range c.s.queues {
+	for name := range c.s.queues {
 		if strings.HasPrefix(name, in.QueueNamePrefix) {
-			urls = append(urls, q.url)
+			urls = append(urls, c.queueURL(name))
 		}
 	}
 	sort.Strings(urls)
@@ -154,9 +163,13 @@ func (c *call) deleteQueue(body []byte) (any, error) {
 	delete(c.s.queues, q.name)
 	c.s.mu.Unlock()
 	q.mu.Lock()
+	q.record = nil
 	q.purge()
 	q.signal()
 	q.mu.Unlock()
+	if c.s.journal != nil {
+		c.s.note(record{Op: "drop", Queue: q.name})
+	}
 	return struct{}{}, nil
 }
 
@@ -245,5 +258,8 @@ func (c *call) setQueueAttributes(body []byte) (any, error) {
 		return nil, err
 	}
 	q.attrs, q.modified = a, c.now
+	if q.record != nil {
+		q.record(record{Op: "attrs", Queue: q.name, Attrs: toJournal(a)})
+	}
 	return struct{}{}, nil
 }

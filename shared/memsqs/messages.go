@@ -62,9 +62,12 @@ func validContents(s string) bool {
 	return true
 }
 
-func (c *call) newMessage(body string) *message {
+func (c *call) newMessage(body string) *message { return newMessage(messageID(), body, c.now) }
+
+// newMessage is a message as sent.
+func newMessage(id, body string, sent time.Time) *message {
 	sum := md5.Sum([]byte(body))
-	return &message{id: messageID(), body: body, md5: hex.EncodeToString(sum[:]), sent: c.now}
+	return &message{id: id, body: body, md5: hex.EncodeToString(sum[:]), sent: sent}
 }
 
 func (c *call) sendMessage(body []byte) (any, error) {

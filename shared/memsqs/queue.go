@@ -60,8 +60,10 @@ func defaultAttrs() attrs {
 
 // queue is one standard queue. Every field below mu is guarded by it.
 type queue struct {
-	name, url, arn string
-	created        time.Time
+	name, arn string
+	created   time.Time
+	// record, when set, journals every message added and removed (see Open).
+	record func(record)
 
 	mu       sync.Mutex
 	attrs    attrs
@@ -76,8 +78,8 @@ type queue struct {
 	receipts uint64
 }
 
-func newQueue(name, url, arn string, a attrs, now time.Time) *queue {
-	return &queue{name: name, url: url, arn: arn, created: now, modified: now, attrs: a, byID: map[string]*message{}, wake: make(chan struct{})}
+func newQueue(name, arn string, a attrs, now time.Time) *queue {
+	return &queue{name: name, arn: arn, created: now, modified: now, attrs: a, byID: map[string]*message{}, wake: make(chan struct{})}
 }
 
 // add enqueues a message, visible after delay.
@@ -87,9 +89,12 @@ func (q *queue) add(m *message, delay time.Duration) {
 	if delay > 0 {
 		m.visibleAt = m.sent.Add(delay)
 		heap.Push(&q.wait, m)
-		return
+	} else {
+		q.pushReady(m)
 	}
-	q.pushReady(m)
+	if q.record != nil {
+		q.record(addRecord(q.name, m))
+	}
 }
 
 func (q *queue) pushReady(m *message) {
@@ -180,6 +185,9 @@ func (q *queue) remove(m *message) {
 	if m.heapIndex >= 0 {
 		heap.Remove(&q.wait, m.heapIndex)
 	}
+	if q.record != nil {
+		q.record(record{Op: "rm", Queue: q.name, ID: m.id})
+	}
 }
 
 // byHandle finds the message a receipt handle names. ok is false for a
@@ -221,6 +229,9 @@ func (q *queue) purge() {
 		m.deleted = true
 	}
 	q.byID, q.ready, q.head, q.wait = map[string]*message{}, nil, 0, nil
+	if q.record != nil {
+		q.record(record{Op: "purge", Queue: q.name})
+	}
 }
 
 func cutLast(s string, sep byte) (before, after string, found bool) {

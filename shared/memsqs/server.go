@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/signet-im/signet/shared/journal"
 )
 
 // Account is the account id in queue URLs and ARNs.
@@ -29,6 +31,8 @@ type Server struct {
 	queues map[string]*queue // by name
 	// now is the clock (time.Now; tests may set it before serving).
 	now func() time.Time
+	// journal, when set (Open), receives every change.
+	journal *journal.Journal
 }
 
 // New returns a server with no queues.
@@ -85,6 +89,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		c := &call{s: s, ctx: r.Context(), host: r.Host, region: regionOf(r.Header.Get("Authorization")), now: s.now()}
 		out, err = c.dispatch(op, body)
+		if err == nil {
+			err = s.journalError()
+		}
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.Header().Set("X-Amzn-Requestid", requestID())
