@@ -11,7 +11,7 @@ ws=127.0.0.1:${FUZZ_WS_PORT:-3101}
 api=127.0.0.1:${FUZZ_HTTP_PORT:-3100}
 bin=$(mktemp -d)/signet
 go build -o "$bin" ./cmd/signet
-"$bin" local --addr "$ws" --http-addr "$api" --quiet > .tools/fuzz-local.log 2>&1 &
+"$bin" local --addr "$ws" --http-addr "$api" --dynamodb-addr 127.0.0.1:0 --sqs-addr 127.0.0.1:0 --quiet > .tools/fuzz-local.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null || true' EXIT
 for _ in $(seq 100); do curl -s -o /dev/null "http://$api/v1/apps" && break; sleep 0.1; done
