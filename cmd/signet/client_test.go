@@ -361,3 +361,26 @@ func burstSize(t *testing.T) int {
 	}
 	return n
 }
+
+// Issue 14: `signet send --id X` with other text than the first send of X
+// is refused with the server's words and a failing exit; the same text
+// again prints the first ACK.
+func TestSendRefusesAnIDReusedForOtherText(t *testing.T) {
+	st := startLocal(t)
+	data := t.TempDir()
+	send := func(text string) (int, string) {
+		var out, errOut syncBuffer
+		code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", st.URL, "--data", data, "--id", "po-7", text}, &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	code, first := send("approve PO-7?")
+	if code != 0 {
+		t.Fatalf("first send: exit %d: %s", code, first)
+	}
+	if code, again := send("approve PO-7?"); code != 0 || again != first {
+		t.Fatalf("the same send again: exit %d %q; want the first ACK %q", code, again, first)
+	}
+	if code, other := send("approve PO-8?"); code == 0 || !strings.Contains(other, "clientMsgId was already used for a different message") {
+		t.Fatalf("other text under the same --id: exit %d %q; want the server's refusal", code, other)
+	}
+}

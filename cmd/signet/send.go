@@ -21,7 +21,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cf.register(fs, "cli")
 	to := fs.String("to", "", "recipient user id, or a group's conversation id g:<id> (required)")
 	raw := fs.Bool("json", false, "the text is a JSON body, sent as is (default: {\"text\": <text>})")
-	id := fs.String("id", "", "clientMsgId (default: random); repeat a send safely with the same id")
+	id := fs.String("id", "", "clientMsgId (default: random); repeat a send safely with the same id (other text under a used id is refused)")
 	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for the server's ACK")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user|g:id> [flags] <text>

@@ -1,8 +1,10 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -156,6 +159,9 @@ type ServerError struct {
 }
 
 func (e *ServerError) Error() string {
+	if e.RequestID == "" {
+		return fmt.Sprintf("%s: %s", e.Code, e.Message)
+	}
 	return fmt.Sprintf("%s: %s (request %s)", e.Code, e.Message, e.RequestID)
 }
 
@@ -328,12 +334,6 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	if d.ClientMsgID == "" {
 		d.ClientMsgID = newClientMsgID()
 	}
-	if prev, err := c.store.sent(d.ClientMsgID); err != nil || prev != nil {
-		if prev != nil {
-			return *prev, nil
-		}
-		return Sent{}, err
-	}
 	frame, err := json.Marshal(wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body})
 	if err != nil {
 		return Sent{}, err
@@ -342,9 +342,25 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	c.mu.Lock()
 	c.waiters[d.ClientMsgID] = append(c.waiters[d.ClientMsgID], ch)
 	c.mu.Unlock()
-	if err := c.store.enqueue(d.ClientMsgID, string(frame), time.Now()); err != nil {
+	fp := draftFingerprint(d)
+	prev, pending, err := c.store.enqueue(outboxItem{ID: d.ClientMsgID, Frame: string(frame), At: time.Now(), Fp: fp})
+	switch {
+	case err != nil:
+		c.dropWaiter(d.ClientMsgID, ch)
 		return Sent{}, err
+	case prev != nil:
+		// Sent before: the same message gets its ACK again; another one
+		// is refused here, in the words the server would use.
+		c.dropWaiter(d.ClientMsgID, ch)
+		if prev.Fp != "" && prev.Fp != fp {
+			return Sent{}, errClientMsgIDReused()
+		}
+		return prev.Sent, nil
+	case pending != nil && pending.Fp != "" && pending.Fp != fp:
+		c.dropWaiter(d.ClientMsgID, ch)
+		return Sent{}, errClientMsgIDReused()
 	}
+	// New, or the same send still in the outbox: wait for its ACK.
 	if h := c.opts.hooks.afterEnqueue; h != nil && h(d.ClientMsgID) == errCrash {
 		c.crash()
 		return Sent{}, errCrash
@@ -361,6 +377,49 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	case <-c.done:
 		return Sent{}, errors.New("client closed; the send stays in the outbox")
 	}
+}
+
+// dropWaiter forgets a waiter that will not wait.
+func (c *Client) dropWaiter(id string, ch chan sendResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ws := c.waiters[id]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(c.waiters, id)
+	} else {
+		c.waiters[id] = ws
+	}
+}
+
+// draftFingerprint identifies a draft's content (where it goes and its body,
+// compacted as JSON): a clientMsgId names one message.
+func draftFingerprint(d Draft) string {
+	var body bytes.Buffer
+	if json.Compact(&body, d.Body) != nil {
+		body.Reset()
+		body.Write(d.Body)
+	}
+	h := sha256.New()
+	h.Write([]byte(d.To))
+	h.Write([]byte{0})
+	h.Write([]byte(d.ConversationID))
+	h.Write([]byte{0})
+	h.Write(body.Bytes())
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// errClientMsgIDReused refuses, on the device, a send that reuses a
+// clientMsgId for other content, with the server's code and words (the
+// server would refuse it the same way; the device knows first).
+func errClientMsgIDReused() error {
+	p := wire.ProblemOf(im.ErrClientMsgIDReused)
+	return &ServerError{Code: p.Code, Message: p.Msg}
 }
 
 // resolve hands a send's outcome to whoever waits for it.

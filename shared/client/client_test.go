@@ -901,3 +901,38 @@ func TestASecondClientOfOneDeviceIsToldTheStoreIsInUse(t *testing.T) {
 		t.Fatalf("second client: %v, want ErrStoreInUse saying how to run another", err)
 	}
 }
+
+// Issue 14: a clientMsgId names one message. Sending it again with the
+// same content returns the stored ACK (the server is not asked again);
+// with other content it is refused, in the server's code and words, and
+// nothing is sent — while the first send waits in the outbox too.
+func TestAClientMsgIDReusedForOtherContentIsRefused(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	ctx := context.Background()
+	first, err := alice.SendDraft(ctx, Draft{ClientMsgID: "approve-7", To: "bob", Body: []byte(`{"text": "approve PO-7?"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := alice.SendDraft(ctx, Draft{ClientMsgID: "approve-7", To: "bob", Body: []byte(`{"text":"approve PO-7?"}`)})
+	if err != nil || again.MessageID != first.MessageID {
+		t.Fatalf("the same message again: %+v, %v; want the first ACK (%s)", again, err, first.MessageID)
+	}
+	for _, d := range []Draft{
+		{ClientMsgID: "approve-7", To: "bob", Body: []byte(`{"text":"approve PO-8?"}`)},
+		{ClientMsgID: "approve-7", To: "carol", Body: []byte(`{"text":"approve PO-7?"}`)},
+	} {
+		_, err := alice.SendDraft(ctx, d)
+		var se *ServerError
+		if !errors.As(err, &se) || se.Code != wire.CodeBadRequest || !strings.Contains(se.Message, "clientMsgId was already used for a different message") {
+			t.Fatalf("reuse for %s %s: %v; want the server's bad_request", d.To, d.Body, err)
+		}
+	}
+	if pending, _ := alice.Pending(); len(pending) != 0 {
+		t.Fatalf("a refused reuse was queued: %v", pending)
+	}
+	if page, err := st.Store.Page(ctx, "bob", 0, 10, func(im.Entry) int { return 1 }); err != nil || len(page.Entries) != 1 {
+		t.Fatalf("bob's inbox: %+v, %v; want the one message", page, err)
+	}
+}

@@ -39,6 +39,16 @@ type outboxItem struct {
 	ID    string    `json:"clientMsgId"`
 	Frame string    `json:"frame"`
 	At    time.Time `json:"at"`
+	// Fp is the draft's fingerprint (draftFingerprint; "" in stores
+	// written before it was kept): a later send reusing the clientMsgId
+	// for other content is refused by comparing it.
+	Fp string `json:"fp,omitempty"`
+}
+
+// sentRecord is a send's ACK as stored, with its draft's fingerprint.
+type sentRecord struct {
+	wire.Sent
+	Fp string `json:"fp,omitempty"`
 }
 
 // conversation names the conversation the send goes to, as the frame names
@@ -210,14 +220,29 @@ func (s *store) entries(after int64, limit int) ([]wire.Entry, error) {
 	return out, err
 }
 
-// enqueue writes a send to the outbox (before it is sent).
-func (s *store) enqueue(id, frame string, at time.Time) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+// enqueue writes a send to the outbox (before it is sent), unless the
+// clientMsgId is there already or was ACKed: then it returns what it found
+// (the caller compares fingerprints) and writes nothing.
+func (s *store) enqueue(it outboxItem) (prev *sentRecord, pending *outboxItem, err error) {
+	err = s.db.Update(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketSent).Get([]byte(it.ID)); v != nil {
+			prev = &sentRecord{}
+			return json.Unmarshal(v, prev)
+		}
 		b := tx.Bucket(bucketOutbox)
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			var o outboxItem
+			if json.Unmarshal(v, &o) == nil && o.ID == it.ID {
+				pending = &o
+				return nil
+			}
+		}
 		n, _ := b.NextSequence()
-		v, _ := json.Marshal(outboxItem{ID: id, Frame: frame, At: at})
+		v, _ := json.Marshal(it)
 		return b.Put(u64(n), v)
 	})
+	return prev, pending, err
 }
 
 // outbox returns the pending sends in the order they were made.
@@ -242,19 +267,21 @@ func (s *store) settle(id string, ack *wire.Sent) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketOutbox)
 		c := b.Cursor()
+		var fp string
 		for k, v := c.First(); k != nil; k, v = c.Next() {
 			var it outboxItem
 			if json.Unmarshal(v, &it) == nil && it.ID == id {
 				if err := b.Delete(k); err != nil {
 					return err
 				}
+				fp = it.Fp
 				break
 			}
 		}
 		if ack == nil {
 			return nil
 		}
-		v, _ := json.Marshal(ack)
+		v, _ := json.Marshal(sentRecord{Sent: *ack, Fp: fp})
 		return tx.Bucket(bucketSent).Put([]byte(id), v)
 	})
 }
@@ -264,8 +291,11 @@ func (s *store) sent(id string) (*wire.Sent, error) {
 	var out *wire.Sent
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketSent).Get([]byte(id)); v != nil {
-			out = &wire.Sent{}
-			return json.Unmarshal(v, out)
+			var r sentRecord
+			if err := json.Unmarshal(v, &r); err != nil {
+				return err
+			}
+			out = &r.Sent
 		}
 		return nil
 	})
