@@ -384,3 +384,44 @@ func TestSendRefusesAnIDReusedForOtherText(t *testing.T) {
 		t.Fatalf("other text under the same --id: exit %d %q; want the server's refusal", code, other)
 	}
 }
+
+// Issue 14: `signet tail --count N` acks what it printed before it exits,
+// so the server does not re-push those messages to nobody: the device's
+// ack cursor reaches N without another connection. The messages come as
+// live pushes (whose acks wait for the ack window) while tail runs.
+func TestTailAcksWhatItPrintedBeforeItExits(t *testing.T) {
+	st := startLocal(t)
+	data := t.TempDir()
+	var tailOut syncBuffer
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(context.Background(), []string{"tail", "--user", "bob", "--device", "pager", "--url", st.URL, "--data", data, "--count", "3"}, &tailOut, &tailOut)
+	}()
+	for {
+		conns, err := st.Store.Connections(context.Background(), "bob")
+		if err == nil && len(conns) == 1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var out syncBuffer
+	for i := range 3 {
+		if code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", st.URL, "--data", data, fmt.Sprintf("m%d", i)}, &out, &out); code != 0 {
+			t.Fatalf("send: exit %d: %s", code, out.String())
+		}
+	}
+	if code := <-exited; code != 0 {
+		t.Fatalf("tail: exit %d: %s", code, tailOut.String())
+	}
+	// The ack is an invocation of its own, after the frame; it needs no
+	// more than the stack's own time, which a loaded machine stretches.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		d, err := st.Store.Device(context.Background(), "bob", "pager")
+		if err == nil && d.Acked == 3 {
+			break
+		}
+		if st.Running() == 0 && time.Since(start) > 5*time.Second {
+			t.Fatalf("bob/pager acked %d of 3 after tail exited (%v)", d.Acked, err)
+		}
+	}
+}

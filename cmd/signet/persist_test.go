@@ -61,6 +61,9 @@ func freeAddr(t *testing.T) string {
 type localProcess struct {
 	cmd *exec.Cmd
 	out *syncBuffer
+	// exited is closed when the process has exited (err: how).
+	exited chan struct{}
+	err    error
 }
 
 // startLocalProcess runs `signet local` with args and waits for its
@@ -68,32 +71,30 @@ type localProcess struct {
 // test's own timeout, not a guess).
 func startLocalProcess(t *testing.T, bin string, args ...string) *localProcess {
 	t.Helper()
-	p := &localProcess{cmd: exec.Command(bin, append([]string{"local", "--quiet"}, args...)...), out: &syncBuffer{}}
+	p := &localProcess{cmd: exec.Command(bin, append([]string{"local", "--quiet"}, args...)...), out: &syncBuffer{}, exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
-	exited := make(chan error, 1)
-	go func() { exited <- p.cmd.Wait() }()
+	go func() { p.err = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); <-p.exited })
 	for !strings.Contains(p.out.String(), "Press Ctrl-C to stop.") {
 		select {
-		case err := <-exited:
-			t.Fatalf("signet local exited (%v):\n%s", err, p.out.String())
+		case <-p.exited:
+			t.Fatalf("signet local exited (%v):\n%s", p.err, p.out.String())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	p.cmd.Process.Signal(syscall.Signal(0)) // still running
-	go func() { <-exited }()
 	return p
 }
 
-// kill is kill -9.
+// kill is kill -9; it returns once the process is gone.
 func (p *localProcess) kill(t *testing.T) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	<-p.exited
 }
 
 // Issue 14: `signet local --data DIR`, killed with SIGKILL in the middle of

@@ -173,6 +173,9 @@ type Client struct {
 
 	msgs      chan Message
 	kick      chan struct{}
+	// flushAcks asks the session to ack what is persisted now; it closes
+	// the channel it is given when the ack is written (Close).
+	flushAcks chan chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
@@ -258,7 +261,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	c := &Client{
 		opts: opts, store: st, log: log, cancel: cancel,
-		msgs: make(chan Message, 1024), kick: make(chan struct{}, 1), done: make(chan struct{}),
+		msgs: make(chan Message, 1024), kick: make(chan struct{}, 1), flushAcks: make(chan chan struct{}), done: make(chan struct{}),
 		waiters: map[string][]chan sendResult{}, first: make(chan error, 1),
 		answers: map[string]chan json.RawMessage{}, out: make(chan outgoing),
 	}
@@ -438,6 +441,7 @@ func (c *Client) resolve(id string, r sendResult) {
 func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
+		c.flushAcksBeforeClose()
 		close(c.done)
 		c.cancel()
 		c.wg.Wait()
@@ -445,6 +449,33 @@ func (c *Client) Close() error {
 		err = c.store.close()
 	})
 	return err
+}
+
+// closeAckWait bounds how long Close waits for the session to write its
+// last ack.
+const closeAckWait = 2 * time.Second
+
+// flushAcksBeforeClose has the session ack what the device persisted
+// before the connection goes (a pushed entry's ack otherwise waits for its
+// window, and the server would re-push the entry to a device that has it).
+// Cancelling the session first would close the connection before the ack
+// is written. Bounded: a session that is not serving is not waited for.
+func (c *Client) flushAcksBeforeClose() {
+	if c.crashed.Load() || !c.connected.Load() {
+		return
+	}
+	written := make(chan struct{})
+	timeout := time.NewTimer(closeAckWait)
+	defer timeout.Stop()
+	select {
+	case c.flushAcks <- written:
+	case <-timeout.C:
+		return
+	}
+	select {
+	case <-written:
+	case <-timeout.C:
+	}
 }
 
 // crash stops everything at once, as a killed process would.

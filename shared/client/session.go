@@ -207,14 +207,12 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		var err error
 		select {
 		case <-ctx.Done():
-			if !c.crashed.Load() {
-				// A graceful Close acks what is persisted, so the server
-				// does not re-push it.
-				actx, cancel := context.WithTimeout(context.Background(), time.Second)
-				_ = s.ack(actx)
-				cancel()
-			}
 			return 0
+		case written := <-c.flushAcks:
+			// A graceful Close acks what is persisted, so the server does
+			// not re-push it (flushAcksBeforeClose).
+			err = s.ack(sctx)
+			close(written)
 		case f := <-frames:
 			if f.err != nil {
 				if !c.crashed.Load() {
