@@ -171,8 +171,8 @@ type Client struct {
 	store *store
 	log   *slog.Logger
 
-	msgs      chan Message
-	kick      chan struct{}
+	msgs chan Message
+	kick chan struct{}
 	// flushAcks asks the session to ack what is persisted now; it closes
 	// the channel it is given when the ack is written (Close).
 	flushAcks chan chan struct{}
