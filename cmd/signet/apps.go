@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
@@ -27,6 +28,44 @@ func apiFlags(fs *flag.FlagSet) (url, key *string) {
 	url = fs.String("api", envOr("SIGNET_API_URL", defaultAPIURL), "HTTP API base URL (env SIGNET_API_URL)")
 	key = fs.String("key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "admin key, or an app key for its own messages (env SIGNET_ADMIN_KEY; default: the local stack's)")
 	return url, key
+}
+
+// adminFlags registers --api and --key for the admin's commands.
+func adminFlags(fs *flag.FlagSet) (url, key *string) {
+	url = fs.String("api", envOr("SIGNET_API_URL", defaultAPIURL), "HTTP API base URL (env SIGNET_API_URL)")
+	key = fs.String("key", envOr("SIGNET_ADMIN_KEY", devstack.DefaultAdminKey), "the admin key (env SIGNET_ADMIN_KEY; default: the local stack's)")
+	return url, key
+}
+
+// printApps prints GET /v1/apps as a table.
+func printApps(w io.Writer, raw []byte) error {
+	var list struct {
+		Apps []struct {
+			AppID         string   `json:"appId"`
+			AllowUsers    []string `json:"allowUsers"`
+			AllowGroups   []string `json:"allowGroups"`
+			RatePerMinute int      `json:"ratePerMinute"`
+			CreatedAt     string   `json:"createdAt"`
+			Revoked       bool     `json:"revoked"`
+		} `json:"apps"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return fmt.Errorf("GET /v1/apps: %w", err)
+	}
+	if len(list.Apps) == 0 {
+		fmt.Fprintln(w, "No apps yet: signet apps create --name <app> --allow-user <user>")
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "APP\tSTATE\tUSERS\tGROUPS\tRATE/MIN\tCREATED")
+	for _, a := range list.Apps {
+		state := "active"
+		if a.Revoked {
+			state = "revoked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", a.AppID, state, strings.Join(a.AllowUsers, ","), strings.Join(a.AllowGroups, ","), a.RatePerMinute, a.CreatedAt)
+	}
+	return tw.Flush()
 }
 
 // apiCall sends a JSON request to the HTTP API and decodes the answer.
@@ -71,11 +110,15 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	usage := func(w io.Writer) {
 		fmt.Fprint(w, `Usage:
   signet apps create --name <app> [--allow-user U]... [--allow-group G]... [--rate N]
+  signet apps list [--json]
+  signet apps rotate-key <app>
   signet apps revoke <app>
 
 Manages the enterprise apps that post alerts over HTTPS (admin key needed).
 create prints the app's key once; only its hash is stored. --allow-user '*'
-lets the app message every user. Run 'signet apps create --help' for flags.
+lets the app message every user. rotate-key prints a new key once; the old
+one stops working at once. A revoked app's name may be created again.
+Run 'signet apps <command> --help' for flags.
 `)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
@@ -93,7 +136,7 @@ lets the app message every user. Run 'signet apps create --help' for flags.
 		fs.Var(&users, "allow-user", "a user the app may message (repeatable; '*' for all)")
 		fs.Var(&groups, "allow-group", "a group id (without g:) whose members the app may message with {\"group\":…} (repeatable; '*' for all)")
 		rate := fs.Int("rate", 600, "posts per minute")
-		url, key := apiFlags(fs)
+		url, key := adminFlags(fs)
 		if err := parse(fs, args[1:], stderr); err != nil {
 			return err
 		}
@@ -108,25 +151,48 @@ lets the app message every user. Run 'signet apps create --help' for flags.
 		fmt.Fprintf(stderr, "App %s created. Its key is shown only now; store it safely:\n", out.AppID)
 		fmt.Fprintln(stdout, out.Key)
 		return nil
-	case "revoke":
-		fs := flag.NewFlagSet("signet apps revoke", flag.ContinueOnError)
-		url, key := apiFlags(fs)
+	case "revoke", "rotate-key":
+		fs := flag.NewFlagSet("signet apps "+args[0], flag.ContinueOnError)
+		url, key := adminFlags(fs)
 		flags, pos := interleaved(fs, args[1:])
 		if err := parse(fs, flags, stderr); err != nil {
 			return err
 		}
 		if len(pos) != 1 {
-			usage(stderr)
-			return errUsage
+			return fmt.Errorf("%w: give one app id", errUsage)
 		}
-		if err := apiCall(ctx, "DELETE", *url+"/v1/apps/"+pos[0], *key, nil, nil); err != nil {
+		if args[0] == "revoke" {
+			if err := apiCall(ctx, "DELETE", *url+"/v1/apps/"+pos[0], *key, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "App %s revoked: its key no longer works.\n", pos[0])
+			return nil
+		}
+		var out struct{ AppID, Key string }
+		if err := apiCall(ctx, "POST", *url+"/v1/apps/"+pos[0]+"/key", *key, nil, &out); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "App %s revoked: its key no longer works.\n", pos[0])
+		fmt.Fprintf(stderr, "App %s has a new key; the old one no longer works. It is shown only now; store it safely:\n", out.AppID)
+		fmt.Fprintln(stdout, out.Key)
 		return nil
+	case "list":
+		fs := flag.NewFlagSet("signet apps list", flag.ContinueOnError)
+		url, key := adminFlags(fs)
+		asJSON := fs.Bool("json", false, "print the API's JSON answer")
+		if err := parse(fs, args[1:], stderr); err != nil {
+			return err
+		}
+		var out json.RawMessage
+		if err := apiCall(ctx, "GET", *url+"/v1/apps", *key, nil, &out); err != nil {
+			return err
+		}
+		if *asJSON {
+			fmt.Fprintln(stdout, string(out))
+			return nil
+		}
+		return printApps(stdout, out)
 	}
-	usage(stderr)
-	return errUsage
+	return fmt.Errorf("%w: unknown apps command %q (create, list, rotate-key, revoke)", errUsage, args[0])
 }
 
 // traceEvent mirrors one event of GET /v1/messages/{id}/trace.

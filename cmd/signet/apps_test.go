@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -53,5 +54,83 @@ func TestAppsCreatePostAndTrace(t *testing.T) {
 	errOut.Reset()
 	if code := run(context.Background(), []string{"trace", accepted.MessageID, "--api", st.HTTPURL, "--key", key}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "401") {
 		t.Fatalf("trace with revoked key: exit %d %s", code, errOut.String())
+	}
+}
+
+// postWith posts an alert to bob with key and returns the HTTP status.
+func postWith(t *testing.T, api, key, idem string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", api+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"t","body":"b"}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", idem)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// Issue 14: apps list shows every app and its state; rotate-key prints a
+// new key and the old one stops working; a revoked app's name can be
+// created again (an active one cannot); a wrong --key is named as the
+// admin key it should have been.
+func TestAppsListRotateAndRecreate(t *testing.T) {
+	st := startLocal(t)
+	apps := func(args ...string) (int, string, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append(append([]string{"apps"}, args...), "--api", st.HTTPURL), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	code, first, errs := apps("create", "--name", "pager", "--allow-user", "bob")
+	if code != 0 {
+		t.Fatalf("create: %d %s", code, errs)
+	}
+	first = strings.TrimSpace(first)
+	if code, _, errs := apps("create", "--name", "pager", "--allow-user", "bob"); code == 0 || !strings.Contains(errs, "an app with this name exists") {
+		t.Fatalf("create of an active name: exit %d %q", code, errs)
+	}
+	code, second, errs := apps("rotate-key", "pager")
+	second = strings.TrimSpace(second)
+	if code != 0 || !strings.HasPrefix(second, "sk_pager_") || second == first || !strings.Contains(errs, "the old one no longer works") {
+		t.Fatalf("rotate-key: exit %d %q %q", code, second, errs)
+	}
+	if s := postWith(t, st.HTTPURL, first, "a"); s != http.StatusUnauthorized {
+		t.Fatalf("the old key after rotation: %d, want 401", s)
+	}
+	if s := postWith(t, st.HTTPURL, second, "b"); s != http.StatusAccepted {
+		t.Fatalf("the new key: %d, want 202", s)
+	}
+	if code, out, errs := apps("list"); code != 0 || !regexp.MustCompile(`(?m)^pager\s+active\s+bob\s+600\s`).MatchString(out) {
+		t.Fatalf("list: exit %d %q %q", code, out, errs)
+	}
+	if code, _, errs := apps("revoke", "pager"); code != 0 {
+		t.Fatalf("revoke: %d %s", code, errs)
+	}
+	if code, _, errs := apps("rotate-key", "pager"); code == 0 || !strings.Contains(errs, "revoked") {
+		t.Fatalf("rotate-key of a revoked app: exit %d %q", code, errs)
+	}
+	code, out, errs := apps("list", "--json")
+	var list struct {
+		Apps []struct {
+			AppID   string `json:"appId"`
+			Revoked bool   `json:"revoked"`
+		} `json:"apps"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Apps) != 1 || !list.Apps[0].Revoked {
+		t.Fatalf("list --json after revoke: exit %d %q %q", code, out, errs)
+	}
+	code, third, errs := apps("create", "--name", "pager", "--allow-user", "bob")
+	if code != 0 {
+		t.Fatalf("re-create of a revoked name: %d %s", code, errs)
+	}
+	if s := postWith(t, st.HTTPURL, strings.TrimSpace(third), "c"); s != http.StatusAccepted {
+		t.Fatalf("the re-created app's key: %d, want 202", s)
+	}
+	if s := postWith(t, st.HTTPURL, second, "d"); s != http.StatusUnauthorized {
+		t.Fatalf("the revoked app's key after re-creation: %d, want 401", s)
+	}
+	if code, _, errs := apps("create", "--name", "other", "--key", "wrong"); code == 0 || !strings.Contains(errs, "neither the admin key nor an app key") {
+		t.Fatalf("create with a wrong --key: exit %d %q", code, errs)
 	}
 }

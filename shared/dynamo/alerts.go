@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -52,16 +54,19 @@ func getList(item map[string]types.AttributeValue, name string) []string {
 	return out
 }
 
-// CreateApp stores a new app; ErrAppExists if the id is taken.
+// CreateApp stores a new app; ErrAppExists if the id is taken by an app
+// that is not revoked. A revoked app's id may be taken again: the new app
+// replaces it (new key and scope; its Idempotency-Keys of the last 48 h
+// still answer, as the app's name is their namespace).
 func (st *Store) CreateApp(ctx context.Context, a im.App) error {
 	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(st.tables.Alerts),
 		Item: map[string]types.AttributeValue{
-			"pk": s("app#" + a.ID), attrSK: s("app"), "keyHash": s(a.KeyHash),
+			"pk": s("app#" + a.ID), attrSK: s(skApp), "keyHash": s(a.KeyHash),
 			"allowUsers": strList(a.AllowUsers), "allowGroups": strList(a.AllowGroups),
 			"rate": n(int64(a.RatePerMinute)), "createdAt": n(a.CreatedAt.UnixMilli()),
 		},
-		ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+		ConditionExpression:      aws.String("attribute_not_exists(#sk) OR attribute_exists(revokedAt)"),
 		ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 	})
 	if isConditionFailed(err) {
@@ -73,27 +78,84 @@ func (st *Store) CreateApp(ctx context.Context, a im.App) error {
 	return nil
 }
 
+// skApp is the sort key of an app's own item.
+const skApp = "app"
+
 // App reads an app; im.ErrNotFound when there is none.
 func (st *Store) App(ctx context.Context, id string) (im.App, error) {
-	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, "app"), ConsistentRead: aws.Bool(true)})
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, skApp), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return im.App{}, fmt.Errorf("app %s: %w", id, err)
 	}
 	if out.Item == nil {
 		return im.App{}, fmt.Errorf("app %s: %w", id, im.ErrNotFound)
 	}
-	it := out.Item
-	_, revoked := it["revokedAt"]
-	return im.App{
+	return appOf(id, out.Item), nil
+}
+
+// appOf decodes an app item.
+func appOf(id string, it map[string]types.AttributeValue) im.App {
+	a := im.App{
 		ID: id, KeyHash: getS(it, "keyHash"), AllowUsers: getList(it, "allowUsers"), AllowGroups: getList(it, "allowGroups"),
-		RatePerMinute: int(getN(it, "rate")), Revoked: revoked, CreatedAt: time.UnixMilli(getN(it, "createdAt")).UTC(),
-	}, nil
+		RatePerMinute: int(getN(it, "rate")), CreatedAt: time.UnixMilli(getN(it, "createdAt")).UTC(),
+	}
+	if _, ok := it["revokedAt"]; ok {
+		a.Revoked, a.RevokedAt = true, time.UnixMilli(getN(it, "revokedAt")).UTC()
+	}
+	if _, ok := it["keyRotatedAt"]; ok {
+		a.KeyRotatedAt = time.UnixMilli(getN(it, "keyRotatedAt")).UTC()
+	}
+	return a
+}
+
+// Apps lists every app, revoked ones too, by id. It scans the alerts
+// table for app items: an admin's occasional call, whose read units grow
+// with the table (about 1 RRU per 8 KB of alerts, idempotency and rate
+// items), not a path any message takes.
+func (st *Store) Apps(ctx context.Context) ([]im.App, error) {
+	p := dynamodb.NewScanPaginator(st.db, &dynamodb.ScanInput{
+		TableName:                 aws.String(st.tables.Alerts),
+		FilterExpression:          aws.String("#sk = :app"),
+		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":app": s(skApp)},
+	})
+	var apps []im.App
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list apps: %w", err)
+		}
+		for _, it := range out.Items {
+			apps = append(apps, appOf(strings.TrimPrefix(getS(it, "pk"), "app#"), it))
+		}
+	}
+	sort.Slice(apps, func(i, j int) bool { return apps[i].ID < apps[j].ID })
+	return apps, nil
+}
+
+// RotateAppKey replaces an app's key hash: the old key stops working at
+// once. im.ErrNotFound for an app that does not exist or is revoked.
+func (st *Store) RotateAppKey(ctx context.Context, id, keyHash string, now time.Time) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, skApp),
+		UpdateExpression:          aws.String("SET keyHash = :h, keyRotatedAt = :now"),
+		ConditionExpression:       aws.String("attribute_exists(#sk) AND attribute_not_exists(revokedAt)"),
+		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": s(keyHash), ":now": n(now.UnixMilli())},
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("rotate key of app %s: %w", id, im.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("rotate key of app %s: %w", id, err)
+	}
+	return nil
 }
 
 // RevokeApp marks an app revoked; its key stops working at once.
 func (st *Store) RevokeApp(ctx context.Context, id string, now time.Time) error {
 	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, "app"),
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("app#"+id, skApp),
 		UpdateExpression:          aws.String("SET revokedAt = :now"),
 		ConditionExpression:       aws.String("attribute_exists(#sk)"),
 		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -50,10 +51,8 @@ func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequ
 	if err := json.Unmarshal(raw, &in); err != nil || !im.ValidAppID(in.Name) {
 		return 0, nil, wire.Problemf(wire.CodeBadRequest, "name must be 1-48 characters of [A-Za-z0-9.@-]")
 	}
-	secret := make([]byte, 24)
-	_, _ = rand.Read(secret)
-	sec := hex.EncodeToString(secret)
-	app := im.App{ID: in.Name, KeyHash: im.HashSecret(sec), AllowUsers: in.AllowUsers, AllowGroups: in.AllowGroups, RatePerMinute: in.RatePerMinute, CreatedAt: h.now()}
+	key, hash := newAppKey(in.Name)
+	app := im.App{ID: in.Name, KeyHash: hash, AllowUsers: in.AllowUsers, AllowGroups: in.AllowGroups, RatePerMinute: in.RatePerMinute, CreatedAt: h.now()}
 	if app.RatePerMinute == 0 {
 		app.RatePerMinute = DefaultAppRate
 	}
@@ -61,7 +60,80 @@ func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		return 0, nil, err // im.ErrAppExists: conflict (wire.ProblemOf)
 	}
 	h.log().InfoContext(ctx, "app created", "app", app.ID, "allowUsers", len(app.AllowUsers))
-	return http.StatusCreated, map[string]string{"appId": app.ID, "key": "sk_" + app.ID + "_" + sec}, nil
+	return http.StatusCreated, map[string]string{"appId": app.ID, "key": key}, nil
+}
+
+// newAppKey makes an app's key, sk_<appId>_<secret>, and the hash of its
+// secret part (all that is stored).
+func newAppKey(appID string) (key, hash string) {
+	secret := make([]byte, 24)
+	_, _ = rand.Read(secret)
+	sec := hex.EncodeToString(secret)
+	return "sk_" + appID + "_" + sec, im.HashSecret(sec)
+}
+
+// appView is an app as GET /v1/apps shows it: never its key or hash.
+type appView struct {
+	AppID         string     `json:"appId"`
+	AllowUsers    []string   `json:"allowUsers"`
+	AllowGroups   []string   `json:"allowGroups"`
+	RatePerMinute int        `json:"ratePerMinute"`
+	CreatedAt     time.Time  `json:"createdAt"`
+	KeyRotatedAt  *time.Time `json:"keyRotatedAt,omitempty"`
+	Revoked       bool       `json:"revoked"`
+	RevokedAt     *time.Time `json:"revokedAt,omitempty"`
+}
+
+// listApps serves GET /v1/apps (admin key): every app, revoked ones too.
+func (h *Handler) listApps(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if err := h.requireAdmin(ctx, req); err != nil {
+		return 0, nil, err
+	}
+	apps, err := h.AlertStore.Apps(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	views := make([]appView, len(apps))
+	for i, a := range apps {
+		views[i] = appView{AppID: a.ID, AllowUsers: orEmpty(a.AllowUsers), AllowGroups: orEmpty(a.AllowGroups), RatePerMinute: a.RatePerMinute,
+			CreatedAt: a.CreatedAt, KeyRotatedAt: timeOrNil(a.KeyRotatedAt), Revoked: a.Revoked, RevokedAt: timeOrNil(a.RevokedAt)}
+	}
+	return http.StatusOK, map[string]any{"apps": views}, nil
+}
+
+// rotateAppKey serves POST /v1/apps/{appId}/key (admin key): a new key,
+// shown once; the old one stops working at once.
+func (h *Handler) rotateAppKey(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+	if err := h.requireAdmin(ctx, req); err != nil {
+		return 0, nil, err
+	}
+	id := req.PathParameters["appId"]
+	key, hash := newAppKey(id)
+	err := h.AlertStore.RotateAppKey(ctx, id, hash, h.now())
+	if errors.Is(err, im.ErrNotFound) {
+		return 0, nil, wire.Problemf(wire.CodeNotFound, "no app %s (or it is revoked: create it again)", id)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	h.log().InfoContext(ctx, "app key rotated", "app", id)
+	return http.StatusOK, map[string]string{"appId": id, "key": key}, nil
+}
+
+// orEmpty is v, or an empty list instead of nil (JSON [] rather than null).
+func orEmpty(v []string) []string {
+	if v == nil {
+		return []string{}
+	}
+	return v
+}
+
+// timeOrNil is t, or nil when it is zero.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // revokeApp serves DELETE /v1/apps/{appId} (admin key).

@@ -21,6 +21,8 @@ type AlertStore interface {
 	CreateApp(ctx context.Context, a im.App) error
 	App(ctx context.Context, id string) (im.App, error)
 	RevokeApp(ctx context.Context, id string, now time.Time) error
+	Apps(ctx context.Context) ([]im.App, error)
+	RotateAppKey(ctx context.Context, id, keyHash string, now time.Time) error
 	TakeAppSlot(ctx context.Context, id string, now time.Time, perMinute int) (time.Duration, error)
 	KeyedAlert(ctx context.Context, appID, key, fingerprint string) (im.AlertStart, error)
 	BeginAlert(ctx context.Context, appID, key, fingerprint string, a im.Alert, now time.Time) (im.AlertStart, error)
@@ -54,7 +56,8 @@ type httpErrorBody struct {
 
 // Alerts serves the HTTP API (API Gateway HTTP API, payload format 2.0):
 // POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
-// POST /v1/apps and DELETE /v1/apps/{appId}.
+// GET and POST /v1/apps, DELETE /v1/apps/{appId} and
+// POST /v1/apps/{appId}/key.
 func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	reqID := req.RequestContext.RequestID
 	status, body, err := h.routeAlerts(ctx, req)
@@ -102,6 +105,10 @@ func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRe
 		return h.createApp(ctx, req)
 	case "DELETE /v1/apps/{appId}":
 		return h.revokeApp(ctx, req)
+	case "GET /v1/apps":
+		return h.listApps(ctx, req)
+	case "POST /v1/apps/{appId}/key":
+		return h.rotateAppKey(ctx, req)
 	}
 	return 0, nil, wire.Problemf(wire.CodeNotFound, "no route %s", req.RouteKey)
 }
@@ -127,14 +134,14 @@ func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPR
 	scheme, key, _ := strings.Cut(strings.TrimSpace(header(req, "Authorization")), " ")
 	key = strings.TrimSpace(key)
 	if !strings.EqualFold(scheme, "Bearer") || key == "" {
-		return principal{}, wire.Problemf(wire.CodeUnauthorized, "Authorization: Bearer <app key> is required")
+		return principal{}, wire.Problemf(wire.CodeUnauthorized, "Authorization: Bearer <app key or admin key> is required")
 	}
 	if h.AdminKeyHash != "" && subtle.ConstantTimeCompare([]byte(im.HashSecret(key)), []byte(h.AdminKeyHash)) == 1 {
 		return principal{admin: true}, nil
 	}
 	appID, secret, ok := im.ParseAppKey(key)
 	if !ok {
-		return principal{}, wire.Problemf(wire.CodeUnauthorized, "invalid app key")
+		return principal{}, wire.Problemf(wire.CodeUnauthorized, "the key is neither the admin key nor an app key (sk_<app>_<secret>)")
 	}
 	app, err := h.AlertStore.App(ctx, appID)
 	if errors.Is(err, im.ErrNotFound) || (err == nil && (!app.Matches(secret) || app.Revoked)) {

@@ -22,6 +22,9 @@ type App struct {
 	RatePerMinute int
 	Revoked       bool
 	CreatedAt     time.Time
+	// RevokedAt and KeyRotatedAt are when it was revoked and when its key
+	// was last replaced (zero if never).
+	RevokedAt, KeyRotatedAt time.Time
 }
 
 // Sender is the user id alerts of the app are sent from.

@@ -139,3 +139,39 @@ func TestConditionsUpdatesAndTransactionsAsDynamoDB(t *testing.T) {
 		t.Fatal("a key attribute was updated")
 	}
 }
+
+// Scan reads every partition a page at a time; the filter applies after
+// the limit (a page may hold fewer items than it read), as in DynamoDB.
+func TestScanPagesThroughEveryPartitionWithAFilter(t *testing.T) {
+	t.Parallel()
+	db, ctx := client(t), context.Background()
+	for _, pk := range []string{"a", "b", "c"} {
+		for i := range 5 {
+			if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: key(pk, fmt.Sprintf("e#%d", i))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: key(pk, "head")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := &dynamodb.ScanInput{TableName: aws.String("t"), FilterExpression: aws.String("sk = :h"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":h": s("head")}, Limit: aws.Int32(4)}
+	var heads []string
+	pages, scanned := 0, 0
+	p := dynamodb.NewScanPaginator(db, in)
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		scanned += int(out.ScannedCount)
+		for _, it := range out.Items {
+			heads = append(heads, it["pk"].(*types.AttributeValueMemberS).Value)
+		}
+	}
+	if fmt.Sprint(heads) != "[a b c]" || scanned != 18 || pages < 5 {
+		t.Fatalf("heads %v, scanned %d in %d pages; want [a b c], 18, at least 5 pages of 4", heads, scanned, pages)
+	}
+}

@@ -93,7 +93,7 @@ func (s *Server) call(op string, body []byte) (any, error) {
 	handlers := map[string]func([]byte) (any, error){
 		"CreateTable": s.createTable, "DeleteTable": s.deleteTable, "DescribeTable": s.describeTable, "ListTables": s.listTables,
 		"UpdateTimeToLive": s.updateTTL, "DescribeTimeToLive": s.describeTTL,
-		"GetItem": s.getItem, "PutItem": s.putItem, "UpdateItem": s.updateItem, "DeleteItem": s.deleteItem, "Query": s.query,
+		"GetItem": s.getItem, "PutItem": s.putItem, "UpdateItem": s.updateItem, "DeleteItem": s.deleteItem, "Query": s.query, "Scan": s.scan,
 		"BatchGetItem": s.batchGet, "BatchWriteItem": s.batchWrite, "TransactWriteItems": s.transactWrite, "TransactGetItems": s.transactGet,
 	}
 	h, ok := handlers[op]
@@ -513,86 +513,157 @@ func (s *Server) putItem(body []byte) (any, error)    { return s.single("put", b
 func (s *Server) updateItem(body []byte) (any, error) { return s.single("update", body) }
 func (s *Server) deleteItem(body []byte) (any, error) { return s.single("delete", body) }
 
-func (s *Server) query(body []byte) (any, error) {
-	var in struct {
-		exprs
-		TableName              string
-		IndexName              *string
-		KeyConditionExpression *string
-		FilterExpression       *string
-		ProjectionExpression   *string
-		Limit                  *int
-		ExclusiveStartKey      Item
-		ScanIndexForward       *bool
-		Select                 string
-		KeyConditions          map[string]any
-	}
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
+// readInput is what Query and Scan share: filter, projection and paging.
+type readInput struct {
+	exprs
+	TableName            string
+	IndexName            *string
+	FilterExpression     *string
+	ProjectionExpression *string
+	Limit                *int
+	ExclusiveStartKey    Item
+	Select               string
+}
+
+// page is a parsed Query or Scan: its table and what it keeps of each item.
+type page struct {
+	t      *table
+	filter cond
+	proj   []path
+	limit  int
+	after  *entry
+	count  bool
+}
+
+// parsePage checks a read's table, expressions and paging; keyCond parses
+// a Query's key condition in the same expression environment (nil for a
+// Scan).
+func (s *Server) parsePage(in readInput, keyCond func(*table, *env) error) (*page, error) {
 	t, err := s.table(in.TableName)
 	if err != nil {
 		return nil, err
 	}
-	if in.IndexName != nil || in.KeyConditions != nil || in.KeyConditionExpression == nil {
-		return nil, validation("memdyn queries a table by KeyConditionExpression (no indexes, no legacy KeyConditions)")
+	if in.IndexName != nil {
+		return nil, validation("memdyn reads tables, not indexes")
 	}
+	p := &page{t: t, limit: -1, count: in.Select == "COUNT"}
 	e := in.exprs.env()
-	kc, err := t.parseKeyCondition(*in.KeyConditionExpression, e)
-	if err != nil {
-		return nil, validation("%v", err)
+	if keyCond != nil {
+		if err := keyCond(t, e); err != nil {
+			return nil, err
+		}
 	}
-	var filter cond
 	if in.FilterExpression != nil {
-		if filter, err = parseCondition(*in.FilterExpression, e); err != nil {
+		if p.filter, err = parseCondition(*in.FilterExpression, e); err != nil {
 			return nil, validation("Invalid FilterExpression: %v", err)
 		}
 	}
-	var proj []path
 	if in.ProjectionExpression != nil {
-		if proj, err = parseProjection(*in.ProjectionExpression, e); err != nil {
+		if p.proj, err = parseProjection(*in.ProjectionExpression, e); err != nil {
 			return nil, validation("Invalid ProjectionExpression: %v", err)
 		}
 	}
 	if err := e.checkUsed(); err != nil {
 		return nil, err
 	}
-	limit := -1
 	if in.Limit != nil {
 		if *in.Limit < 1 {
 			return nil, validation("Limit must be at least 1")
 		}
-		limit = *in.Limit
+		p.limit = *in.Limit
 	}
-	var after *entry
 	if in.ExclusiveStartKey != nil {
-		if after, err = t.keyOf(in.ExclusiveStartKey, true); err != nil {
+		if p.after, err = t.keyOf(in.ExclusiveStartKey, true); err != nil {
 			return nil, validation("The provided starting key is invalid: %v", err)
 		}
 	}
-	forward := in.ScanIndexForward == nil || *in.ScanIndexForward
+	return p, nil
+}
+
+// collect reads entries from walk (which calls its visitor until it says
+// stop) into one answer: at most Limit items read and 1 MB, as DynamoDB
+// pages, with LastEvaluatedKey when it stopped early. The filter runs
+// after the limit, as DynamoDB's does.
+func (p *page) collect(walk func(visit func(*entry) bool)) map[string]any {
 	items := []any{}
 	scanned, size := 0, 0
 	var last *entry
-	t.scanPartition(kc, forward, after, func(en *entry) bool {
+	walk(func(en *entry) bool {
 		scanned++
 		last = en
-		if filter == nil && proj == nil {
+		if p.filter == nil && p.proj == nil {
 			items = append(items, json.RawMessage(en.raw))
-		} else if it := en.item(); filter == nil || filter(it) {
-			items = append(items, project(it, proj))
+		} else if it := en.item(); p.filter == nil || p.filter(it) {
+			items = append(items, project(it, p.proj))
 		}
 		size += len(en.raw)
-		return !(limit > 0 && scanned >= limit) && size < 1<<20
+		return !(p.limit > 0 && scanned >= p.limit) && size < 1<<20
 	})
 	out := map[string]any{"Count": len(items), "ScannedCount": scanned}
-	if in.Select != "COUNT" {
+	if !p.count {
 		out["Items"] = items
 	}
-	if last != nil && ((limit > 0 && scanned >= limit) || size >= 1<<20) {
-		out["LastEvaluatedKey"] = t.entryKey(last)
+	if last != nil && ((p.limit > 0 && scanned >= p.limit) || size >= 1<<20) {
+		out["LastEvaluatedKey"] = p.t.entryKey(last)
 	}
-	return out, nil
+	return out
+}
+
+func (s *Server) query(body []byte) (any, error) {
+	var in struct {
+		readInput
+		KeyConditionExpression *string
+		ScanIndexForward       *bool
+		KeyConditions          map[string]any
+	}
+	if err := decode(body, &in); err != nil {
+		return nil, err
+	}
+	if in.KeyConditions != nil || in.KeyConditionExpression == nil {
+		return nil, validation("memdyn queries a table by KeyConditionExpression (no legacy KeyConditions)")
+	}
+	var kc *keyCond
+	p, err := s.parsePage(in.readInput, func(t *table, e *env) (err error) {
+		if kc, err = t.parseKeyCondition(*in.KeyConditionExpression, e); err != nil {
+			return validation("%v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	forward := in.ScanIndexForward == nil || *in.ScanIndexForward
+	return p.collect(func(visit func(*entry) bool) { p.t.scanPartition(kc, forward, p.after, visit) }), nil
+}
+
+// scan reads a whole table in key order (partitions in the order of their
+// canonical keys — DynamoDB's is a hash order; callers may rely on neither),
+// one page at a time. Segments (parallel scans) are not implemented.
+func (s *Server) scan(body []byte) (any, error) {
+	var in struct {
+		readInput
+		Segment, TotalSegments *int
+		ScanFilter             map[string]any
+	}
+	if err := decode(body, &in); err != nil {
+		return nil, err
+	}
+	if in.Segment != nil || in.TotalSegments != nil || in.ScanFilter != nil {
+		return nil, validation("memdyn scans without segments or a legacy ScanFilter")
+	}
+	p, err := s.parsePage(in.readInput, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.collect(func(visit func(*entry) bool) {
+		if p.after == nil {
+			p.t.items.Ascend(visit)
+			return
+		}
+		p.t.items.AscendGreaterOrEqual(p.after, func(en *entry) bool {
+			return !less(p.after, en) && !less(en, p.after) || visit(en)
+		})
+	}), nil
 }
 
 func (s *Server) batchGet(body []byte) (any, error) {
