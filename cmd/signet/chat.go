@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -20,6 +21,20 @@ import (
 // stdin is where chat reads its input (tests replace it).
 var stdin io.Reader = os.Stdin
 
+// Chat's timings: how long a send waits before it is reported as queued,
+// how often the connection state is looked at, and how long a quitting
+// chat waits for sends in flight.
+const (
+	queuedAfter   = 10 * time.Second
+	stateInterval = 200 * time.Millisecond
+	quitWait      = 5 * time.Second
+)
+
+// terminalLineLimit is the longest line a terminal in canonical mode
+// passes to a program (Linux's N_TTY: 4095 characters and the newline);
+// a pasted line that long may have been cut.
+const terminalLineLimit = 4095
+
 // runChat is `signet chat`: an interactive terminal chat of one user's
 // device through the Go SDK.
 func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -27,19 +42,20 @@ func runChat(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := flag.NewFlagSet("signet chat", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs, "default")
-	to := fs.String("to", "", "start in this conversation: a user, or a group id g:<id>")
+	to := fs.String("to", "", "start in this conversation: a user, #group, g:<id> or a:<app>")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: signet chat --user <me> [flags]
 
 Interactive terminal chat. Lines you type are sent to the current
 conversation; commands:
-  /to <user|g:id>            switch to a 1:1 conversation or a group
+  /to <user|#group|g:id|a:app>  switch to a 1:1 conversation, a group (by
+                             name or id) or an app's alerts
   /group <name> <user>...    create a group with these members and switch to it
   /add <user>...             add members to the current group (admins, owners)
   /remove <user>...          remove members from the current group
-  /leave                     leave the current group
+  /leave                     leave the current group (back to the previous conversation)
   /members                   list the current group's members and roles
-  /list                      your conversations: unread counts, last message
+  /list                      your conversations with their ids: unread counts, last message
   /receipts [#N]             who has message #N (default: your last) delivered/read
   /status <online|away|dnd|invisible>   what others see of you
   /who <user>...             what those users show (online, away, dnd, offline)
@@ -49,9 +65,14 @@ Your messages show "…" until the server ACKs them (✓: stored in the
 conversation; in 1:1 also in the recipient's inbox), then in 1:1
 "✓✓ delivered to <user> up to #N" when a device of theirs has them and
 "✓✓ read by <user>" when they read them; in groups ask with /receipts.
-Messages you see in the current conversation are marked read (your other
-devices follow). Messages survive restarts: they are kept on this device
-and unsent ones are retried.
+A message the server has not ACKed within 10 s is shown as queued: it
+stays in this device's outbox and is sent when the server answers (its ✓
+follows, also after a reconnect); one the server refuses is shown as
+refused and is not sent. While the connection is down the chat says so
+and queues what you type. Messages you see in the current conversation
+are marked read (your other devices follow); alerts show their priority
+and title. Messages survive restarts: they are kept on this device and
+unsent ones are retried.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
@@ -61,7 +82,7 @@ and unsent ones are retried.
 	if err := cf.check(); err != nil {
 		return err
 	}
-	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}}
+	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}, seen: map[string]bool{}, lastSent: map[string]int64{}}
 	c, err := cf.dial(ctx, func(o *client.Options) {
 		o.OnReceipt = func(r client.Receipt) {
 			mark := "✓✓ delivered to"
@@ -76,31 +97,41 @@ and unsent ones are retried.
 		o.OnPresence = func(user, status string) {
 			ch.printf("  * %s is %s\n", user, status)
 		}
+		o.OnMembership = ch.membership
 	})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	ch.c = c
+	sends, stopSends := context.WithCancel(ctx)
+	defer stopSends()
+	ch.sends = sends
 	ch.printf("Connected as %s (device %s) to %s\n", cf.user, cf.device, cf.url)
 	ch.list(ctx)
 	ch.printf("Commands: /to, /group, /add, /remove, /leave, /members, /list, /receipts, /status, /who, /history, /quit. Anything else is sent to the current conversation.\n")
 	if *to != "" {
 		ch.switchTo(ctx, *to)
 	}
+	go ch.watchConnection(sends)
 
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
 		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
+		if err := sc.Err(); err != nil {
+			ch.printf("  ✗ input: %v\n", err)
+		}
 	}()
+	fromTerminal := isTerminal(in)
 	for {
 		select {
 		case <-ctx.Done():
-			ch.wait(5 * time.Second)
+			ch.quit()
 			return nil
 		case m, ok := <-c.Messages():
 			if !ok {
@@ -109,31 +140,55 @@ and unsent ones are retried.
 			ch.incoming(ctx, m)
 		case line, ok := <-lines:
 			if !ok {
-				ch.wait(10 * time.Second)
+				ch.quit()
 				return nil
 			}
+			if fromTerminal && len([]rune(line)) == terminalLineLimit {
+				ch.printf("  ✗ not sent: this line is %d characters, the most a terminal passes in one line, so the rest of it may have been cut; send long text in shorter lines or with signet send\n", terminalLineLimit)
+				continue
+			}
 			if quit := ch.command(ctx, strings.TrimSpace(line)); quit {
-				ch.wait(10 * time.Second)
+				ch.quit()
 				return nil
 			}
 		}
 	}
 }
 
+// isTerminal reports whether r is a terminal (a character device).
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// chat is one `signet chat` session.
 type chat struct {
-	c  *client.Client
-	me string
-	// conv is the current conversation ("" before /to).
-	conv string
-	mu   sync.Mutex
-	out  io.Writer
-	wg   sync.WaitGroup
+	c   *client.Client
+	me  string
+	out io.Writer
+	// sends is the context sends wait for their ACK in: until the chat
+	// ends (a send still waiting then stays in the outbox).
+	sends context.Context
+	wg    sync.WaitGroup
+
+	mu sync.Mutex // guards what follows and the output
+	// conv is the current conversation ("" before /to), prev the one
+	// before it (/leave returns there).
+	conv, prev string
 	// mine are this session's sends whose own inbox copy is not shown again.
 	mine []string
-	// titles are group names by conversation id; lastSent is the convSeq of
-	// this session's last ACKed send per conversation.
+	// titles are group names by conversation id; seen are users met
+	// (peers, senders); lastSent is the convSeq of this session's last
+	// ACKed send per conversation.
 	titles   map[string]string
+	seen     map[string]bool
 	lastSent map[string]int64
+	// inFlight counts sends not yet ACKed or refused.
+	inFlight int
 }
 
 // printf prints a line of the chat (one writer at a time).
@@ -141,6 +196,54 @@ func (ch *chat) printf(format string, a ...any) {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	fmt.Fprintf(ch.out, format, a...)
+}
+
+// current is the current conversation.
+func (ch *chat) current() string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return ch.conv
+}
+
+// open makes conv the current conversation, remembering the one before.
+func (ch *chat) open(conv string) {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	if conv != ch.conv {
+		ch.prev, ch.conv = ch.conv, conv
+	}
+}
+
+// watchConnection says when the connection drops and when it is back: what
+// is typed meanwhile is queued, not lost and not refused.
+func (ch *chat) watchConnection(ctx context.Context) {
+	up := true
+	t := time.NewTicker(stateInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		switch now := ch.c.Connected(); {
+		case up && !now:
+			ch.printf("  * disconnected; reconnecting (what you type is queued and sent when the connection is back)\n")
+		case !up && now:
+			ch.printf("  * connected again\n")
+		}
+		up = ch.c.Connected()
+	}
+}
+
+// membership prints a notice that someone added or removed this user.
+func (ch *chat) membership(m client.Membership) {
+	ch.remember(m.ConversationID, m.Name)
+	if m.Change == "removed" {
+		ch.printf("  * %s removed you from #%s (%s)\n", m.By, m.Name, m.ConversationID)
+		return
+	}
+	ch.printf("  * %s added you to #%s (%s): /to #%s to talk there\n", m.By, m.Name, m.ConversationID, m.Name)
 }
 
 // text returns a body's "text" field, or the body itself when it has none.
@@ -154,6 +257,24 @@ func text(body json.RawMessage) string {
 	return string(body)
 }
 
+// alertText renders an app's alert body: its priority, title and body.
+func alertText(body json.RawMessage) string {
+	var a struct {
+		Title, Body, Priority string
+	}
+	if json.Unmarshal(body, &a) != nil || a.Title == "" {
+		return text(body)
+	}
+	prio := ""
+	if a.Priority != "" && a.Priority != "normal" {
+		prio = strings.ToUpper(a.Priority) + " "
+	}
+	if a.Body == "" {
+		return fmt.Sprintf("%s⚑ %s", prio, a.Title)
+	}
+	return fmt.Sprintf("%s⚑ %s — %s", prio, a.Title, a.Body)
+}
+
 // peerOf names the other user of a 1:1 conversation (the id itself for
 // any other conversation).
 func peerOf(conv, me string) string {
@@ -164,7 +285,8 @@ func peerOf(conv, me string) string {
 	return string(p)
 }
 
-// label names a conversation for people: the peer, or "#name" for a group.
+// label names a conversation for people: the peer, "#name" for a group
+// whose name is known, the id otherwise.
 func (ch *chat) label(conv string) string {
 	if im.ConversationID(conv).IsGroup() {
 		ch.mu.Lock()
@@ -179,9 +301,11 @@ func (ch *chat) label(conv string) string {
 }
 
 // incoming prints a message that arrived: one of this user's own sends
-// (from another device, or the echo of this one) or someone else's.
+// (from another device, or the echo of this one), an alert, or someone
+// else's message.
 func (ch *chat) incoming(ctx context.Context, m client.Message) {
 	label := ch.label(m.ConversationID)
+	at := m.SentAt.Local().Format("15:04:05")
 	if m.From == ch.me {
 		key := m.ConversationID + "\x00" + string(m.Body)
 		ch.mu.Lock()
@@ -193,19 +317,31 @@ func (ch *chat) incoming(ctx context.Context, m client.Message) {
 			}
 		}
 		ch.mu.Unlock()
-		ch.printf("%s [%s] you (another device): %s ✓\n", m.SentAt.Local().Format("15:04:05"), label, text(m.Body))
+		ch.printf("%s [%s] you (another device): %s ✓\n", at, label, text(m.Body))
 		return
 	}
-	ch.printf("%s [%s] %s: %s\n", m.SentAt.Local().Format("15:04:05"), label, m.From, text(m.Body))
-	if m.ConversationID == ch.conv {
+	ch.mu.Lock()
+	ch.seen[m.From] = true
+	ch.mu.Unlock()
+	if im.ConversationID(m.ConversationID).AppConversation() {
+		ch.printf("%s [%s] %s\n", at, label, alertText(m.Body))
+	} else {
+		ch.printf("%s [%s] %s: %s\n", at, label, m.From, text(m.Body))
+	}
+	if m.ConversationID == ch.current() {
 		// Shown in the open conversation: read.
-		if err := ch.c.MarkRead(ctx, m.ConversationID, m.ConvSeq); err != nil {
-			ch.printf("  (read mark not sent: %v)\n", err)
-		}
+		ch.async(ctx, func(qctx context.Context) error {
+			if err := ch.c.MarkRead(qctx, m.ConversationID, m.ConvSeq); err != nil {
+				return fmt.Errorf("read mark not sent: %w", err)
+			}
+			return nil
+		})
 	}
 }
 
-// command handles one input line; it reports whether to quit.
+// command handles one input line; it reports whether to quit. Nothing
+// here waits for the network: queries run in the background and print
+// their answer when it comes.
 func (ch *chat) command(ctx context.Context, line string) bool {
 	fields := strings.Fields(line)
 	arg := func() string { return strings.TrimSpace(strings.TrimPrefix(line, fields[0])) }
@@ -224,12 +360,12 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 			ch.printf("usage: /group <name> <user>...\n")
 			break
 		}
-		ch.query(ctx, func(qctx context.Context) error {
+		ch.async(ctx, func(qctx context.Context) error {
 			g, err := ch.c.CreateGroup(qctx, fields[1], fields[2:]...)
 			if err == nil {
 				ch.remember(g.ConversationID, g.Name)
 				ch.printf("Created #%s (%s) with %d members.\n", g.Name, g.ConversationID, g.Count)
-				ch.conv = g.ConversationID
+				ch.open(g.ConversationID)
 				ch.printf("Talking in #%s.\n", g.Name)
 			}
 			return err
@@ -239,7 +375,7 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 	case fields[0] == "/receipts":
 		ch.receipts(ctx, arg())
 	case fields[0] == "/status":
-		ch.query(ctx, func(qctx context.Context) error {
+		ch.async(ctx, func(qctx context.Context) error {
 			shown, err := ch.c.SetPresence(qctx, arg())
 			if err == nil {
 				ch.printf("Others now see you as %s.\n", shown)
@@ -247,7 +383,7 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 			return err
 		})
 	case fields[0] == "/who":
-		ch.query(ctx, func(qctx context.Context) error {
+		ch.async(ctx, func(qctx context.Context) error {
 			p, err := ch.c.QueryPresence(qctx, fields[1:]...)
 			for _, u := range fields[1:] {
 				if err == nil {
@@ -258,21 +394,29 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 		})
 	case strings.HasPrefix(line, "/"):
 		ch.printf("unknown command %s (see signet chat --help)\n", fields[0])
-	case ch.conv == "":
-		ch.printf("choose a conversation first: /to <user> or /to g:<id>\n")
+	case ch.current() == "":
+		ch.printf("choose a conversation first: /to <user>, /to #group or /to g:<id>\n")
+	case im.ConversationID(ch.current()).AppConversation():
+		ch.printf("an app's alerts are read here, not answered: /to <user> to write\n")
 	default:
-		ch.send(ctx, ch.conv, line)
+		ch.send(ch.current(), line)
 	}
 	return false
 }
 
-// query runs one server query with a timeout and prints its error.
-func (ch *chat) query(ctx context.Context, q func(context.Context) error) {
-	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	if err := q(qctx); err != nil {
-		ch.printf("  ✗ %v\n", err)
-	}
+// async runs one server query in the background with a timeout (a query
+// waits for a connection) and prints its error.
+func (ch *chat) async(ctx context.Context, q func(context.Context) error) {
+	ch.wg.Go(func() {
+		qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		if err := q(qctx); err != nil {
+			if errors.Is(err, context.DeadlineExceeded) && !ch.c.Connected() {
+				err = errors.New("no connection to the server; try again when it is back")
+			}
+			ch.printf("  ✗ %v\n", err)
+		}
+	})
 }
 
 // remember keeps a conversation's title (a group's name) for its label.
@@ -284,24 +428,69 @@ func (ch *chat) remember(conv, title string) {
 	}
 }
 
+// groupsNamed returns the ids of the known groups called name.
+func (ch *chat) groupsNamed(name string) []string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	var ids []string
+	for id, t := range ch.titles {
+		if t == name && im.ConversationID(id).IsGroup() {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// resolve turns what /to names into a conversation id, or says why not.
+func (ch *chat) resolve(target string) (string, error) {
+	c := im.ConversationID(target)
+	switch {
+	case strings.HasPrefix(target, "#"):
+		name := target[1:]
+		switch ids := ch.groupsNamed(name); len(ids) {
+		case 0:
+			return "", fmt.Errorf("no group #%s among your conversations (/list shows them; /to g:<id> opens one by id)", name)
+		case 1:
+			return ids[0], nil
+		default:
+			return "", fmt.Errorf("%d groups are called #%s: /to one of %s", len(ids), name, strings.Join(ids, ", "))
+		}
+	case c.IsGroup():
+		if !c.ValidGroup() {
+			return "", fmt.Errorf("%s is not a group id (g:<id>)", target)
+		}
+		return target, nil
+	case c.AppConversation():
+		return target, nil
+	case im.UserID(target).Valid():
+		ch.mu.Lock()
+		seen := ch.seen[target]
+		ch.mu.Unlock()
+		if !seen {
+			if ids := ch.groupsNamed(target); len(ids) > 0 {
+				ch.printf("  ! no user %q has written to you, and you have a group #%s: for the group use /to #%s. Opening a 1:1 with user %q.\n", target, target, target, target)
+			}
+		}
+		return string(im.Direct(im.UserID(ch.me), im.UserID(target))), nil
+	}
+	return "", errors.New("usage: /to <user>, /to #group, /to g:<id> or /to a:<app>")
+}
+
 // switchTo opens a conversation and marks what it holds read.
 func (ch *chat) switchTo(ctx context.Context, target string) {
-	conv := target
-	switch {
-	case im.ConversationID(target).IsGroup():
-		if !im.ConversationID(target).ValidGroup() {
-			ch.printf("usage: /to <user> or /to g:<id>\n")
-			return
-		}
-	case im.UserID(target).Valid():
-		conv = string(im.Direct(im.UserID(ch.me), im.UserID(target)))
-	default:
-		ch.printf("usage: /to <user> or /to g:<id>\n")
+	conv, err := ch.resolve(target)
+	if err != nil {
+		ch.printf("  ✗ %v\n", err)
 		return
 	}
-	ch.conv = conv
-	ch.printf("Talking in %s.\n", ch.label(conv))
-	ch.query(ctx, func(qctx context.Context) error {
+	ch.open(conv)
+	if im.ConversationID(conv).IsGroup() {
+		ch.printf("Talking in %s (%s).\n", ch.label(conv), conv)
+	} else {
+		ch.printf("Talking in %s.\n", ch.label(conv))
+	}
+	ch.async(ctx, func(qctx context.Context) error {
 		sum, err := ch.c.Summary(qctx)
 		for _, s := range sum {
 			ch.remember(s.ConversationID, s.Title)
@@ -316,22 +505,23 @@ func (ch *chat) switchTo(ctx context.Context, target string) {
 
 // groupCommand runs /add, /remove, /leave or /members in the current group.
 func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
-	if !im.ConversationID(ch.conv).IsGroup() {
-		ch.printf("%s works in a group: /to g:<id> first\n", cmd)
+	conv := ch.current()
+	if !im.ConversationID(conv).IsGroup() {
+		ch.printf("%s works in a group: /to #group or /to g:<id> first\n", cmd)
 		return
 	}
-	ch.query(ctx, func(qctx context.Context) error {
+	ch.async(ctx, func(qctx context.Context) error {
 		var g client.GroupInfo
 		var err error
 		switch cmd {
 		case "/add":
-			g, err = ch.c.AddMembers(qctx, ch.conv, "", users...)
+			g, err = ch.c.AddMembers(qctx, conv, "", users...)
 		case "/remove":
-			g, err = ch.c.RemoveMembers(qctx, ch.conv, users...)
+			g, err = ch.c.RemoveMembers(qctx, conv, users...)
 		case "/leave":
-			g, err = ch.c.LeaveGroup(qctx, ch.conv)
+			g, err = ch.c.LeaveGroup(qctx, conv)
 		default:
-			g, err = ch.c.Members(qctx, ch.conv)
+			g, err = ch.c.Members(qctx, conv)
 		}
 		if err != nil {
 			return err
@@ -345,6 +535,8 @@ func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
 					ch.printf("  %-16s %s\n", m.UserID, m.Role)
 				}
 			}
+		case "/leave":
+			ch.leftGroup(conv, g.Name)
 		default:
 			ch.printf("#%s: %s %s; %d members now\n", g.Name, strings.TrimPrefix(cmd, "/"), strings.Join(g.Changed, ", "), g.Count)
 		}
@@ -352,15 +544,35 @@ func (ch *chat) groupCommand(ctx context.Context, cmd string, users []string) {
 	})
 }
 
+// leftGroup returns from a group just left to the conversation before it.
+func (ch *chat) leftGroup(conv, name string) {
+	ch.mu.Lock()
+	back := ""
+	if ch.conv == conv {
+		back = ch.prev
+		if back == conv {
+			back = ""
+		}
+		ch.conv, ch.prev = back, ""
+	}
+	ch.mu.Unlock()
+	if back == "" {
+		ch.printf("You left #%s. Choose a conversation: /to <user> or /to #group\n", name)
+		return
+	}
+	ch.printf("You left #%s. Talking in %s again.\n", name, ch.label(back))
+}
+
 // receipts prints who has a message of the current conversation delivered
 // and read (/receipts [convSeq]; default the last one sent).
 func (ch *chat) receipts(ctx context.Context, arg string) {
-	if ch.conv == "" {
+	conv := ch.current()
+	if conv == "" {
 		ch.printf("choose a conversation first\n")
 		return
 	}
 	ch.mu.Lock()
-	seq := ch.lastSent[ch.conv]
+	seq := ch.lastSent[conv]
 	ch.mu.Unlock()
 	if arg != "" {
 		if _, err := fmt.Sscanf(strings.TrimPrefix(arg, "#"), "%d", &seq); err != nil {
@@ -372,44 +584,59 @@ func (ch *chat) receipts(ctx context.Context, arg string) {
 		ch.printf("no message of yours here yet: /receipts #N\n")
 		return
 	}
-	ch.query(ctx, func(qctx context.Context) error {
-		r, err := ch.c.Receipts(qctx, ch.conv, seq)
+	ch.async(ctx, func(qctx context.Context) error {
+		r, err := ch.c.Receipts(qctx, conv, seq)
 		if err == nil {
-			ch.printf("  #%d: delivered %d/%d, read %d/%d", seq, r.Delivered, r.Members, r.Read, r.Members)
+			line := fmt.Sprintf("  #%d: delivered %d/%d, read %d/%d", seq, r.Delivered, r.Members, r.Read, r.Members)
 			if len(r.ReadBy) > 0 {
-				ch.printf(" (read by %s)", strings.Join(r.ReadBy, ", "))
+				line += fmt.Sprintf(" (read by %s)", strings.Join(r.ReadBy, ", "))
 			}
-			ch.printf("\n")
+			ch.printf("%s\n", line)
 		}
 		return err
 	})
 }
 
-// send queues a line as a message to conv and prints its ✓ when the
-// server ACKs it, or a ✗ when no ACK came within 30 s (the SDK keeps
-// retrying it from the outbox).
-func (ch *chat) send(ctx context.Context, conv, line string) {
+// send queues a line as a message to conv and follows it to the end: ✓
+// when the server ACKs it (whenever that is, while the chat runs), a
+// "queued" line when no ACK came within queuedAfter (it stays in the
+// outbox), ✗ when the server refused it (the SDK dropped it: not sent).
+func (ch *chat) send(conv, line string) {
 	body, _ := json.Marshal(map[string]string{"text": line})
+	if len(body) > im.MaxBodyBytes {
+		ch.printf("  ✗ not sent: the message is %d bytes encoded; the limit is %d\n", len(body), im.MaxBodyBytes)
+		return
+	}
 	label := ch.label(conv)
 	ch.mu.Lock()
 	ch.mine = append(ch.mine, conv+"\x00"+string(body))
+	ch.inFlight++
 	ch.mu.Unlock()
 	ch.printf("%s [%s] you: %s …\n", time.Now().Format("15:04:05"), label, line)
+	short := truncateText(line, 40)
 	ch.wg.Go(func() {
-		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		sent, err := ch.c.SendDraft(sctx, client.Draft{ConversationID: conv, Body: body})
-		if err != nil {
-			ch.printf("  ✗ not acknowledged yet (%v); it stays in the outbox and is retried\n", err)
+		defer func() { ch.mu.Lock(); ch.inFlight--; ch.mu.Unlock() }()
+		queued := time.AfterFunc(queuedAfter, func() {
+			ch.printf("  … %q not acknowledged yet: queued in this device's outbox, sent when the server answers\n", short)
+		})
+		sent, err := ch.c.SendDraft(ch.sends, client.Draft{ConversationID: conv, Body: body})
+		late := !queued.Stop()
+		var refused *client.ServerError
+		switch {
+		case errors.As(err, &refused):
+			ch.printf("  ✗ %q refused by the server, not sent: %s\n", short, refused.Message)
 			return
+		case err != nil:
+			return // the chat ended: it stays in the outbox (quit says so)
 		}
 		ch.mu.Lock()
-		if ch.lastSent == nil {
-			ch.lastSent = map[string]int64{}
-		}
 		ch.lastSent[conv] = sent.ConvSeq
 		ch.mu.Unlock()
-		ch.printf("  ✓ %q stored for %s (#%d in the conversation)\n", truncateText(line, 40), label, sent.ConvSeq)
+		after := ""
+		if late {
+			after = " (at last)"
+		}
+		ch.printf("  ✓ %q stored for %s (#%d in the conversation)%s\n", short, label, sent.ConvSeq, after)
 	})
 }
 
@@ -421,19 +648,24 @@ func truncateText(s string, n int) string {
 	return s
 }
 
-// wait lets in-flight sends finish (bounded).
-func (ch *chat) wait(d time.Duration) {
+// quit lets sends in flight finish (bounded) and says what stays queued.
+func (ch *chat) quit() {
 	done := make(chan struct{})
 	go func() { ch.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(d):
+		return
+	case <-time.After(quitWait):
+	}
+	if pending, err := ch.c.Pending(); err == nil && len(pending) > 0 {
+		ch.printf("  %d message(s) not acknowledged yet stay in this device's outbox: they are sent the next time this device connects (signet chat, send or tail)\n", len(pending))
 	}
 }
 
-// list shows the server's summary of this user's conversations.
+// list shows the server's summary of this user's conversations, with the
+// ids /to takes.
 func (ch *chat) list(ctx context.Context) {
-	ch.query(ctx, func(qctx context.Context) error {
+	ch.async(ctx, func(qctx context.Context) error {
 		sum, err := ch.c.Summary(qctx)
 		if err != nil {
 			return err
@@ -443,30 +675,46 @@ func (ch *chat) list(ctx context.Context) {
 			return nil
 		}
 		sort.Slice(sum, func(i, j int) bool { return sum[i].LastAt > sum[j].LastAt })
-		ch.printf("Conversations:\n")
+		var b strings.Builder
+		b.WriteString("Conversations:\n")
 		for _, s := range sum {
 			ch.remember(s.ConversationID, s.Title)
+			conv := im.ConversationID(s.ConversationID)
+			if !conv.IsGroup() && !conv.AppConversation() {
+				ch.mu.Lock()
+				ch.seen[peerOf(s.ConversationID, ch.me)] = true
+				ch.mu.Unlock()
+			}
 			unread := ""
 			if s.Unread > 0 {
 				unread = fmt.Sprintf("%d unread", s.Unread)
 			}
 			last := ""
-			if s.LastFrom != "" {
+			switch {
+			case conv.AppConversation() && s.LastFrom != "":
+				last = "last: " + truncateText(alertText(json.RawMessage(s.Preview)), 40)
+			case s.LastFrom != "":
 				last = fmt.Sprintf("last: %s: %s", s.LastFrom, truncateText(text(json.RawMessage(s.Preview)), 40))
 			}
 			left := ""
 			if s.Removed {
 				left = " (you left)"
 			}
-			ch.printf("  %-20s #%-5d %-10s %s%s\n", ch.label(s.ConversationID), s.Last, unread, last, left)
+			id := ""
+			if conv.IsGroup() || conv.AppConversation() {
+				id = "  /to " + s.ConversationID
+			}
+			fmt.Fprintf(&b, "  %-20s #%-5d %-10s %s%s%s\n", ch.label(s.ConversationID), s.Last, unread, last, left, id)
 		}
+		ch.printf("%s", b.String())
 		return nil
 	})
 }
 
 // history prints the current conversation's messages stored on this device.
 func (ch *chat) history() {
-	if ch.conv == "" {
+	conv := ch.current()
+	if conv == "" {
 		ch.printf("choose a conversation first: /to <user>\n")
 		return
 	}
@@ -477,7 +725,7 @@ func (ch *chat) history() {
 	}
 	var msgs []client.Message
 	for _, m := range hist {
-		if m.ConversationID == ch.conv {
+		if m.ConversationID == conv {
 			msgs = append(msgs, m)
 		}
 	}
@@ -489,7 +737,11 @@ func (ch *chat) history() {
 		if who == ch.me {
 			who = "you"
 		}
-		ch.printf("%s [%s] #%d %s: %s\n", m.SentAt.Local().Format("15:04:05"), ch.label(ch.conv), m.ConvSeq, who, text(m.Body))
+		body := text(m.Body)
+		if im.ConversationID(conv).AppConversation() {
+			body = alertText(m.Body)
+		}
+		ch.printf("%s [%s] #%d %s: %s\n", m.SentAt.Local().Format("15:04:05"), ch.label(conv), m.ConvSeq, who, body)
 	}
 	if pending, _ := ch.c.Pending(); len(pending) > 0 {
 		ch.printf("(%d message(s) waiting in the outbox)\n", len(pending))

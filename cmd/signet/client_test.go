@@ -126,8 +126,11 @@ func TestChatGroupsAndReadMarks(t *testing.T) {
 	gid = gid[:strings.Index(gid, ")")]
 	fmt.Fprintln(aliceIn, "ship it at 5?")
 	waitText(t, aliceOut, `✓ "ship it at 5?" stored for #release (#1 in the conversation)`)
-	waitText(t, bobOut, "["+gid+"] alice: ship it at 5?")
-	fmt.Fprintln(bobIn, "/to "+gid)
+	// Issue 14: bob, online, is told who added him, and the group is named.
+	waitText(t, bobOut, "* alice added you to #release ("+gid+"): /to #release")
+	waitText(t, bobOut, "[#release] alice: ship it at 5?")
+	fmt.Fprintln(bobIn, "/to #release")
+	waitText(t, bobOut, "Talking in #release ("+gid+").")
 	waitText(t, bobOut, "(1 unread; marked read)")
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(aliceOut.String(), "#1: delivered 1/2, read 1/2 (read by bob)") {

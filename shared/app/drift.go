@@ -36,6 +36,8 @@ var HTTPRoutes = map[string]string{
 	"GET /v1/messages/{id}/trace": "AlertsFunction",
 	"POST /v1/apps":               "AlertsFunction",
 	"DELETE /v1/apps/{appId}":     "AlertsFunction",
+	"GET /v1/apps":                "AlertsFunction",
+	"POST /v1/apps/{appId}/key":   "AlertsFunction",
 }
 
 // Queue triggers: function logical id → queue logical id it consumes.

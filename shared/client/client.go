@@ -86,6 +86,10 @@ type Options struct {
 	// OnPresence is called when a peer of one of this user's 1:1
 	// conversations changes what they show (online, away, dnd, offline).
 	OnPresence func(userID, status string)
+	// OnMembership is called when someone else added this user to a group
+	// (or created one with them) or removed them from one, while this
+	// device is connected (a notice: offline, the summary has the group).
+	OnMembership func(Membership)
 	// Log receives the client's structured logs (discarded when nil).
 	Log *slog.Logger
 	// CrashAt, for fault-injection tests of an application (a chaos run),
@@ -151,6 +155,10 @@ type Sent = wire.Sent
 // up to UpTo (a convSeq) is delivered to one of the peer's devices, or read.
 type Receipt = wire.Receipt
 
+// Membership is a notice that someone else added this user to a group or
+// removed them from one.
+type Membership = wire.Membership
+
 // ServerError is an error frame that answered a request.
 type ServerError struct {
 	Code      wire.Code
@@ -180,6 +188,7 @@ type Client struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	connected atomic.Bool
+	synced    atomic.Bool
 	crashed   atomic.Bool
 	cancel    context.CancelFunc
 
@@ -286,6 +295,11 @@ func (c *Client) Messages() <-chan Message { return c.msgs }
 
 // Connected reports whether a connection is up now.
 func (c *Client) Connected() bool { return c.connected.Load() }
+
+// Synced reports whether the device has caught up with its inbox since it
+// last connected: a sync of this connection reached the inbox head (pushes
+// keep it current from then on). False while disconnected.
+func (c *Client) Synced() bool { return c.synced.Load() }
 
 // Cursor returns the highest seq persisted on this device.
 func (c *Client) Cursor() (int64, error) {

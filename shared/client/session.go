@@ -188,6 +188,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	}()
 	c.connected.Store(true)
 	defer c.connected.Store(false)
+	defer c.synced.Store(false)
 	c.log.Info("connected", "cursor", cursor)
 
 	// Connect path: pull everything since the stored cursor, then live pushes.
@@ -325,6 +326,11 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		return nil
 	}
 	switch typ.Type {
+	case wire.TypeMembership:
+		var m wire.Membership
+		if err := json.Unmarshal(data, &m); err == nil && s.c.opts.OnMembership != nil {
+			s.c.opts.OnMembership(m)
+		}
 	case wire.TypePresence:
 		var p wire.PresenceAnswer
 		if err := json.Unmarshal(data, &p); err == nil && s.c.opts.OnPresence != nil {
@@ -616,6 +622,7 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		s.resyncAgain = false
 		return s.requestSync(ctx, s.cursor)
 	}
+	s.c.synced.Store(true)
 	return s.ack(ctx)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -97,8 +98,25 @@ func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxy
 	}
 	if len(changed) > 0 {
 		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
+		h.noticeMembership(ctx, f.Op, conv, name, c.User, changed)
 	}
 	return reply(out)
+}
+
+// noticeMembership tells the users someone else added (or created the
+// group with) or removed, on their live connections: a notice, never a
+// delivery (an offline user finds the group in its summary).
+func (h *Handler) noticeMembership(ctx context.Context, op string, conv im.ConversationID, name string, by im.UserID, changed []im.Member) {
+	change := map[string]string{wire.GroupCreate: "added", wire.GroupAdd: "added", wire.GroupRemove: "removed"}[op]
+	if change == "" {
+		return
+	}
+	frame, _ := json.Marshal(wire.Membership{Type: wire.TypeMembership, Change: change, ConversationID: string(conv), Name: name, By: string(by)})
+	for _, m := range changed {
+		if m.User != by {
+			h.pushAll(ctx, "membership", m.User, "", frame)
+		}
+	}
 }
 
 // newGroupID returns a fresh random group conversation id.

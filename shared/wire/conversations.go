@@ -21,7 +21,27 @@ const (
 	TypeReceipts = "receipts"
 	TypePresence = "presence"
 	TypeSummary  = "summary"
+	// TypeMembership tells a user that someone else added them to a group
+	// or removed them from it (Membership).
+	TypeMembership = "membership"
 )
+
+// Membership is pushed to the live connections of users someone else
+// added to a group (created it with them) or removed from it:
+// {"type":"membership","change":"added"|"removed","conversationId":…,"name":…,"by":…}.
+// It is a notice, not a delivery: a user offline at the time finds the
+// group in its summary.
+type Membership struct {
+	// Type is "membership".
+	Type string `json:"type"`
+	// Change is "added" or "removed".
+	Change string `json:"change"`
+	// ConversationID and Name name the group.
+	ConversationID string `json:"conversationId"`
+	Name           string `json:"name"`
+	// By is the user who made the change.
+	By string `json:"by"`
+}
 
 // Group operations (the "op" of a group frame).
 const (
