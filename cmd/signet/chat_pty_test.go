@@ -157,9 +157,16 @@ func TestChatOnATerminalTellsTheTruth(t *testing.T) {
 	m = bob.await(m, "] you: are you there? …")
 	m = bob.await(m, `… "are you there?" not acknowledged yet: queued in this device's outbox`)
 	startLocalProcess(t, bin, args...)
-	m = bob.await(m, "* connected again")
+	// Either may show first: the ✓ comes with the ACK, the state line
+	// with the next look at the connection.
+	bob.await(m, "* connected again")
 	bob.await(m, `✓ "are you there?" stored for alice (#1 in the conversation) (at last)`)
 	alice.await(0, "[bob] bob: are you there?")
+
+	// A pasted line longer than the terminal passes is refused, not cut.
+	m = bob.mark()
+	bob.typeLine(strings.Repeat("x", 5000))
+	bob.await(m, "not sent: this line is 4095 characters, the most a terminal passes in one line")
 
 	bob.typeLine("/quit")
 	done := make(chan error, 1)

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/signet-im/signet/shared/auth"
@@ -26,6 +29,8 @@ const (
 // clientFlags are the flags every client command shares.
 type clientFlags struct {
 	user, device, url, token, secret, data string
+	// timeout bounds the connect (default 15 s; send sets its --timeout).
+	timeout time.Duration
 }
 
 // dataHome is where device stores live by default: $XDG_DATA_HOME/signet,
@@ -50,7 +55,9 @@ func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
 	fs.StringVar(&f.data, "data", dataHome(), "data directory; the device store is <data>/<user>/<device>/client.db")
 }
 
-// check refuses a missing or malformed --user or --device.
+// check refuses a missing or malformed --user or --device, and a --token
+// of another user or device (the server would act as the token says,
+// while this device's store is --user's and --device's).
 func (f *clientFlags) check() error {
 	if !im.UserID(f.user).Valid() {
 		return fmt.Errorf("%w: --user is required (1-64 characters of [A-Za-z0-9._@-])", errUsage)
@@ -58,7 +65,41 @@ func (f *clientFlags) check() error {
 	if !im.DeviceID(f.device).Valid() {
 		return fmt.Errorf("%w: --device must be 1-64 characters of [A-Za-z0-9._@-]", errUsage)
 	}
+	if f.token == "" {
+		return nil
+	}
+	sub, did, ok := tokenSubject(f.token)
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: --token is not a JWT (header.payload.signature)", errUsage)
+	case sub != f.user:
+		return fmt.Errorf("%w: --token is %s's, not %s's (--user): the server would act as %s; pass --user %s or a token of %s", errUsage, sub, f.user, sub, sub, f.user)
+	case did != "" && did != f.device:
+		return fmt.Errorf("%w: --token is for device %s, not %s (--device): pass --device %s", errUsage, did, f.device, did)
+	}
 	return nil
+}
+
+// tokenSubject reads a JWT's user ("sub") and device ("did") without
+// verifying it: the server verifies; this only catches a token meant for
+// someone else.
+func tokenSubject(token string) (sub, did string, ok bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return "", "", false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return "", "", false
+	}
+	var c struct {
+		Sub string `json:"sub"`
+		Did string `json:"did"`
+	}
+	if json.Unmarshal(payload, &c) != nil {
+		return "", "", false
+	}
+	return c.Sub, c.Did, true
 }
 
 // dir is the device's data directory.
@@ -80,11 +121,15 @@ func (f *clientFlags) dial(ctx context.Context, mutate func(*client.Options)) (*
 	if mutate != nil {
 		mutate(&opts)
 	}
-	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	timeout := f.timeout
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := client.Dial(dctx, opts)
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("could not connect to %s within 15s (is `signet local` running?)", f.url)
+		return nil, fmt.Errorf("could not connect to %s within %s (is `signet local` running?)", f.url, timeout)
 	}
 	return c, err
 }

@@ -178,6 +178,8 @@ func TestClientCommandsHonourSIGNET_URL(t *testing.T) {
 // the usage is), instead of the whole usage text with the reason last.
 func TestUsageErrorsSayWhatWasWrongFirst(t *testing.T) {
 	t.Parallel()
+	bobToken, _ := auth.Mint([]byte(devstack.DefaultSecret), "bob", "", time.Now(), time.Hour)
+	bobPhoneToken, _ := auth.Mint([]byte(devstack.DefaultSecret), "bob", "phone", time.Now(), time.Hour)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -186,6 +188,11 @@ func TestUsageErrorsSayWhatWasWrongFirst(t *testing.T) {
 		{[]string{"send", "--user", "a b", "--to", "bob", "hi"}, "signet send: --user is required"},
 		{[]string{"token"}, "signet token: give one userId"},
 		{[]string{"trace"}, "signet trace: give one messageId"},
+		// Issue 14: a token of another user (or device) is refused before
+		// anything is sent as that user.
+		{[]string{"send", "--user", "alice", "--token", bobToken, "--to", "carol", "hi"}, "signet send: --token is bob's, not alice's (--user)"},
+		{[]string{"tail", "--user", "bob", "--device", "laptop", "--token", bobPhoneToken}, "signet tail: --token is for device phone, not laptop (--device)"},
+		{[]string{"send", "--user", "alice", "--token", "not-a-jwt", "--to", "carol", "hi"}, "signet send: --token is not a JWT"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errOut)
@@ -193,5 +200,21 @@ func TestUsageErrorsSayWhatWasWrongFirst(t *testing.T) {
 		if code != 2 || !strings.HasPrefix(first, tc.want) || strings.Contains(errOut.String(), "Usage:") {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and %q first, no usage text", tc.args, code, errOut.String(), tc.want)
 		}
+	}
+}
+
+// Issue 14: signet send's --timeout bounds the connect too (it waited a
+// fixed 15 s before): with nothing listening it gives up within it and
+// says so.
+func TestSendTimeoutBoundsTheConnect(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	start := time.Now()
+	code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + freeAddr(t) + "/", "--data", t.TempDir(), "--timeout", "1s", "hi"}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "could not connect to") || !strings.Contains(errOut.String(), "within 1s") {
+		t.Fatalf("exit %d, %q; want a connect failure within 1s", code, errOut.String())
+	}
+	if took := time.Since(start); took >= 15*time.Second {
+		t.Fatalf("took %s: the connect ignored --timeout", took)
 	}
 }

@@ -22,7 +22,7 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	to := fs.String("to", "", "recipient user id, or a group's conversation id g:<id> (required)")
 	raw := fs.Bool("json", false, "the text is a JSON body, sent as is (default: {\"text\": <text>})")
 	id := fs.String("id", "", "clientMsgId (default: random); repeat a send safely with the same id (other text under a used id is refused)")
-	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait for the server's ACK")
+	timeout := fs.Duration("timeout", 15*time.Second, "how long to wait to connect and for the server's ACK, in all")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user|g:id> [flags] <text>
 
@@ -50,13 +50,14 @@ runs a client command.
 	} else if !json.Valid(body) {
 		return fmt.Errorf("%w: --json text is not valid JSON", errUsage)
 	}
-	c, err := cf.dial(ctx, nil)
+	sctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	cf.timeout = *timeout
+	c, err := cf.dial(sctx, nil)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	sctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	d := client.Draft{ClientMsgID: *id, To: *to, Body: body}
 	if strings.HasPrefix(*to, "g:") {
 		d.To, d.ConversationID = "", *to
