@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"runtime"
 	"strings"
@@ -216,5 +217,26 @@ func TestSendTimeoutBoundsTheConnect(t *testing.T) {
 	}
 	if took := time.Since(start); took >= 15*time.Second {
 		t.Fatalf("took %s: the connect ignored --timeout", took)
+	}
+}
+
+// Issue 14: make run takes the addresses and the data directory.
+func TestMakeRunTakesAddressesAndData(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make on this machine")
+	}
+	for _, tc := range []struct {
+		vars []string
+		want string
+	}{
+		{nil, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 --data .signet/data"},
+		{[]string{"ADDR=127.0.0.1:4001", "HTTP_ADDR=127.0.0.1:4000", "DATA=/tmp/d"}, "signet local --addr 127.0.0.1:4001 --http-addr 127.0.0.1:4000 --data /tmp/d"},
+		{[]string{"DATA="}, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 \n"},
+	} {
+		out, err := exec.Command("make", append([]string{"-s", "-n", "-C", "../..", "run"}, tc.vars...)...).Output()
+		if err != nil || !strings.Contains(string(out)+"\n", tc.want) {
+			t.Errorf("make run %v: %q, %v; want %q", tc.vars, out, err, tc.want)
+		}
 	}
 }

@@ -108,11 +108,15 @@ func TestAStackKilledAndRestartedWithDataKeepsEveryAcknowledgedMessage(t *testin
 		t.Fatal(err)
 	}
 	data, clients := t.TempDir(), t.TempDir()
-	addr, httpAddr := freeAddr(t), freeAddr(t)
-	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0"}
+	addr, httpAddr, dynamoAddr, sqsAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", dynamoAddr, "--sqs-addr", sqsAddr}
 	stack := startLocalProcess(t, bin, args...)
-	if !strings.Contains(stack.out.String(), "kept across restarts (0 items") {
-		t.Fatalf("a new data directory's banner:\n%s", stack.out.String())
+	// The banner says where the data is and where the emulators listen
+	// (pinned by the flags, so scripts can reach them).
+	for _, want := range []string{"kept across restarts (0 items", "DynamoDB        http://" + dynamoAddr + "  (memdyn", "SQS             http://" + sqsAddr + "  (memsqs)"} {
+		if !strings.Contains(stack.out.String(), want) {
+			t.Fatalf("no %q in a new data directory's banner:\n%s", want, stack.out.String())
+		}
 	}
 	url, api := "ws://"+addr+"/", "http://"+httpAddr
 
