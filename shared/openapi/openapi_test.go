@@ -1,15 +1,54 @@
 package openapi
 
 import (
+	"encoding/json"
+	"os"
+	"reflect"
 	"strings"
 	"testing"
+
+	"gopkg.in/yaml.v3"
 
 	"github.com/signet-im/signet"
 )
 
+// asJSON converts docs/openapi.yaml to JSON (every map key a string).
+func asJSON(t *testing.T) []byte {
+	t.Helper()
+	var tree any
+	if err := yaml.Unmarshal(signet.OpenAPI, &tree); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(tree, "", " ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+// The JSON the alerts function validates with is docs/openapi.yaml: a
+// changed document fails this test until openapi.json is regenerated
+// (SIGNET_UPDATE_OPENAPI=1 go test ./shared/openapi).
+func TestTheEmbeddedJSONIsTheDocument(t *testing.T) {
+	want := asJSON(t)
+	if os.Getenv("SIGNET_UPDATE_OPENAPI") == "1" {
+		if err := os.WriteFile("openapi.json", want, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	var a, b any
+	if err := json.Unmarshal(want, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(document, &b); err != nil || !reflect.DeepEqual(a, b) {
+		t.Fatalf("shared/openapi/openapi.json is not docs/openapi.yaml (%v): run SIGNET_UPDATE_OPENAPI=1 go test ./shared/openapi", err)
+	}
+}
+
 func TestAlertRequestSchemaFromTheDocument(t *testing.T) {
 	t.Parallel()
-	v, err := Load(signet.OpenAPI, "AlertRequest", "AppRequest")
+	v, err := Load(document, "AlertRequest", "AppRequest")
 	if err != nil {
 		t.Fatal(err)
 	}
