@@ -729,30 +729,23 @@ func (s *Server) batchWrite(body []byte) (any, error) {
 	if err := decode(body, &in); err != nil {
 		return nil, err
 	}
-	var writes []*write
-	seen := map[*table]map[string]bool{}
-	for name, reqs := range in.RequestItems {
-		for _, r := range reqs {
-			var (
-				w   *write
-				err error
-			)
+	var reqs []writeInput
+	var kinds []string
+	for name, rs := range in.RequestItems {
+		for _, r := range rs {
 			switch {
 			case r.PutRequest != nil:
-				w, err = s.parseWrite("put", writeInput{TableName: name, Item: r.PutRequest.Item})
+				reqs, kinds = append(reqs, writeInput{TableName: name, Item: r.PutRequest.Item}), append(kinds, "put")
 			case r.DeleteRequest != nil:
-				w, err = s.parseWrite("delete", writeInput{TableName: name, Key: r.DeleteRequest.Key})
+				reqs, kinds = append(reqs, writeInput{TableName: name, Key: r.DeleteRequest.Key}), append(kinds, "delete")
 			default:
-				err = validation("a write request needs PutRequest or DeleteRequest")
+				return nil, validation("a write request needs PutRequest or DeleteRequest")
 			}
-			if err != nil {
-				return nil, err
-			}
-			if err := once(seen, w, "Provided list of item keys contains duplicates"); err != nil {
-				return nil, err
-			}
-			writes = append(writes, w)
 		}
+	}
+	writes, err := s.parseWrites(kinds, reqs, "Provided list of item keys contains duplicates")
+	if err != nil {
+		return nil, err
 	}
 	if len(writes) == 0 || len(writes) > 25 {
 		return nil, validation("BatchWriteItem takes 1 to 25 requests, got %d", len(writes))
@@ -763,6 +756,24 @@ func (s *Server) batchWrite(body []byte) (any, error) {
 		}
 	}
 	return map[string]any{"UnprocessedItems": map[string]any{}}, nil
+}
+
+// parseWrites parses the writes of one batch or transaction (kinds[i] of
+// reqs[i]), refusing a second write to the same item with refusal.
+func (s *Server) parseWrites(kinds []string, reqs []writeInput, refusal string) ([]*write, error) {
+	writes := make([]*write, 0, len(reqs))
+	seen := map[*table]map[string]bool{}
+	for i, r := range reqs {
+		w, err := s.parseWrite(kinds[i], r)
+		if err != nil {
+			return nil, err
+		}
+		if err := once(seen, w, refusal); err != nil {
+			return nil, err
+		}
+		writes = append(writes, w)
+	}
+	return writes, nil
 }
 
 // once refuses a second write to the same item in one request.
@@ -791,32 +802,24 @@ func (s *Server) transactWrite(body []byte) (any, error) {
 	if len(in.TransactItems) == 0 || len(in.TransactItems) > 100 {
 		return nil, validation("TransactWriteItems takes 1 to 100 actions, got %d", len(in.TransactItems))
 	}
-	var writes []*write
-	seen := map[*table]map[string]bool{}
-	for _, ti := range in.TransactItems {
-		var (
-			w   *write
-			err error
-		)
+	reqs, kinds := make([]writeInput, len(in.TransactItems)), make([]string, len(in.TransactItems))
+	for i, ti := range in.TransactItems {
 		switch {
 		case ti.Put != nil:
-			w, err = s.parseWrite("put", *ti.Put)
+			reqs[i], kinds[i] = *ti.Put, "put"
 		case ti.Update != nil:
-			w, err = s.parseWrite("update", *ti.Update)
+			reqs[i], kinds[i] = *ti.Update, "update"
 		case ti.Delete != nil:
-			w, err = s.parseWrite("delete", *ti.Delete)
+			reqs[i], kinds[i] = *ti.Delete, "delete"
 		case ti.ConditionCheck != nil:
-			w, err = s.parseWrite("check", *ti.ConditionCheck)
+			reqs[i], kinds[i] = *ti.ConditionCheck, "check"
 		default:
-			err = validation("a transaction action needs Put, Update, Delete or ConditionCheck")
+			return nil, validation("a transaction action needs Put, Update, Delete or ConditionCheck")
 		}
-		if err != nil {
-			return nil, err
-		}
-		if err := once(seen, w, "Transaction request cannot include multiple operations on one item"); err != nil {
-			return nil, err
-		}
-		writes = append(writes, w)
+	}
+	writes, err := s.parseWrites(kinds, reqs, "Transaction request cannot include multiple operations on one item")
+	if err != nil {
+		return nil, err
 	}
 	reasons := make([]map[string]any, len(writes))
 	failed := false
