@@ -36,6 +36,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
 	store.Retention = cfg.InboxRetention
 	store.HistoryRetention = cfg.HistoryRetention
 	store.CompressBodies = cfg.CompressBodies
+	store.SendMode = cfg.SendMode
 	h := &handler.Handler{
 		Inbox:          store,
 		Connections:    store,

@@ -198,6 +198,14 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if m := os.Getenv(EnvTestSendMode); m != "" && o.Parameters["SendMode"] == "" {
+		// The suites again with the other 1:1 send mode (make test-send-claim).
+		o.Parameters = maps.Clone(o.Parameters)
+		if o.Parameters == nil {
+			o.Parameters = map[string]string{}
+		}
+		o.Parameters["SendMode"] = m
+	}
 	// CloudFormation checks parameters and Rules before it creates anything.
 	params, err := tmpl.ParameterValues(o.Parameters)
 	if err != nil {
@@ -246,6 +254,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	st.Store = dynamo.New(st.DynamoDB, dynamo.Tables{Connections: st.Config.ConnectionsTable, Inbox: st.Config.InboxTable,
 		Messages: st.Config.MessagesTable, Trace: st.Config.TraceTable, Alerts: st.Config.AlertsTable})
 	st.Store.Retention, st.Store.HistoryRetention, st.Store.CompressBodies = st.Config.InboxRetention, st.Config.HistoryRetention, st.Config.CompressBodies
+	st.Store.SendMode = st.Config.SendMode
 
 	if err := routeGateway(gw, tmpl, fns); err != nil {
 		ln.Close()

@@ -19,6 +19,11 @@ import (
 	"github.com/signet-im/signet/shared/memsqs"
 )
 
+// EnvTestSendMode, when set, gives every stack that does not choose one
+// this 1:1 send mode (template parameter SendMode): the suites run again
+// in the mode that is not the default.
+const EnvTestSendMode = "SIGNET_TEST_SEND_MODE"
+
 // EnvEmulator names the in-process DynamoDB a stack (and the store
 // contract suite) starts when no endpoint is given: minidyn or memdyn.
 const EnvEmulator = "SIGNET_DYNAMODB_EMULATOR"

@@ -66,6 +66,23 @@ func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit fu
 	return nil
 }
 
+// queryUntil is queryAll that stops when visit returns false.
+func (st *Store) queryUntil(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue) bool) error {
+	p := dynamodb.NewQueryPaginator(st.db, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, it := range page.Items {
+			if !visit(it) {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
 // batchGet reads items of table by key in BatchGetItem calls of 100 keys
 // (DynamoDB's limit), strongly consistent if consistent, retrying
 // unprocessed keys, and hands each item found to visit (in no particular

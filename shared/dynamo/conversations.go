@@ -67,6 +67,15 @@ func (c indexChange) read() indexChange {
 	return c
 }
 
+// readUpTo also moves the read watermark to convSeq (a message the user
+// wrote: forward, since convSeq is above the last the update replaces).
+func (c indexChange) readUpTo(convSeq int64) indexChange {
+	c.UpdateExpression = aws.String(aws.ToString(c.UpdateExpression) + ", #read = :own")
+	c.ExpressionAttributeNames["#read"] = attrRead
+	c.ExpressionAttributeValues[":own"] = n(convSeq)
+	return c
+}
+
 // add also adds delta to the counter attr.
 func (c indexChange) add(attr string, delta int64) indexChange {
 	c.UpdateExpression = aws.String(aws.ToString(c.UpdateExpression) + " ADD #add :delta")

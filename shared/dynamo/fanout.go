@@ -274,7 +274,7 @@ func (st *Store) appendRun(ctx context.Context, u im.UserID, pos im.InboxPositio
 		items = append(items, types.TransactWriteItem{Put: st.entryPut(u, entries[i], ttl)})
 	}
 	last := entries[len(entries)-1]
-	items = append(items, types.TransactWriteItem{Update: indexUpdate(st.tables.Inbox, u, last.Message, last.Seq).lastIs(pos.Last).Update})
+	items = append(items, types.TransactWriteItem{Update: claimUpdate(st.tables.Inbox, u, batch, last.Seq).lastIs(pos.Last).Update})
 	if _, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items}); err != nil {
 		return nil, err
 	}
@@ -293,11 +293,29 @@ var errMoved = errors.New("claim moved")
 // conversation index moves its last convSeq from prev to m (see
 // AppendGroup).
 func claim(table string, u im.UserID, m im.Message, seq, prev int64) *dynamodb.UpdateItemInput {
-	up := indexUpdate(table, u, m, seq).lastIs(prev).Update
+	up := claimUpdate(table, u, []im.Message{m}, seq).lastIs(prev).Update
 	return &dynamodb.UpdateItemInput{
 		TableName: up.TableName, Key: up.Key, UpdateExpression: up.UpdateExpression, ConditionExpression: up.ConditionExpression,
 		ExpressionAttributeNames: up.ExpressionAttributeNames, ExpressionAttributeValues: up.ExpressionAttributeValues,
 	}
+}
+
+// claimUpdate is the index update of a claim of msgs (ascending; the last
+// is the one claimed at seq): in a 1:1 conversation the newest message
+// among them that the user wrote also moves their read watermark (what you
+// wrote you have read, as the send transaction's senderIndexUpdate does).
+func claimUpdate(table string, u im.UserID, msgs []im.Message, seq int64) indexChange {
+	last := msgs[len(msgs)-1]
+	up := indexUpdate(table, u, last, seq)
+	if last.Conversation.IsGroup() || last.Conversation.AppConversation() {
+		return up
+	}
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].From == u {
+			return up.readUpTo(msgs[i].ConvSeq)
+		}
+	}
+	return up
 }
 
 // putEntry puts e into u's inbox if its seq is free, and reports whether

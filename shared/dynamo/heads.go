@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -136,7 +137,7 @@ func (st *Store) newestSeq(ctx context.Context, u im.UserID, now time.Time) (int
 	if found && (expires.IsZero() || expires.After(now.Add(st.warmMargin()))) {
 		return e.seq, e.ref, nil
 	}
-	seq, err := st.indexedSeq(ctx, u)
+	seq, err := st.indexedSeq(ctx, u, now)
 	return seq, logRef{}, err
 }
 
@@ -170,23 +171,51 @@ func (st *Store) newestEntry(ctx context.Context, u im.UserID) (e newest, expire
 	return newest{getN(it, attrSeq), logRef{im.ConversationID(getS(it, attrConv)), getN(it, attrCSeq)}}, expires, true, nil
 }
 
-// indexedSeq returns the highest attrInboxSeq of u's conversation index.
-func (st *Store) indexedSeq(ctx context.Context, u im.UserID) (int64, error) {
-	var top int64
+// indexedSeq returns the highest inbox seq u's conversation index shows
+// taken: the highest attrInboxSeq whose entry is there, or may have been
+// reaped (its message is about the retention old). A recent one whose entry
+// is not there is a claim not yet placed (AppendGroup puts the entry just
+// after the claim): it does not count, or the next append would go above
+// it and readers would see a gap until it is placed — the next append
+// takes that seq instead, and the claim moves above it when its run
+// comes back (placeClaimed), as it does when the newest entry is the head.
+func (st *Store) indexedSeq(ctx context.Context, u im.UserID, now time.Time) (int64, error) {
+	type claimed struct {
+		seq int64
+		at  time.Time
+	}
+	var all []claimed
 	err := st.queryAll(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :v)"),
-		ProjectionExpression:      aws.String("#iseq"),
+		ProjectionExpression:      aws.String("#iseq, lastAt"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#iseq": attrInboxSeq},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":v": s("v#")},
 		ConsistentRead:            aws.Bool(true),
 	}, func(it map[string]types.AttributeValue) {
-		top = max(top, getN(it, attrInboxSeq))
+		if seq := getN(it, attrInboxSeq); seq > 0 {
+			all = append(all, claimed{seq, time.UnixMilli(getN(it, "lastAt"))})
+		}
 	})
 	if err != nil {
 		return 0, fmt.Errorf("conversation index of %s: %w", u, err)
 	}
-	return top, nil
+	sort.Slice(all, func(i, j int) bool { return all[i].seq > all[j].seq })
+	mayBeReaped := now.Add(-(st.Retention - st.warmMargin()))
+	for _, c := range all {
+		if c.at.Before(mayBeReaped) {
+			return c.seq, nil
+		}
+		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(c.seq)),
+			ProjectionExpression: aws.String("#seq"), ExpressionAttributeNames: map[string]string{"#seq": attrSeq}, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return 0, fmt.Errorf("entry #%d of %s: %w", c.seq, u, err)
+		}
+		if out.Item != nil {
+			return c.seq, nil
+		}
+	}
+	return 0, nil
 }
 
 // entryPut puts u's entry e on condition that its seq is free: with the

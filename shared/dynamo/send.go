@@ -23,6 +23,9 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 	if err != nil {
 		return im.Stored{}, err
 	}
+	if st.SendMode != SendTransaction {
+		return st.sendClaimed(ctx, d, recipients, now)
+	}
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
 		heads, err := st.readDirectHeads(ctx, d.From, d.Conversation, recipients)
 		if err != nil {
@@ -216,6 +219,16 @@ func (st *Store) replay(ctx context.Context, d im.Draft) (im.Stored, error) {
 	msg, err := st.Message(ctx, conv, getN(out.Item, attrCSeq))
 	if err != nil {
 		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
+	}
+	if _, ok := out.Item["seqs"]; !ok && !conv.IsGroup() {
+		// Stored by sendClaimed: the log item and this item are all its
+		// transaction wrote; the inboxes may still lack it (the sending
+		// run crashed): place it (nothing if it is there) and say where.
+		recipients, err := d.Recipients()
+		if err != nil {
+			return im.Stored{}, err
+		}
+		return st.placeDirect(ctx, msg, recipients, nil, time.Now(), true)
 	}
 	seqs := map[im.UserID]int64{}
 	if m, ok := out.Item["seqs"].(*types.AttributeValueMemberM); ok {

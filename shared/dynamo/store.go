@@ -39,13 +39,16 @@ type Store struct {
 	// CompressBodies stores message bodies deflated where that pays
 	// (setBody); off, they are stored as sent. Reads take either form.
 	CompressBodies bool
+	// SendMode is how a 1:1 message is stored: SendClaim (New's default;
+	// see sendClaimed) or SendTransaction (sendItems).
+	SendMode string
 	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
 	MaxAttempts int
 }
 
 // New returns a store over the given client and tables.
 func New(db *dynamodb.Client, tables Tables) *Store {
-	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, MaxAttempts: 25}
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, SendMode: SendClaim, MaxAttempts: 25}
 }
 
 // Attribute names shared by several item kinds.

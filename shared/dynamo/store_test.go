@@ -58,8 +58,17 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 		t.Fatal(err)
 	}
 	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]}
+	// SIGNET_TEST_SEND_MODE runs the suite with a 1:1 send mode other
+	// than the default (make test-send-claim).
+	newStore := func(db *dynamodb.Client) *dynamo.Store {
+		st := dynamo.New(db, tables)
+		if m := os.Getenv("SIGNET_TEST_SEND_MODE"); m != "" {
+			st.SendMode = m
+		}
+		return st
+	}
 	if hook == nil {
-		return dynamo.New(db, tables), nil
+		return newStore(db), nil
 	}
 	hookedDB := dynamodb.New(db.Options(), func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
@@ -71,7 +80,7 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 			}), middleware.Before)
 		})
 	})
-	return dynamo.New(db, tables), dynamo.New(hookedDB, tables)
+	return newStore(db), newStore(hookedDB)
 }
 
 func draft(from im.UserID, cmid string, to im.UserID, body string) im.Draft {

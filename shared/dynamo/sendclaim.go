@@ -1,0 +1,185 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Send modes (Store.SendMode, setting SIGNET_SEND_MODE).
+const (
+	// SendClaim (the default) stores the log item and the idempotency
+	// item in one transaction and then places the message in both inboxes
+	// the way the group fan-out does (AppendGroup: claim in the
+	// conversation index, then put the entry), before the ACK (issue 12:
+	// about 8.5 write units per message instead of 12).
+	SendClaim = "claim"
+	// SendTransaction stores a 1:1 message, its idempotency item and both
+	// inbox entries and conversation index updates in one transaction
+	// (sendItems): six items at twice the write units.
+	SendTransaction = "transaction"
+)
+
+// sendClaimed is Send in SendClaim mode.
+//
+// The log item is the conversation's sequence point: it is put at the
+// conversation's head + 1 on condition that the convSeq is free, in one
+// transaction with the sender's idempotency item (invariant 1: the dedup
+// record is written with the message). The head is the highest last
+// convSeq of both participants' conversation index, and after a lost race
+// also the newest log item (a silent conversation's log may have expired,
+// so the index always counts). Then each participant's inbox
+// gets the message with AppendGroup, in convSeq order: a predecessor a
+// crashed send left unplaced is placed first, from the log, so both
+// inboxes hold the conversation in one order, each message once. The ACK
+// (the Stored returned) follows both placements; a retry of the same
+// clientMsgId finds the idempotency item and completes what a crash left
+// (replayClaimed).
+func (st *Store) sendClaimed(ctx context.Context, d im.Draft, recipients []im.UserID, now time.Time) (im.Stored, error) {
+	for attempt := range st.MaxAttempts {
+		pos, err := st.Positions(ctx, d.Conversation, recipients)
+		if err != nil {
+			return im.Stored{}, err
+		}
+		// The participants' index is the head unless a send is under way
+		// or crashed before placing its message: then the log is ahead,
+		// and a lost race reads it (a silent conversation's log may have
+		// expired, so the index counts too).
+		var head int64
+		for _, p := range pos {
+			head = max(head, p.Last)
+		}
+		if attempt > 0 {
+			newest, err := st.newestConvSeq(ctx, d.Conversation)
+			if err != nil {
+				return im.Stored{}, err
+			}
+			head = max(head, newest)
+		}
+		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{
+				TableName:                aws.String(st.tables.Inbox),
+				Item:                     idemItem(d, msg, nil, n(msg.SentAt.UnixMilli()), st.ttlAt(now)),
+				ConditionExpression:      aws.String("attribute_not_exists(#sk)"),
+				ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+			}},
+			{Put: st.logPut(msg, d.ClientMsgID, now)},
+		}})
+		if err == nil {
+			return st.placeDirect(ctx, msg, recipients, pos, now, false)
+		}
+		switch classifyTx(err, posIdem) {
+		case txCondition:
+			stored, err := st.replay(ctx, d)
+			if !errors.Is(err, im.ErrNotFound) {
+				return stored, err
+			}
+			// As in transactSend: an uncommitted item seen (moto): retry.
+		case txRace:
+		default:
+			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return im.Stored{}, err
+		}
+	}
+	return im.Stored{}, fmt.Errorf("send %s/%s after %d attempts: %w", d.From, d.ClientMsgID, st.MaxAttempts, im.ErrContention)
+}
+
+// newestConvSeq is the convSeq of a conversation's newest log item (0 if
+// it has none).
+func (st *Store) newestConvSeq(ctx context.Context, c im.ConversationID) (int64, error) {
+	q := st.logSpan(c, 1, maxConvSeq)
+	q.ScanIndexForward, q.Limit, q.ConsistentRead = aws.Bool(false), aws.Int32(1), aws.Bool(true)
+	q.ProjectionExpression = aws.String("#c")
+	q.ExpressionAttributeNames["#c"] = attrCSeq
+	out, err := st.db.Query(ctx, q)
+	if err != nil {
+		return 0, fmt.Errorf("newest message of %s: %w", c, err)
+	}
+	if len(out.Items) == 0 {
+		return 0, nil
+	}
+	return getN(out.Items[0], attrCSeq), nil
+}
+
+// placeDirect puts msg, logged, into each recipient's inbox after any
+// predecessor not yet there (AppendGroup), and returns where it is.
+// pos are the positions read before the log put (nil: read them).
+func (st *Store) placeDirect(ctx context.Context, msg im.Message, recipients []im.UserID, pos map[im.UserID]im.InboxPosition, now time.Time, replayed bool) (im.Stored, error) {
+	if pos == nil {
+		var err error
+		if pos, err = st.Positions(ctx, msg.Conversation, recipients); err != nil {
+			return im.Stored{}, err
+		}
+	}
+	seqs := make(map[im.UserID]int64, len(recipients))
+	for _, u := range recipients {
+		p := pos[u]
+		owed := []im.Message{msg}
+		if p.Last < msg.ConvSeq-1 {
+			before, err := st.Log(ctx, msg.Conversation, p.Last, msg.ConvSeq-1)
+			if err != nil {
+				return im.Stored{}, err
+			}
+			owed = append(before, msg)
+		}
+		if p.Last >= msg.ConvSeq {
+			owed = nil // placed already (a retry, or another send's backlog)
+		}
+		entries, err := st.AppendGroup(ctx, msg.Conversation, u, p, owed, now)
+		if err != nil {
+			return im.Stored{}, err
+		}
+		for _, e := range entries {
+			if e.Message.ID == msg.ID {
+				seqs[u] = e.Seq
+			}
+		}
+		if seqs[u] == 0 {
+			seq, err := st.seqOf(ctx, u, msg)
+			if err != nil {
+				return im.Stored{}, err
+			}
+			seqs[u] = seq
+		}
+	}
+	return im.Stored{Message: msg, Inboxed: seqs, Replayed: replayed}, nil
+}
+
+// seqOf finds where msg is in u's inbox: the entry at the seq u's
+// conversation index claimed for it, or, when later messages moved the
+// index on, the newest entries read back until msg's.
+func (st *Store) seqOf(ctx context.Context, u im.UserID, msg im.Message) (int64, error) {
+	head, _, err := st.Head(ctx, u)
+	if err != nil {
+		return 0, err
+	}
+	q := st.inboxSpan(u, 1, head)
+	q.ScanIndexForward, q.ConsistentRead = aws.Bool(false), aws.Bool(true)
+	var seq int64
+	err = st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
+		if getS(it, attrMID) == string(msg.ID) {
+			seq = getN(it, attrSeq)
+			return false
+		}
+		// Entries of this conversation are in convSeq order: past an
+		// older one, msg is not there.
+		return !(im.ConversationID(getS(it, attrConv)) == msg.Conversation && getN(it, attrCSeq) < msg.ConvSeq)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("inbox seq of %s for %s: %w", msg.ID, u, err)
+	}
+	if seq == 0 {
+		return 0, fmt.Errorf("inbox seq of %s for %s: %w", msg.ID, u, im.ErrNotFound)
+	}
+	return seq, nil
+}
