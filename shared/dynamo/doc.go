@@ -23,22 +23,24 @@
 //	             conversationId / "u#<userId>"     group member: role, joined, removed/left
 //
 // Invariants kept here:
-//   - A 1:1 send is one TransactWriteItems (sendItems): the sender's
-//     idempotency item and the log item put with attribute_not_exists, and
-//     per participant the inbox entry at the head just read plus one (put
-//     with attribute_not_exists: entries are their own heads) and the
-//     conversation index, the sender's on condition that its last convSeq
-//     is still the one read (it is the conversation's head). Either all of
-//     it is stored or none of it is, so a reader that sees entry N finds
-//     every entry below it (no skipped sequence), a retry with the same
-//     clientMsgId finds the stored result, and an inbox holds a message at
-//     most once.
+//   - A 1:1 send (SendMode claim, the default; sendclaim.go) puts the log
+//     item at the conversation's head plus one with attribute_not_exists,
+//     in one TransactWriteItems with the sender's idempotency item (so a
+//     retry finds the message, and two sends never share a convSeq), and
+//     then appends the message to each participant's inbox as fan-out
+//     does (below), after any predecessor not yet there, before the ACK:
+//     both inboxes hold the conversation in convSeq order, each message
+//     once, and a send a crash cut short is completed by its retry or by
+//     the conversation's next send. In SendMode transaction (sendItems)
+//     all of it — idempotency item, log item, and per participant the
+//     inbox entry at the head just read plus one and the conversation
+//     index — is one TransactWriteItems.
 //   - A group send is one TransactWriteItems: the conversation head (on the
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the
 //     same head conditionally, so sends and changes are totally ordered.
-//   - Fan-out appends a single owed group message to an inbox without a
-//     transaction (AppendGroup; a backlog goes in one transaction that puts
+//   - Fan-out (and a claim-mode 1:1 send) appends a single owed message to
+//     an inbox without a transaction (AppendGroup; a backlog goes in one transaction that puts
 //     the entries and claims the last): a message is claimed in the member's
 //     conversation index (last convSeq moved from its predecessor, the
 //     inbox seq it takes recorded) and then its entry is put at that seq if
@@ -46,7 +48,10 @@
 //     and nothing is claimed before its predecessor's entry is in place:
 //     exactly once and in order per inbox, however often and however
 //     concurrently fan-out runs, and a run that crashed between the two
-//     writes is completed by the next (SQS retries the job).
+//     writes is completed by the next (SQS retries the job). An inbox
+//     without entries takes its head from the conversation index, where
+//     a recent claim whose entry is not there does not count (indexedSeq):
+//     an append never goes above a claim still on its way.
 //   - Device cursors and read/delivered watermarks only move forward
 //     (conditional update on the old value).
 package dynamo
