@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
@@ -146,7 +147,12 @@ func (c *clock) Advance(d time.Duration) {
 func TestSummaryAfter31DaysAwayReportsUnreadCounts(t *testing.T) {
 	t.Parallel()
 	clk := &clock{}
-	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) { h.Now = clk.Now }})
+	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) {
+		h.Now = clk.Now
+		if store, ok := h.Inbox.(*dynamo.Store); ok {
+			store.Now = clk.Now // which entries may have been reaped: 31 days pass for it too
+		}
+	}})
 	ctx := context.Background()
 	alice, carol := dial(t, st, "alice", "laptop"), dial(t, st, "carol", "laptop")
 	bob := dial(t, st, "bob", "phone")

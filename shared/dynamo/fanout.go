@@ -372,9 +372,20 @@ func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.Conversatio
 		}
 		return nil, errMoved
 	}
+	if pos.Head > pos.LastSeq {
+		// Appends went above the claimed seq, and none takes a seq above
+		// a claim still on its way (it would have taken that seq): the
+		// entry was there and is gone — reaped. Never put it back.
+		return nil, nil
+	}
 	m, err := st.Message(ctx, c, pos.Last)
 	if err != nil {
 		return nil, fmt.Errorf("claimed message: %w", err)
+	}
+	if m.SentAt.Before(st.now().Add(-(st.Retention - st.warmMargin()))) {
+		// The message is about the retention old: its entry was reaped,
+		// not left unplaced (a claim is put a moment after it).
+		return nil, nil
 	}
 	e := im.Entry{Seq: pos.LastSeq, Message: m}
 	put, err := st.putEntry(ctx, u, e, ttl)

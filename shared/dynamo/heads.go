@@ -92,7 +92,7 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 	if err != nil {
 		return nil, fmt.Errorf("inbox heads: %w", err)
 	}
-	now := time.Now()
+	now := st.now()
 	var (
 		mu       sync.Mutex
 		firstErr error

@@ -123,36 +123,61 @@ func (st *Store) placeDirect(ctx context.Context, msg im.Message, recipients []i
 	}
 	seqs := make(map[im.UserID]int64, len(recipients))
 	for _, u := range recipients {
-		p := pos[u]
-		owed := []im.Message{msg}
-		if p.Last < msg.ConvSeq-1 {
-			before, err := st.Log(ctx, msg.Conversation, p.Last, msg.ConvSeq-1)
-			if err != nil {
-				return im.Stored{}, err
-			}
-			owed = append(before, msg)
-		}
-		if p.Last >= msg.ConvSeq {
-			owed = nil // placed already (a retry, or another send's backlog)
-		}
-		entries, err := st.AppendGroup(ctx, msg.Conversation, u, p, owed, now)
-		if err != nil {
+		var err error
+		if seqs[u], err = st.placeInInbox(ctx, msg, u, pos[u], now); err != nil {
 			return im.Stored{}, err
-		}
-		for _, e := range entries {
-			if e.Message.ID == msg.ID {
-				seqs[u] = e.Seq
-			}
-		}
-		if seqs[u] == 0 {
-			seq, err := st.seqOf(ctx, u, msg)
-			if err != nil {
-				return im.Stored{}, err
-			}
-			seqs[u] = seq
 		}
 	}
 	return im.Stored{Message: msg, Inboxed: seqs, Replayed: replayed}, nil
+}
+
+// placeRounds is how many times placeInInbox starts over when the inbox
+// is too busy (each round is AppendGroup's MaxAttempts): the message is
+// logged, and placing it now spares the sender a retry.
+const placeRounds = 4
+
+// placeInInbox puts msg into u's inbox after its predecessors (from p,
+// u's position read before) and returns its seq there.
+func (st *Store) placeInInbox(ctx context.Context, msg im.Message, u im.UserID, p im.InboxPosition, now time.Time) (int64, error) {
+	for round := 0; ; round++ {
+		seq, err := st.placeOnce(ctx, msg, u, p, now)
+		if !errors.Is(err, im.ErrContention) || round+1 >= placeRounds {
+			return seq, err
+		}
+		if err := sleepJitter(ctx, 7); err != nil {
+			return 0, err
+		}
+		ps, err := st.Positions(ctx, msg.Conversation, []im.UserID{u})
+		if err != nil {
+			return 0, err
+		}
+		p = ps[u]
+	}
+}
+
+// placeOnce is one round of placeInInbox.
+func (st *Store) placeOnce(ctx context.Context, msg im.Message, u im.UserID, p im.InboxPosition, now time.Time) (int64, error) {
+	owed := []im.Message{msg}
+	switch {
+	case p.Last >= msg.ConvSeq:
+		owed = nil // placed already, or claimed (a retry, another send's backlog)
+	case p.Last < msg.ConvSeq-1:
+		before, err := st.Log(ctx, msg.Conversation, p.Last, msg.ConvSeq-1)
+		if err != nil {
+			return 0, err
+		}
+		owed = append(before, msg)
+	}
+	entries, err := st.AppendGroup(ctx, msg.Conversation, u, p, owed, now)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		if e.Message.ID == msg.ID {
+			return e.Seq, nil
+		}
+	}
+	return st.seqOf(ctx, u, msg)
 }
 
 // seqOf finds where msg is in u's inbox: the entry at the seq u's

@@ -39,6 +39,10 @@ type Store struct {
 	// CompressBodies stores message bodies deflated where that pays
 	// (setBody); off, they are stored as sent. Reads take either form.
 	CompressBodies bool
+	// Now is the clock of decisions the store makes by itself (which inbox
+	// entries may have been reaped: heads.go); time.Now when nil. Tests
+	// that simulate days set it with the handlers' clock.
+	Now func() time.Time
 	// SendMode is how a 1:1 message is stored: SendClaim (New's default;
 	// see sendClaimed) or SendTransaction (sendItems).
 	SendMode string
@@ -110,6 +114,14 @@ func getN(item map[string]types.AttributeValue, name string) int64 {
 		return i
 	}
 	return 0
+}
+
+// now is the store's clock (Now, or the time).
+func (st *Store) now() time.Time {
+	if st.Now != nil {
+		return st.Now()
+	}
+	return time.Now()
 }
 
 // ttlAt returns the TTL attribute value for an item written at now.
