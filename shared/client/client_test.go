@@ -864,6 +864,11 @@ func TestPushesWithinTheAckWindowShareAnAck(t *testing.T) {
 	st := startStackWith(t, devstack.Options{Redelivery: &policy})
 	alice := newDevice(t, st, "alice", "laptop").dial(t)
 	bob := newDevice(t, st, "bob", "phone").dial(t)
+	// The connect syncs first: one answered after alice's first send
+	// would carry it as a synced entry, acked at the sync's end (CI,
+	// 2026-12-02: a third ack).
+	waitFor(t, "alice's connect sync", alice.Synced)
+	waitFor(t, "bob's connect sync", bob.Synced)
 	acks := func() int64 { return st.Metered().Invocations["AckFunction"].Requests }
 	before := acks()
 	const n = 10
