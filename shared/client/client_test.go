@@ -832,7 +832,8 @@ func TestABacklogIsAckedOnceWhenTheSyncEnds(t *testing.T) {
 	t.Parallel()
 	st := startStack(t)
 	alice := newDevice(t, st, "alice", "laptop").dial(t)
-	waitFor(t, "alice's connect sync", alice.Synced) // (else it may carry her first sends, and ack them)
+	// Her connect sync first (else it may carry her first sends, and ack them).
+	waitFor(t, "alice's connect sync", alice.Synced)
 	const n = 130 // two sync pages
 	sendN(t, alice, "bob", 0, n)
 	acks := func() int64 { return st.Metered().Invocations["AckFunction"].Requests }

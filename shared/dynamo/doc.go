@@ -23,18 +23,17 @@
 //	             conversationId / "u#<userId>"     group member: role, joined, removed/left
 //
 // Invariants kept here:
-//   - A 1:1 send (SendMode claim, the default; sendclaim.go) puts the log
-//     item at the conversation's head plus one with attribute_not_exists,
-//     in one TransactWriteItems with the sender's idempotency item (so a
-//     retry finds the message, and two sends never share a convSeq), and
-//     then appends the message to each participant's inbox as fan-out
-//     does (below), after any predecessor not yet there, before the ACK:
-//     both inboxes hold the conversation in convSeq order, each message
-//     once, and a send a crash cut short is completed by its retry or by
-//     the conversation's next send. In SendMode transaction (sendItems)
-//     all of it — idempotency item, log item, and per participant the
-//     inbox entry at the head just read plus one and the conversation
-//     index — is one TransactWriteItems.
+//   - A 1:1 send (SendMode transaction, the default; sendItems) is one
+//     TransactWriteItems: the sender's idempotency item and the log item
+//     put with attribute_not_exists, and per participant the inbox entry
+//     at the head just read plus one (entries are their own heads) and the
+//     conversation index. In SendMode claim (sendclaim.go, opt-in) only the
+//     log item (at the conversation's head plus one) and the idempotency
+//     item are one transaction; the message then goes into each
+//     participant's inbox as fan-out does (below), after any predecessor
+//     not yet there, before the ACK: one order in both inboxes, each
+//     message once, a send a crash cut short completed by its retry or by
+//     the conversation's next send.
 //   - A group send is one TransactWriteItems: the conversation head (on the
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the

@@ -23,7 +23,7 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 	if err != nil {
 		return im.Stored{}, err
 	}
-	if st.SendMode != SendTransaction {
+	if st.SendMode == SendClaim {
 		return st.sendClaimed(ctx, d, recipients, now)
 	}
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {

@@ -15,7 +15,7 @@ import (
 
 // Send modes (Store.SendMode, setting SIGNET_SEND_MODE).
 const (
-	// SendClaim (the default) stores the log item and the idempotency
+	// SendClaim (opt-in, not yet the default) stores the log item and the idempotency
 	// item in one transaction and then places the message in both inboxes
 	// the way the group fan-out does (AppendGroup: claim in the
 	// conversation index, then put the entry), before the ACK (issue 12:
