@@ -246,14 +246,83 @@ func (st *Store) AppendGroup(ctx context.Context, c im.ConversationID, u im.User
 		if err != nil {
 			return out, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
 		}
+		if !put {
+			// Another append took the seq: follow it up.
+			seq, ours, err := st.placeAbove(ctx, u, e, ttl)
+			if err != nil {
+				return out, fmt.Errorf("fan-out %s to %s: %w", c, u, err)
+			}
+			if seq == 0 {
+				continue // the claim moved under this run: read again
+			}
+			e.Seq, put = seq, ours
+			pos.LastSeq, pos.Head, pos.LastInPlace = seq, max(pos.Head, seq), true
+		}
 		if put {
 			out = append(out, e)
 			pos.Head, pos.LastInPlace = e.Seq, true
-			attempt = -1 // progress: the attempts count again
 		}
-		// Else the seq was taken: the next round finds the claim not in
-		// place and moves it.
+		attempt = -1 // progress: the attempts count again
 	}
+}
+
+// moveClaim moves u's claim of convSeq last in c from inbox seq was to
+// to, on condition that the claim is still that (moved false: it changed).
+func (st *Store) moveClaim(ctx context.Context, u im.UserID, c im.ConversationID, last, was, to int64) (moved bool, err error) {
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
+		UpdateExpression:          aws.String("SET #iseq = :seq"),
+		ConditionExpression:       aws.String("#last = :last AND #iseq = :was"),
+		ExpressionAttributeNames:  map[string]string{"#iseq": attrInboxSeq, "#last": attrLast},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":seq": n(to), ":last": n(last), ":was": n(was)},
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("move the claim of #%d: %w", last, err)
+	}
+	return true, nil
+}
+
+// maxProbes bounds how many seqs placeAbove follows up before it leaves
+// the claim to the next round (which reads the head).
+const maxProbes = 8
+
+// placeAbove places e — claimed at e.Seq, which another append took — at
+// the next free seq above it, moving the claim along, instead of reading
+// the head again (under contention a lost race then costs a write and a
+// read, not a round of head Queries). Each step reads the entry at the
+// taken seq: if it is this very message, another run of this placement
+// put it there and it is in place (ours false); else the claim moves one
+// up, on condition that it still names this message at the seq found
+// taken — so of two runs placing the same message only one moves it — and
+// the entry is put there: the seq below is committed, so the inbox stays
+// gap-free. It returns where the message is, and whether this call put it;
+// seq 0 when the claim moved under it or the probes ran out (the caller
+// reads the position again).
+func (st *Store) placeAbove(ctx context.Context, u im.UserID, e im.Entry, ttl types.AttributeValue) (seq int64, ours bool, err error) {
+	c := e.Message.Conversation
+	for range maxProbes {
+		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(e.Seq)), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return 0, false, fmt.Errorf("entry #%d: %w", e.Seq, err)
+		}
+		if it := out.Item; it == nil {
+			return 0, false, nil // reaped or never there: let placeClaimed judge
+		} else if im.ConversationID(getS(it, attrConv)) == c && getN(it, attrCSeq) == e.Message.ConvSeq {
+			return e.Seq, false, nil
+		}
+		if moved, err := st.moveClaim(ctx, u, c, e.Message.ConvSeq, e.Seq, e.Seq+1); err != nil || !moved {
+			return 0, false, err
+		}
+		e.Seq++
+		put, err := st.putEntry(ctx, u, e, ttl)
+		if err != nil || put {
+			return e.Seq, put, err
+		}
+	}
+	return 0, false, nil
 }
 
 // maxAppendPerTransaction bounds the entries one fan-out transaction puts
@@ -360,15 +429,8 @@ func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.Conversatio
 		if err != nil {
 			return nil, err
 		}
-		_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
-			UpdateExpression:          aws.String("SET #iseq = :seq"),
-			ConditionExpression:       aws.String("#last = :last AND #iseq = :was"),
-			ExpressionAttributeNames:  map[string]string{"#iseq": attrInboxSeq, "#last": attrLast},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":seq": n(head + 1), ":last": n(pos.Last), ":was": n(pos.LastSeq)},
-		})
-		if err != nil && !isConditionFailed(err) {
-			return nil, fmt.Errorf("move the claim of #%d: %w", pos.Last, err)
+		if _, err := st.moveClaim(ctx, u, c, pos.Last, pos.LastSeq, head+1); err != nil {
+			return nil, err
 		}
 		return nil, errMoved
 	}

@@ -228,6 +228,13 @@ func (st *Store) replay(ctx context.Context, d im.Draft) (im.Stored, error) {
 		if err != nil {
 			return im.Stored{}, err
 		}
+		seqs, placed, err := st.placedSeqs(ctx, msg, recipients)
+		if err != nil {
+			return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
+		}
+		if placed {
+			return im.Stored{Message: msg, Inboxed: seqs, Replayed: true}, nil
+		}
 		return st.placeDirect(ctx, msg, recipients, nil, time.Now(), true)
 	}
 	seqs := map[im.UserID]int64{}

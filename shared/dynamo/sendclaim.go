@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -121,12 +122,26 @@ func (st *Store) placeDirect(ctx context.Context, msg im.Message, recipients []i
 			return im.Stored{}, err
 		}
 	}
+	// The inboxes are placed at once: a placement races other appends to
+	// its inbox from the moment pos was read, so the shorter that is, the
+	// fewer races it loses.
 	seqs := make(map[im.UserID]int64, len(recipients))
-	for _, u := range recipients {
-		var err error
-		if seqs[u], err = st.placeInInbox(ctx, msg, u, pos[u], now); err != nil {
-			return im.Stored{}, err
-		}
+	errs := make([]error, len(recipients))
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for i, u := range recipients {
+		wg.Go(func() {
+			seq, err := st.placeInInbox(ctx, msg, u, pos[u], now)
+			mu.Lock()
+			defer mu.Unlock()
+			seqs[u], errs[i] = seq, err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return im.Stored{}, err
 	}
 	return im.Stored{Message: msg, Inboxed: seqs, Replayed: replayed}, nil
 }
@@ -159,6 +174,8 @@ func (st *Store) placeInInbox(ctx context.Context, msg im.Message, u im.UserID, 
 func (st *Store) placeOnce(ctx context.Context, msg im.Message, u im.UserID, p im.InboxPosition, now time.Time) (int64, error) {
 	owed := []im.Message{msg}
 	switch {
+	case p.Last == msg.ConvSeq && p.LastInPlace && p.LastSeq > 0:
+		return p.LastSeq, nil // placed already (a retry)
 	case p.Last >= msg.ConvSeq:
 		owed = nil // placed already, or claimed (a retry, another send's backlog)
 	case p.Last < msg.ConvSeq-1:
@@ -177,21 +194,71 @@ func (st *Store) placeOnce(ctx context.Context, msg im.Message, u im.UserID, p i
 			return e.Seq, nil
 		}
 	}
-	return st.seqOf(ctx, u, msg)
-}
-
-// seqOf finds where msg is in u's inbox: the entry at the seq u's
-// conversation index claimed for it, or, when later messages moved the
-// index on, the newest entries read back until msg's.
-func (st *Store) seqOf(ctx context.Context, u im.UserID, msg im.Message) (int64, error) {
 	head, _, err := st.Head(ctx, u)
 	if err != nil {
 		return 0, err
 	}
-	q := st.inboxSpan(u, 1, head)
+	return st.seqOf(ctx, u, msg, head)
+}
+
+// placedSeqs reports where msg, logged by a claim-mode send, is in each
+// recipient's inbox, reading only what a placed message needs (a retried
+// send, which a weak network makes common, then costs a few item reads
+// instead of a placement's head Queries): each recipient's conversation
+// index item and, where its last convSeq is msg's, the entry it claimed.
+// A last convSeq beyond msg's means msg is in place: a message is claimed
+// only after its predecessor's entry is (AppendGroup). placed is false when
+// an inbox may still lack msg; the caller places it (placeDirect).
+func (st *Store) placedSeqs(ctx context.Context, msg im.Message, recipients []im.UserID) (seqs map[im.UserID]int64, placed bool, err error) {
+	keys := make([]map[string]types.AttributeValue, 0, len(recipients))
+	for _, u := range recipients {
+		keys = append(keys, inboxKey(u, convIndexSK(msg.Conversation)))
+	}
+	type claimed struct{ last, seq int64 }
+	index := make(map[im.UserID]claimed, len(recipients))
+	err = st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+		index[im.UserID(getS(it, attrUser))] = claimed{getN(it, attrLast), getN(it, attrInboxSeq)}
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("placed %s: %w", msg.ID, err)
+	}
+	seqs = make(map[im.UserID]int64, len(recipients))
+	for _, u := range recipients {
+		c := index[u]
+		switch {
+		case c.last < msg.ConvSeq || c.seq == 0:
+			return nil, false, nil
+		case c.last == msg.ConvSeq:
+			out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, entrySK(c.seq)), ConsistentRead: aws.Bool(true)})
+			if err != nil {
+				return nil, false, fmt.Errorf("placed %s: claimed entry #%d: %w", msg.ID, c.seq, err)
+			}
+			if out.Item == nil || getS(out.Item, attrMID) != string(msg.ID) {
+				return nil, false, nil
+			}
+			seqs[u] = c.seq
+		default:
+			seq, err := st.seqOf(ctx, u, msg, c.seq)
+			if errors.Is(err, im.ErrNotFound) {
+				return nil, false, nil // reaped, or moved: let placement decide
+			}
+			if err != nil {
+				return nil, false, err
+			}
+			seqs[u] = seq
+		}
+	}
+	return seqs, true, nil
+}
+
+// seqOf finds where msg is in u's inbox at or below seq hi (the head, or
+// the seq of a later message of its conversation): the entries read back
+// from hi until msg's.
+func (st *Store) seqOf(ctx context.Context, u im.UserID, msg im.Message, hi int64) (int64, error) {
+	q := st.inboxSpan(u, 1, hi)
 	q.ScanIndexForward, q.ConsistentRead = aws.Bool(false), aws.Bool(true)
 	var seq int64
-	err = st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
+	err := st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
 		if getS(it, attrMID) == string(msg.ID) {
 			seq = getN(it, attrSeq)
 			return false

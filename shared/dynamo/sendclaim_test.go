@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
@@ -97,5 +98,104 @@ func TestTheRetryOfAClaimedSendPlacesWhatACrashLeft(t *testing.T) {
 		if page, err := plain.Page(ctx, u, 0, 10, wire.EntrySize); err != nil || len(page.Entries) != 1 || page.Entries[0].Message.ID != got.Message.ID {
 			t.Fatalf("%s: %+v, %v; want the message once", u, page.Entries, err)
 		}
+	}
+}
+
+// A retried claim-mode send whose message is in place (the common retry:
+// the ACK was lost on a weak network) is answered from item reads — the
+// conversation index items and the entry they claimed — with no Query
+// beyond the head reads every send attempt makes (a placement's would add
+// as many again and more: under chaos on a slow emulator, retries doing
+// whole placements swamped the stack), and says where the message is in
+// each inbox, for the newest message of the conversation and an older one.
+func TestARetryOfAPlacedClaimedSendReadsItemsOnly(t *testing.T) {
+	t.Parallel()
+	ctx, now := context.Background(), time.Now()
+	var queries atomic.Int32
+	plain, counting := newStores(t, func(ctx context.Context, in any) error {
+		if _, ok := in.(*dynamodb.QueryInput); ok {
+			queries.Add(1)
+		}
+		return nil
+	})
+	plain.SendMode, counting.SendMode = dynamo.SendClaim, dynamo.SendClaim
+	first, err := plain.Send(ctx, draft("alice", "a1", "bob", `"one"`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := counting.Send(ctx, draft("bob", "b1", "alice", `"two"`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	perAttempt := queries.Swap(0)
+	again, err := counting.Send(ctx, draft("bob", "b1", "alice", `"two"`), now)
+	if err != nil || !again.Replayed || again.Message.ID != second.Message.ID || again.Inboxed["alice"] != 2 || again.Inboxed["bob"] != 2 {
+		t.Fatalf("retry of the newest: %+v, %v; want a replay of %s at seq 2 in both inboxes", again, err, second.Message.ID)
+	}
+	if q := queries.Load(); q > perAttempt {
+		t.Fatalf("the retry of a placed send made %d Queries, want at most the %d of a send's head reads", q, perAttempt)
+	}
+	older, err := counting.Send(ctx, draft("alice", "a1", "bob", `"one"`), now)
+	if err != nil || !older.Replayed || older.Message.ID != first.Message.ID || older.Inboxed["alice"] != 1 || older.Inboxed["bob"] != 1 {
+		t.Fatalf("retry of the older: %+v, %v; want a replay of %s at seq 1 in both inboxes", older, err, first.Message.ID)
+	}
+	for _, u := range []im.UserID{"alice", "bob"} {
+		if page, err := plain.Page(ctx, u, 0, 10, wire.EntrySize); err != nil || len(page.Entries) != 2 {
+			t.Fatalf("%s: %+v, %v; want the two messages once each", u, page.Entries, err)
+		}
+	}
+}
+
+// Issue 12: a claim-mode send that loses the race for its claimed seq —
+// another conversation's send put an entry there between its claim and its
+// put — follows the entries up (the claim moves one seq, the entry goes
+// there) instead of reading the inbox head again, and both messages end up
+// in the inbox once each, gap-free, at the seqs the sends answered.
+func TestALostRaceForTheClaimedSeqFollowsTheEntriesUp(t *testing.T) {
+	t.Parallel()
+	ctx, now := context.Background(), time.Now()
+	var (
+		raced   atomic.Bool
+		queries atomic.Int32
+		plain   *dynamo.Store
+		carol   im.Stored
+		raceErr error
+	)
+	alice := im.Direct("alice", "bob")
+	plain, racing := newStores(t, func(ctx context.Context, in any) error {
+		switch in := in.(type) {
+		case *dynamodb.QueryInput:
+			if raced.Load() {
+				queries.Add(1)
+			}
+		case *dynamodb.PutItemInput:
+			conv, _ := in.Item["conversationId"].(*types.AttributeValueMemberS)
+			user, _ := in.Item["userId"].(*types.AttributeValueMemberS)
+			if conv != nil && user != nil && conv.Value == string(alice) && user.Value == "bob" && !raced.Swap(true) {
+				// Carol's send to bob commits first, at the seq alice's
+				// send has just claimed in bob's inbox.
+				carol, raceErr = plain.Send(ctx, draft("carol", "c1", "bob", `"first"`), now)
+			}
+		}
+		return nil
+	})
+	plain.SendMode, racing.SendMode = dynamo.SendClaim, dynamo.SendClaim
+	hello, err := plain.Send(ctx, draft("bob", "b0", "alice", `"hello"`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := racing.Send(ctx, draft("alice", "a1", "bob", `"second"`), now)
+	if err != nil || raceErr != nil || !raced.Load() {
+		t.Fatalf("alice: %v; carol: %v; raced %v", err, raceErr, raced.Load())
+	}
+	if carol.Inboxed["bob"] != 2 || got.Inboxed["bob"] != 3 {
+		t.Fatalf("bob's inbox seqs: carol's %d, alice's %d; want 2 and 3", carol.Inboxed["bob"], got.Inboxed["bob"])
+	}
+	if q := queries.Load(); q != 0 {
+		t.Fatalf("after losing the race alice's send made %d Queries; want none (it follows the entries up)", q)
+	}
+	page, err := plain.Page(ctx, "bob", 0, 10, wire.EntrySize)
+	if err != nil || len(page.Entries) != 3 || page.Entries[0].Message.ID != hello.Message.ID || page.Entries[1].Message.ID != carol.Message.ID || page.Entries[2].Message.ID != got.Message.ID {
+		t.Fatalf("bob's inbox: %+v, %v; want his hello, carol's message, then alice's", page.Entries, err)
 	}
 }
