@@ -9,7 +9,7 @@
 #   make test-localstack  the SQS-facing end-to-end tests against LocalStack's own SQS (PyPI, no Docker)
 #   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
 #   make test-memdyn  the end-to-end suites again on memdyn and memsqs, the emulators built for scale
-#   make test-send-claim  the store contract and end-to-end suites again with 1:1 sends by claim-then-put (SendMode claim)
+#   make test-send-transaction  the store contract and end-to-end suites again with 1:1 sends in one transaction (SendMode transaction)
 #   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
 #   make bench-cost   a delivered message priced at AWS list prices (signet bench cost)
 #   make bench-cost-check  the same, failing if a figure regresses past its ceiling (CI)
@@ -37,7 +37,7 @@ FUZZTIME ?= 10s
 # Go fuzz targets: package and target.
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody
 
-.PHONY: all build test test-burst chaos chaos-100k test-stores test-memdyn test-send-claim bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -179,10 +179,11 @@ test-stores: $(MOTO)/bin/moto_server
 test-memdyn:
 	SIGNET_DYNAMODB_EMULATOR=memdyn SIGNET_SQS_EMULATOR=memsqs $(GO) test -count=1 ./shared/devstack/ ./shared/chaos/
 
-# The store contract and end-to-end suites with 1:1 sends by claim-then-put
-# (SIGNET_SEND_MODE=claim), the mode that is not yet the default.
-test-send-claim:
-	SIGNET_TEST_SEND_MODE=claim $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
+# The store contract and end-to-end suites with 1:1 sends in one
+# transaction (SIGNET_SEND_MODE=transaction), the mode that is not the
+# default (claim-then-put is).
+test-send-transaction:
+	SIGNET_TEST_SEND_MODE=transaction $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
 
 # Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
 bench-100k:

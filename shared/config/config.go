@@ -146,7 +146,7 @@ var Vars = []Var{
 	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
 	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
-	{EnvSendMode, "transaction", "how a 1:1 message is stored: transaction (one transaction of six items) or claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units; not yet the default)"},
+	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},
 	{EnvLogLevel, "info", "lowest level logged: debug (adds a line per push, redelivery check and ack), info (a line per stored message, every failure), warn or error"},
 }
 

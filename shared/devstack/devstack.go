@@ -199,7 +199,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	if m := os.Getenv(EnvTestSendMode); m != "" && o.Parameters["SendMode"] == "" {
-		// The suites again with the other 1:1 send mode (make test-send-claim).
+		// The suites again with the other 1:1 send mode (make test-send-transaction).
 		o.Parameters = maps.Clone(o.Parameters)
 		if o.Parameters == nil {
 			o.Parameters = map[string]string{}

@@ -23,17 +23,17 @@
 //	             conversationId / "u#<userId>"     group member: role, joined, removed/left
 //
 // Invariants kept here:
-//   - A 1:1 send (SendMode transaction, the default; sendItems) is one
-//     TransactWriteItems: the sender's idempotency item and the log item
-//     put with attribute_not_exists, and per participant the inbox entry
-//     at the head just read plus one (entries are their own heads) and the
-//     conversation index. In SendMode claim (sendclaim.go, opt-in) only the
-//     log item (at the conversation's head plus one) and the idempotency
-//     item are one transaction; the message then goes into each
-//     participant's inbox as fan-out does (below), after any predecessor
-//     not yet there, before the ACK: one order in both inboxes, each
-//     message once, a send a crash cut short completed by its retry or by
-//     the conversation's next send.
+//   - A 1:1 send (SendMode claim, the default; sendclaim.go) puts the log
+//     item (at the conversation's head plus one) and the sender's
+//     idempotency item in one TransactWriteItems, both with
+//     attribute_not_exists; the message then goes into each participant's
+//     inbox as fan-out does (below), after any predecessor not yet there,
+//     before the ACK: one order in both inboxes, each message once, a send
+//     a crash cut short completed by its retry or by the conversation's
+//     next send. In SendMode transaction (sendItems) it is one
+//     TransactWriteItems of those two items and, per participant, the
+//     inbox entry at the head just read plus one (entries are their own
+//     heads) and the conversation index.
 //   - A group send is one TransactWriteItems: the conversation head (on the
 //     value read), the message, the sender's idempotency item and a check
 //     that the sender is a current member. Membership changes update the

@@ -16,7 +16,7 @@ import (
 
 // Send modes (Store.SendMode, setting SIGNET_SEND_MODE).
 const (
-	// SendClaim (opt-in, not yet the default) stores the log item and the idempotency
+	// SendClaim (the default) stores the log item and the idempotency
 	// item in one transaction and then places the message in both inboxes
 	// the way the group fan-out does (AppendGroup: claim in the
 	// conversation index, then put the entry), before the ACK (issue 12:
@@ -24,7 +24,8 @@ const (
 	SendClaim = "claim"
 	// SendTransaction stores a 1:1 message, its idempotency item and both
 	// inbox entries and conversation index updates in one transaction
-	// (sendItems): six items at twice the write units.
+	// (sendItems): six items at twice the write units. The default until
+	// the tenth session; kept for stacks that want one transaction per send.
 	SendTransaction = "transaction"
 )
 

@@ -43,8 +43,8 @@ type Store struct {
 	// entries may have been reaped: heads.go); time.Now when nil. Tests
 	// that simulate days set it with the handlers' clock.
 	Now func() time.Time
-	// SendMode is how a 1:1 message is stored: SendTransaction (New's
-	// default; sendItems) or SendClaim (see sendClaimed).
+	// SendMode is how a 1:1 message is stored: SendClaim (New's default;
+	// see sendClaimed) or SendTransaction (sendItems).
 	SendMode string
 	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
 	MaxAttempts int
@@ -52,7 +52,7 @@ type Store struct {
 
 // New returns a store over the given client and tables.
 func New(db *dynamodb.Client, tables Tables) *Store {
-	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, SendMode: SendTransaction, MaxAttempts: 25}
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, SendMode: SendClaim, MaxAttempts: 25}
 }
 
 // Attribute names shared by several item kinds.

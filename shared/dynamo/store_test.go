@@ -59,7 +59,7 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 	}
 	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]}
 	// SIGNET_TEST_SEND_MODE runs the suite with a 1:1 send mode other
-	// than the default (make test-send-claim).
+	// than the default (make test-send-transaction).
 	newStore := func(db *dynamodb.Client) *dynamo.Store {
 		st := dynamo.New(db, tables)
 		if m := os.Getenv("SIGNET_TEST_SEND_MODE"); m != "" {
