@@ -76,10 +76,7 @@ unsent ones are retried.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	if err := cf.check(); err != nil {
+	if err := cf.parse(fs, args, stderr); err != nil {
 		return err
 	}
 	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}, seen: map[string]bool{}, lastSent: map[string]int64{}}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +54,14 @@ func (f *clientFlags) register(fs *flag.FlagSet, defaultDevice string) {
 	fs.StringVar(&f.token, "token", os.Getenv("SIGNET_TOKEN"), "JWT to connect with (env SIGNET_TOKEN); default: mint one with --secret")
 	fs.StringVar(&f.secret, "secret", envOr(config.EnvJWTSecret, devstack.DefaultSecret), "HS256 secret for minting a token (env SIGNET_JWT_SECRET; default: the local stack's)")
 	fs.StringVar(&f.data, "data", dataHome(), "data directory; the device store is <data>/<user>/<device>/client.db")
+}
+
+// parse parses a client command's flags (parse) and checks them (check).
+func (f *clientFlags) parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	return f.check()
 }
 
 // check refuses a missing or malformed --user or --device, and a --token

@@ -34,10 +34,7 @@ runs a client command.
 		fs.PrintDefaults()
 	}
 	flags, pos := interleaved(fs, args)
-	if err := parse(fs, flags, stderr); err != nil {
-		return err
-	}
-	if err := cf.check(); err != nil {
+	if err := cf.parse(fs, flags, stderr); err != nil {
 		return err
 	}
 	if *to == "" || len(pos) == 0 {

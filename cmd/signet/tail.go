@@ -35,10 +35,7 @@ consumer drops a repeat by seq.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	if err := cf.check(); err != nil {
+	if err := cf.parse(fs, args, stderr); err != nil {
 		return err
 	}
 	shownPath := filepath.Join(cf.dir(), "tail.shown")

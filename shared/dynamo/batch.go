@@ -53,17 +53,10 @@ func project(q *dynamodb.QueryInput, attrs ...string) *dynamodb.QueryInput {
 
 // queryAll runs in page after page and hands every item to visit.
 func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue)) error {
-	p := dynamodb.NewQueryPaginator(st.db, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return err
-		}
-		for _, it := range page.Items {
-			visit(it)
-		}
-	}
-	return nil
+	return st.queryUntil(ctx, in, func(it map[string]types.AttributeValue) bool {
+		visit(it)
+		return true
+	})
 }
 
 // queryUntil is queryAll that stops when visit returns false.

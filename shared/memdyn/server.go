@@ -126,6 +126,15 @@ func (s *Server) table(name string) (*table, error) {
 	return t, nil
 }
 
+// tableOf is the table a request of one TableName names.
+func (s *Server) tableOf(body []byte) (*table, error) {
+	var in struct{ TableName string }
+	if err := decode(body, &in); err != nil {
+		return nil, err
+	}
+	return s.table(in.TableName)
+}
+
 func (s *Server) createTable(body []byte) (any, error) {
 	var in struct {
 		TableName            string
@@ -175,17 +184,13 @@ func (s *Server) createTable(body []byte) (any, error) {
 }
 
 func (s *Server) deleteTable(body []byte) (any, error) {
-	var in struct{ TableName string }
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	t, err := s.table(in.TableName)
+	t, err := s.tableOf(body)
 	if err != nil {
 		return nil, err
 	}
-	delete(s.tables, in.TableName)
+	delete(s.tables, t.name)
 	if s.journal != nil {
-		s.note(record{Op: "drop", Table: in.TableName})
+		s.note(record{Op: "drop", Table: t.name})
 	}
 	d := t.describe()
 	d["TableStatus"] = "DELETING"
@@ -193,11 +198,7 @@ func (s *Server) deleteTable(body []byte) (any, error) {
 }
 
 func (s *Server) describeTable(body []byte) (any, error) {
-	var in struct{ TableName string }
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	t, err := s.table(in.TableName)
+	t, err := s.tableOf(body)
 	if err != nil {
 		return nil, err
 	}
@@ -236,11 +237,7 @@ func (s *Server) updateTTL(body []byte) (any, error) {
 }
 
 func (s *Server) describeTTL(body []byte) (any, error) {
-	var in struct{ TableName string }
-	if err := decode(body, &in); err != nil {
-		return nil, err
-	}
-	t, err := s.table(in.TableName)
+	t, err := s.tableOf(body)
 	if err != nil {
 		return nil, err
 	}
