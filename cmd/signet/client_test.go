@@ -18,6 +18,7 @@ import (
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 func startLocal(t *testing.T, concurrency ...int) *devstack.Stack {
@@ -426,5 +427,36 @@ func TestTailAcksWhatItPrintedBeforeItExits(t *testing.T) {
 		if st.Running() == 0 && time.Since(start) > 5*time.Second {
 			t.Fatalf("bob/pager acked %d of 3 after tail exited (%v)", d.Acked, err)
 		}
+	}
+}
+
+// `signet send` writes the device's outbox before it connects, as its help
+// says: a send that cannot reach the server says where the message waits,
+// and the next client command of that user and device sends it — once, and
+// before what that command sends itself.
+func TestASendThatCannotConnectIsSentByTheNextRun(t *testing.T) {
+	ctx, data := context.Background(), t.TempDir()
+	var out, errOut syncBuffer
+	code := run(ctx, []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + freeAddr(t) + "/", "--data", data, "--timeout", "1s", "--id", "late-1", "the deploy window moved"}, &out, &errOut)
+	if code == 0 || !strings.Contains(errOut.String(), "clientMsgId late-1) stays in the outbox") {
+		t.Fatalf("send with the server down: exit %d, %q; want a failure that says the message stays in the outbox", code, errOut.String())
+	}
+	st := startLocal(t)
+	out, errOut = syncBuffer{}, syncBuffer{}
+	if code := run(ctx, []string{"send", "--user", "alice", "--to", "bob", "--url", st.URL, "--data", data, "second"}, &out, &errOut); code != 0 {
+		t.Fatalf("the next send: exit %d: %s", code, errOut.String())
+	}
+	page, err := st.Store.Page(ctx, "bob", 0, 10, wire.EntrySize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range page.Entries {
+		var b struct{ Text string }
+		_ = json.Unmarshal(e.Message.Body, &b)
+		got = append(got, b.Text)
+	}
+	if strings.Join(got, "|") != "the deploy window moved|second" {
+		t.Fatalf("bob's inbox: %q; want the queued message once, then the next run's", got)
 	}
 }

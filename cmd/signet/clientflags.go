@@ -114,12 +114,15 @@ func tokenSubject(token string) (sub, did string, ok bool) {
 // dir is the device's data directory.
 func (f *clientFlags) dir() string { return filepath.Join(f.data, f.user, f.device) }
 
+// storePath is the device's store: its messages, cursor and outbox.
+func (f *clientFlags) storePath() string { return filepath.Join(f.dir(), "client.db") }
+
 // dial connects the user's device client.
 func (f *clientFlags) dial(ctx context.Context, mutate func(*client.Options)) (*client.Client, error) {
 	opts := client.Options{
 		URL:    f.url,
 		Device: f.device,
-		Path:   filepath.Join(f.dir(), "client.db"),
+		Path:   f.storePath(),
 		Token: func(context.Context) (string, error) {
 			if f.token != "" {
 				return f.token, nil

@@ -27,9 +27,9 @@ func runSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(fs.Output(), `Usage: signet send --user <me> --to <user|g:id> [flags] <text>
 
 Sends one message and prints the server's ACK as one JSON line. The message
-is written to the device's outbox first: if no ACK arrives in time it stays
-there and is sent again (same clientMsgId) the next time this user/device
-runs a client command.
+is written to the device's outbox first: if it cannot connect or no ACK
+arrives in time, it stays there and is sent again (same clientMsgId) the
+next time this user/device runs a client command.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
@@ -47,18 +47,23 @@ runs a client command.
 	} else if !json.Valid(body) {
 		return fmt.Errorf("%w: --json text is not valid JSON", errUsage)
 	}
+	d := client.Draft{ClientMsgID: *id, To: *to, Body: body}
+	if strings.HasPrefix(*to, "g:") {
+		d.To, d.ConversationID = "", *to
+	}
+	// The outbox first: a send that cannot connect is not lost.
+	d, err := client.Queue(cf.storePath(), d)
+	if err != nil {
+		return err
+	}
 	sctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	cf.timeout = *timeout
 	c, err := cf.dial(sctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w; the message (clientMsgId %s) stays in the outbox of %s and is sent the next time this user/device runs a client command", err, d.ClientMsgID, cf.dir())
 	}
 	defer c.Close()
-	d := client.Draft{ClientMsgID: *id, To: *to, Body: body}
-	if strings.HasPrefix(*to, "g:") {
-		d.To, d.ConversationID = "", *to
-	}
 	sent, err := c.SendDraft(sctx, d)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("no ACK within %s; the message stays in the outbox of %s and is retried on the next run", *timeout, cf.dir())

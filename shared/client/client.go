@@ -351,31 +351,17 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	if d.ClientMsgID == "" {
 		d.ClientMsgID = newClientMsgID()
 	}
-	frame, err := json.Marshal(wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body})
-	if err != nil {
-		return Sent{}, err
-	}
 	ch := make(chan sendResult, 1)
 	c.mu.Lock()
 	c.waiters[d.ClientMsgID] = append(c.waiters[d.ClientMsgID], ch)
 	c.mu.Unlock()
-	fp := draftFingerprint(d)
-	prev, pending, err := c.store.enqueue(outboxItem{ID: d.ClientMsgID, Frame: string(frame), At: time.Now(), Fp: fp})
-	switch {
-	case err != nil:
+	prev, err := enqueueDraft(c.store, d)
+	if err != nil || prev != nil {
 		c.dropWaiter(d.ClientMsgID, ch)
-		return Sent{}, err
-	case prev != nil:
-		// Sent before: the same message gets its ACK again; another one
-		// is refused here, in the words the server would use.
-		c.dropWaiter(d.ClientMsgID, ch)
-		if prev.Fp != "" && prev.Fp != fp {
-			return Sent{}, errClientMsgIDReused()
+		if err != nil {
+			return Sent{}, err
 		}
 		return prev.Sent, nil
-	case pending != nil && pending.Fp != "" && pending.Fp != fp:
-		c.dropWaiter(d.ClientMsgID, ch)
-		return Sent{}, errClientMsgIDReused()
 	}
 	// New, or the same send still in the outbox: wait for its ACK.
 	if h := c.opts.hooks.afterEnqueue; h != nil && h(d.ClientMsgID) == errCrash {
@@ -394,6 +380,44 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	case <-c.done:
 		return Sent{}, errors.New("client closed; the send stays in the outbox")
 	}
+}
+
+// enqueueDraft writes d (its ClientMsgID set) to the outbox of st. A
+// clientMsgId ACKed before returns its record (the same message gets its
+// ACK again); one ACKed or queued for other content is refused here, in the
+// words the server would use.
+func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
+	frame, err := json.Marshal(wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body})
+	if err != nil {
+		return nil, err
+	}
+	fp := draftFingerprint(d)
+	prev, pending, err := st.enqueue(outboxItem{ID: d.ClientMsgID, Frame: string(frame), At: time.Now(), Fp: fp})
+	switch {
+	case err != nil:
+		return nil, err
+	case prev != nil && prev.Fp != "" && prev.Fp != fp, pending != nil && pending.Fp != "" && pending.Fp != fp:
+		return nil, errClientMsgIDReused()
+	}
+	return prev, nil
+}
+
+// Queue writes a send to the outbox of the device store at path without
+// connecting (the store must not be open in a client: ErrStoreInUse): the
+// next client on that store sends it, with the same clientMsgId, as it
+// sends whatever its outbox holds. It returns d with its ClientMsgID (made
+// up when empty). A clientMsgId already ACKed or queued for the same
+// content is left as it is; for other content it is refused.
+func Queue(path string, d Draft) (Draft, error) {
+	if d.ClientMsgID == "" {
+		d.ClientMsgID = newClientMsgID()
+	}
+	st, err := openStore(path)
+	if err != nil {
+		return d, err
+	}
+	_, err = enqueueDraft(st, d)
+	return d, errors.Join(err, st.close())
 }
 
 // dropWaiter forgets a waiter that will not wait.
