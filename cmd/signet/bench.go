@@ -587,8 +587,9 @@ func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	if pings == 0 {
 		return cost.Usage{}, fmt.Errorf("no keep-alive ping in %s", window)
 	}
-	// Per device: a day holds 180 pings of 8 minutes.
-	scale := float64(devices) * float64(24*time.Hour/client.DefaultPingInterval) / float64(pings)
+	// Per device: a day holds 180 keep-alive ticks of 8 minutes, every
+	// DefaultHeadEvery-th a ping (60), the others keepalive frames.
+	scale := float64(devices) * float64(24*time.Hour/client.DefaultPingInterval/client.DefaultHeadEvery) / float64(pings)
 	u.WebSocketMessages = int64(float64(u.WebSocketMessages) * scale)
 	u.LambdaRequests = int64(float64(u.LambdaRequests) * scale)
 	u.LambdaGBSeconds *= scale

@@ -99,10 +99,17 @@ func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
 			return ""
 		}},
 		{[]string{"--scenario", "idle-day"}, "device-day", 4, func(p cost.Priced) string {
-			// A day of the SDK's pings per device (180 of 8 minutes), 1,440 minutes.
-			perDay := int64(24 * time.Hour / client.DefaultPingInterval)
+			// A day of the SDK's pings per device (60: a third of its 180
+			// keep-alive ticks of 8 minutes), 1,440 minutes.
+			perDay := int64(24 * time.Hour / client.DefaultPingInterval / client.DefaultHeadEvery)
 			if p.Invocations["PingFunction"] < 4*perDay-8 || p.Invocations["PingFunction"] > 4*perDay+8 || p.ConnectionMinutes != 4*1440 {
 				return fmt.Sprintf("not scaled to %d pings and 1,440 connection minutes per device", perDay)
+			}
+			// Two messages per ping, one per keepalive (120): 240, give or
+			// take a tick at either end of the window; every tick a ping
+			// would be 360.
+			if m := p.WebSocketMessages / 4; m < 200 || m > 290 {
+				return fmt.Sprintf("%d API Gateway messages per device-day, want about 240 (60 pings, 120 keepalives)", m)
 			}
 			return ""
 		}},

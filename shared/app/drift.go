@@ -29,6 +29,11 @@ var Routes = map[string]string{
 // their error frames.
 var OneWay = map[string]bool{"ack": true, "read": true, "send": true}
 
+// MockRoutes are the routes API Gateway answers itself (a MOCK integration,
+// one-way: nothing is invoked and nothing is sent back): keepalive keeps an
+// idle connection open for one billed message (issue 12).
+var MockRoutes = map[string]bool{"keepalive": true}
+
 // HTTPRoutes maps every HTTP API route the code serves to its function.
 var HTTPRoutes = map[string]string{
 	"POST /v1/messages":           "AlertsFunction",

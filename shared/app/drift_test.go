@@ -213,9 +213,20 @@ func Drift(t *template.Template) []string {
 	for id := range t.Deployments {
 		add("deployment %s: is deployed once and never again; use the stage's AutoDeploy", id)
 	}
-	for key := range t.Routes {
-		if _, ok := Routes[key]; !ok {
+	for key, r := range t.Routes {
+		_, served := Routes[key]
+		switch {
+		case MockRoutes[key] && (!r.Mock || r.Responds):
+			add("route %s: must be a one-way MOCK route (API Gateway answers it, invoking nothing)", key)
+		case r.Mock && !MockRoutes[key]:
+			add("route %s: is a MOCK route the code does not know", key)
+		case !served && !MockRoutes[key]:
 			add("route %s: in the template, not served by the code", key)
+		}
+	}
+	for key := range MockRoutes {
+		if _, ok := t.Routes[key]; !ok {
+			add("route %s: API Gateway is to answer it, missing from the template", key)
 		}
 	}
 	for key, fn := range HTTPRoutes {

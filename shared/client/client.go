@@ -20,14 +20,20 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
-// DefaultPingInterval is how often a connection pings when nothing else
-// sets it: within API Gateway's 10-minute idle timeout with two minutes to
-// spare. Every ping is two API Gateway messages, an invocation, a write and
-// a head read (issue 12: at 5 minutes an idle device cost 288 of them a
-// day, at 8 minutes 180). A pong also carries the inbox head, so it bounds
-// how long a device whose pushes were all lost stays behind (Liveness in
-// docs/protocol.md).
+// DefaultPingInterval is how often a connection sends a keep-alive frame
+// when nothing else sets it: within API Gateway's 10-minute idle timeout
+// with two minutes to spare. Every DefaultHeadEvery-th is a ping — two API
+// Gateway messages, an invocation, a write and a head read, answered by a
+// pong that carries the inbox head (so it bounds how long a device whose
+// pushes were all lost stays behind: Liveness in docs/protocol.md) and
+// keeps the device's presence live — and the others are keepalive frames
+// API Gateway answers itself: one message, nothing invoked (issue 12: 180
+// pings a device-day at 8 minutes; now 60 pings and 120 keepalives).
 const DefaultPingInterval = 8 * time.Minute
+
+// DefaultHeadEvery is how many keep-alive ticks make one ping (the rest are
+// keepalive frames): a ping every 24 minutes at DefaultPingInterval.
+const DefaultHeadEvery = 3
 
 // Options configure a Client. URL, Token and Path are required.
 type Options struct {
@@ -64,6 +70,11 @@ type Options struct {
 	// PingInterval keeps an idle connection open (DefaultPingInterval; API Gateway closes
 	// connections idle for 10 min).
 	PingInterval time.Duration
+	// HeadEvery makes every HeadEvery-th keep-alive tick a ping (its pong
+	// carries the inbox head; it keeps the device's presence live) and the
+	// others keepalive frames API Gateway answers without an invocation
+	// (DefaultHeadEvery; 1: every tick a ping).
+	HeadEvery int
 	// PongTimeout is how long a ping may go unanswered (no frame at all
 	// arrives) before the connection counts as dead and is replaced (15 s).
 	// A connection that has sends or a sync waiting for ResendAfter with
@@ -229,6 +240,9 @@ func (o *Options) defaults() {
 	}
 	if o.PingInterval <= 0 {
 		o.PingInterval = DefaultPingInterval
+	}
+	if o.HeadEvery <= 0 {
+		o.HeadEvery = DefaultHeadEvery
 	}
 	if o.PongTimeout <= 0 {
 		o.PongTimeout = 15 * time.Second

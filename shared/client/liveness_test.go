@@ -102,7 +102,9 @@ func TestMissedPushesAreCaughtUpByNotifyWithoutReconnect(t *testing.T) {
 }
 
 // If the notify is lost too, the head in the next pong tells the device it
-// is behind: the bound is one ping interval plus the catch-up grace.
+// is behind: the bound is HeadEvery keep-alive intervals (one ping; the
+// keepalive frames between are answered by API Gateway, with no head) plus
+// the catch-up grace.
 func TestMissedPushesAndNotifyAreCaughtUpByPong(t *testing.T) {
 	t.Parallel()
 	st, dropped := dropStack(t, "bob", "message", "notify")

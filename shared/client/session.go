@@ -134,6 +134,8 @@ type session struct {
 	// lastRecv is when the last frame arrived; pingSent when a ping went
 	// out that no frame has followed yet (zero: none outstanding).
 	lastRecv, pingSent time.Time
+	// ticks counts keep-alive ticks (keepAlive).
+	ticks int
 	// resyncAgain asks for one more sync when the current one ends (a
 	// push arrived before this device knew its inbox's epoch).
 	resyncAgain bool
@@ -245,7 +247,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 				err = s.flushOutbox(sctx)
 			}
 		case <-pingTick.C:
-			err = s.ping(sctx)
+			err = s.keepAlive(sctx)
 		case o := <-c.out:
 			err = s.conn.Write(sctx, o.frame)
 			o.done <- err
@@ -266,6 +268,16 @@ var errTokenExpired = errors.New("the server closed the connection: its token ex
 
 // errDead ends a session whose connection answers nothing.
 var errDead = errors.New("connection answers nothing (half-open?)")
+
+// keepAlive sends the frame of one keep-alive tick: a ping every
+// HeadEvery-th, else a keepalive frame (no answer, no invocation).
+func (s *session) keepAlive(ctx context.Context) error {
+	s.ticks++
+	if s.ticks%s.c.opts.HeadEvery == 0 {
+		return s.ping(ctx)
+	}
+	return s.write(ctx, wire.Envelope{Action: wire.ActionKeepalive})
+}
 
 func (s *session) ping(ctx context.Context) error {
 	if s.pingSent.IsZero() {

@@ -143,7 +143,7 @@ var Vars = []Var{
 	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
 	{EnvRateLimits, "send=120/1m,group=60/1m,query=300/1m,presence=60/1m,connect=60/1m", "per-user limits per action (query: history, receipts, summary, presence.query; connect: new connections); off disables them"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
-	{EnvPresenceStale, "11m", "a connection counts as live this long after its last connect/ping"},
+	{EnvPresenceStale, "27m", "a connection counts as live this long after its last connect/ping (the SDK pings every 24 minutes)"},
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
 	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
 	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},

@@ -20,7 +20,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.MemberLimit != 500 || c.FanoutBatch != 50 || c.HistoryRetention != 365*24*time.Hour || c.PresenceStale != 11*time.Minute || c.PresenceDebounce != 2*time.Second {
+	if c.MemberLimit != 500 || c.FanoutBatch != 50 || c.HistoryRetention != 365*24*time.Hour || c.PresenceStale != 27*time.Minute || c.PresenceDebounce != 2*time.Second {
 		t.Errorf("group/presence defaults: %+v", c)
 	}
 	if c.Redelivery.PushTimeout != 5*time.Second || c.InboxRetention != 30*24*time.Hour || c.SyncInterval != 2*time.Second {

@@ -549,6 +549,13 @@ func (st *Stack) FunctionEnv(id string) map[string]string {
 // integrates it with.
 func routeGateway(g *gateway.Gateway, t *template.Template, fns map[string]any) error {
 	for key, r := range t.Routes {
+		if r.Mock {
+			if r.Responds {
+				return fmt.Errorf("route %s: the local gateway answers MOCK routes one-way only (no route response)", key)
+			}
+			g.Routes[key] = gateway.Route{Mock: true}
+			continue
+		}
 		h, ok := fns[r.Function].(func(context.Context, events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error))
 		if !ok {
 			return fmt.Errorf("route %s: function %s has no WebSocket handler", key, r.Function)

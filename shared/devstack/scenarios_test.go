@@ -661,3 +661,36 @@ func TestASendsPushesShareOneRedeliveryCheck(t *testing.T) {
 		t.Fatalf("%d SQS SendMessage calls; want 2: one check message for the send's three pushes, one for the two re-pushes", sends)
 	}
 }
+
+// Issue 12: API Gateway answers keepalive itself (a MOCK integration on a
+// one-way route): the frame is metered as one message, invokes no function
+// and gets nothing back, and the connection goes on as before.
+func TestKeepaliveInvokesNothingAndAnswersNothing(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	alice.write(`{"action":"ping"}`)
+	alice.next("pong", 5*time.Second)
+	calls := func(m devstack.Metering) (n int64) {
+		for _, inv := range m.Invocations {
+			n += inv.Requests
+		}
+		return n
+	}
+	before := st.Metered()
+	for range 3 {
+		alice.write(`{"action":"keepalive"}`)
+	}
+	alice.write(`{"action":"ping"}`)
+	alice.next("pong", 5*time.Second)
+	if len(alice.backlog) != 0 {
+		t.Fatalf("frames before the pong: %+v; keepalive must answer nothing", alice.backlog)
+	}
+	after := st.Metered()
+	if got := calls(after) - calls(before); got != 1 {
+		t.Errorf("3 keepalives and a ping made %d invocations, want 1 (the ping's)", got)
+	}
+	if got := after.WebSocketMessages - before.WebSocketMessages; got != 5 {
+		t.Errorf("metered %d messages, want 5 (3 keepalives, a ping and its pong)", got)
+	}
+}

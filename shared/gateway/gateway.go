@@ -31,6 +31,10 @@ type Route struct {
 	// Responds is true for two-way routes: a non-empty response body is
 	// sent back to the caller (a route response in API Gateway terms).
 	Responds bool
+	// Mock is a one-way route with a MOCK integration: API Gateway meters
+	// the frame (it keeps the connection from idling out) and invokes
+	// nothing (Handler is nil).
+	Mock bool
 }
 
 // Limits of API Gateway WebSocket APIs.
@@ -464,6 +468,9 @@ func (g *Gateway) dispatch(ctx context.Context, c *conn, body string) {
 	route, ok := g.Routes[key]
 	if !ok {
 		g.send(ctx, c, []byte(`{"message": "Forbidden", "connectionId":"`+c.id+`"}`))
+		return
+	}
+	if route.Mock {
 		return
 	}
 	rc := g.requestContext(c, key, "MESSAGE")

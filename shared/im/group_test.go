@@ -75,7 +75,7 @@ func TestVisiblePresence(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
 	live := []Connection{{ConnectedAt: now.Add(-time.Hour), LastSeenAt: now.Add(-time.Minute)}}
-	stale := []Connection{{ConnectedAt: now.Add(-time.Hour), LastSeenAt: now.Add(-20 * time.Minute)}}
+	stale := []Connection{{ConnectedAt: now.Add(-time.Hour), LastSeenAt: now.Add(-DefaultPresenceStale - time.Minute)}}
 	cases := []struct {
 		name   string
 		chosen Status

@@ -22,9 +22,12 @@ func (s Status) Settable() bool {
 }
 
 // DefaultPresenceStale is how long a connection record counts as live after
-// its last sign of life (connect, ping or any frame that touches it). API
-// Gateway closes idle connections after 10 minutes; clients ping every 5.
-const DefaultPresenceStale = 11 * time.Minute
+// its last sign of life (connect, ping or any frame that touches it). The
+// SDK pings every 24 minutes (every third keep-alive tick of 8; the others
+// are keepalive frames API Gateway answers without touching the record). A
+// connection that goes away ends with $disconnect, which removes its record
+// at once: staleness only covers a $disconnect that failed.
+const DefaultPresenceStale = 27 * time.Minute
 
 // DefaultPresenceDebounce is how long a change of visible presence waits
 // before it is pushed to peers, so that flapping connections push once.

@@ -120,7 +120,11 @@ type Function struct {
 // Route is an AWS::ApiGatewayV2::Route with its Lambda integration.
 type Route struct {
 	Key      string
-	Function string // logical id of the integration's function
+	Function string // logical id of the integration's function ("" for a mock)
+	// Mock is true for a MOCK integration: API Gateway answers the route
+	// itself and invokes nothing (with no route response, it answers
+	// nothing: the frame only keeps the connection from idling out).
+	Mock bool
 	// Authorizer is the logical id of the authorizer function, if any.
 	Authorizer string
 	// Responds is true when the route has a route response (two-way).
@@ -176,6 +180,7 @@ func Parse(b []byte) (*Template, error) {
 		return nil, fmt.Errorf("parse template: no Resources")
 	}
 	integrations := map[string]string{} // integration id → function id
+	mocks := map[string]bool{}          // MOCK integration ids
 	authorizers := map[string]string{}  // authorizer id → function id
 	type rawRoute struct{ key, target, authorizer string }
 	var routes []rawRoute
@@ -260,6 +265,10 @@ func Parse(b []byte) (*Template, error) {
 			}
 			t.Functions[id] = f
 		case "AWS::ApiGatewayV2::Integration":
+			if scalar(get(props, "IntegrationType")) == "MOCK" {
+				mocks[id] = true
+				continue
+			}
 			integrations[id] = refOf(get(props, "IntegrationUri"))
 		case "AWS::ApiGatewayV2::Authorizer":
 			authorizers[id] = refOf(get(props, "AuthorizerUri"))
@@ -284,10 +293,10 @@ func Parse(b []byte) (*Template, error) {
 	}
 	for _, r := range routes {
 		fn, ok := integrations[r.target]
-		if !ok {
+		if !ok && !mocks[r.target] {
 			return nil, fmt.Errorf("route %s: target integration %q not found", r.key, r.target)
 		}
-		route := Route{Key: r.key, Function: fn}
+		route := Route{Key: r.key, Function: fn, Mock: mocks[r.target]}
 		if r.authorizer != "" {
 			route.Authorizer = authorizers[r.authorizer]
 		}

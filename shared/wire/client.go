@@ -9,12 +9,15 @@ import (
 
 // Client actions (route keys of the WebSocket API).
 const (
-	ActionSend    = "send"
-	ActionAck     = "ack"
-	ActionSync    = "sync"
-	ActionPing    = "ping"
-	ActionRead    = "read"
-	ActionHistory = "history"
+	ActionSend = "send"
+	ActionAck  = "ack"
+	ActionSync = "sync"
+	ActionPing = "ping"
+	// ActionKeepalive keeps a connection from idling out: API Gateway
+	// answers it itself (a MOCK integration) and sends nothing back.
+	ActionKeepalive = "keepalive"
+	ActionRead      = "read"
+	ActionHistory   = "history"
 )
 
 // History is the client frame {"action":"history","conversationId":…,
