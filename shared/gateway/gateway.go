@@ -559,14 +559,15 @@ func (g *Gateway) writeLoop(c *conn) {
 
 // write writes one frame within the write timeout; false when the
 // connection is done for (a client that does not read is disconnected).
+// The timer counts the slow consumer before it closes the socket, so the
+// count is there before anything can see the connection gone.
 func (g *Gateway) write(c *conn, data []byte) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), g.writeTimeout())
-	defer cancel()
-	err := c.ws.Write(ctx, websocket.MessageText, data)
-	if err != nil && ctx.Err() != nil {
-		g.slowConsumer(c, "it did not take a frame within "+g.writeTimeout().String())
-	}
-	return err == nil
+	timeout := g.writeTimeout()
+	stuck := time.AfterFunc(timeout, func() {
+		g.slowConsumer(c, "it did not take a frame within "+timeout.String())
+	})
+	err := c.ws.Write(context.Background(), websocket.MessageText, data)
+	return stuck.Stop() && err == nil
 }
 
 func (g *Gateway) slowConsumer(c *conn, why string) {
