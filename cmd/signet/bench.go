@@ -86,6 +86,7 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	only := fs.String("scenario", "", "run only this scenario")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
+	calls := fs.Bool("calls", false, "also print each scenario's AWS calls and its DynamoDB write and read units by operation and table, per delivered unit")
 	check := fs.Bool("check", false, "hold each scenario's figures against issue 12's goals and ceilings (shared/cost.Goals, calibrated at the default sizes); exit status 1 if one regressed past its ceiling")
 	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
@@ -156,6 +157,9 @@ Flags:
 			continue
 		}
 		priced.Print(stdout)
+		if *calls {
+			priced.PrintCalls(stdout)
+		}
 		fmt.Fprintln(stdout)
 	}
 	if *chart != "" {
@@ -326,7 +330,25 @@ func (r *costRun) usage(scenario string, delivered int) cost.Usage {
 		u.WriteUnitsIA += float64(calls.WCUBy[table])
 		u.ReadUnitsIA += calls.RRUBy[table]
 	}
+	ids := map[string]string{}
+	for id, name := range r.st.Resources.Tables {
+		ids[name] = id
+	}
+	u.Calls, u.WriteUnitsByCall, u.ReadUnitsByCall = floats(calls.Calls, nil), floats(calls.WCUByCall, ids), floats(calls.RRUByCall, ids)
 	return u
+}
+
+// floats copies m's counts as float64s; in keys "Operation table" a
+// table's name becomes its template id when ids has it.
+func floats[V int | float64](m map[string]V, ids map[string]string) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		if op, table, ok := strings.Cut(k, " "); ok && ids[table] != "" {
+			k = op + " " + ids[table]
+		}
+		out[k] += float64(v)
+	}
+	return out
 }
 
 // infrequentAccess returns the names of the stack's tables that
@@ -590,20 +612,7 @@ func idleCost(ctx context.Context, emulator string) (cost.Usage, error) {
 	// Per device: a day holds 180 keep-alive ticks of 8 minutes, every
 	// DefaultHeadEvery-th a ping (60), the others keepalive frames.
 	scale := float64(devices) * float64(24*time.Hour/client.DefaultPingInterval/client.DefaultHeadEvery) / float64(pings)
-	u.WebSocketMessages = int64(float64(u.WebSocketMessages) * scale)
-	u.LambdaRequests = int64(float64(u.LambdaRequests) * scale)
-	u.LambdaGBSeconds *= scale
-	u.WriteUnits *= scale
-	u.ReadUnits *= scale
-	u.SQSRequests = int64(float64(u.SQSRequests) * scale)
-	u.StoredGBMonths *= scale
-	u.WriteUnitsIA *= scale
-	u.ReadUnitsIA *= scale
-	u.StoredGBMonthsIA *= scale
-	u.LogBytes = int64(float64(u.LogBytes) * scale)
-	for fn, n := range u.Invocations {
-		u.Invocations[fn] = int64(float64(n) * scale)
-	}
+	u.Scale(scale)
 	u.ConnectionMinutes = float64(devices) * 24 * 60
 	return u, nil
 }

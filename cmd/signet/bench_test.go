@@ -45,6 +45,18 @@ func TestBenchCostMetersEveryComponentOfADeliveredMessage(t *testing.T) {
 	if per(got.WriteUnits) < 3 || got.ReadUnits <= 0 || got.SQSRequests < 3 || got.StoredGBMonths <= 0 || got.LogBytes <= 0 || got.LambdaGBSeconds <= 0 {
 		t.Errorf("a component was not metered: %+v", got.Usage)
 	}
+	// The units split by operation and table add up to the totals, and
+	// name the template's tables.
+	byCall := 0.0
+	for k, v := range got.WriteUnitsByCall {
+		byCall += v
+		if !strings.HasSuffix(k, "Table") {
+			t.Errorf("write units of %q: not a template table id", k)
+		}
+	}
+	if byCall != got.WriteUnits || got.Calls["SQS.SendMessage"] < 3 || got.WriteUnitsByCall["TransactWriteItems MessagesTable"] <= 0 {
+		t.Errorf("write units by call %v (sum %.0f of %.0f), calls %v", got.WriteUnitsByCall, byCall, got.WriteUnits, got.Calls)
+	}
 	sum := 0.0
 	for _, l := range got.Lines {
 		sum += l.PerMillion

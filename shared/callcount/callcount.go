@@ -39,11 +39,19 @@ type Counter struct {
 	// class are priced apart).
 	wcuBy map[string]int
 	rruBy map[string]float64
+	// wcuByCall and rruByCall split them by operation and table
+	// ("PutItem Inbox"), to say which calls a message's units go to.
+	wcuByCall map[string]int
+	rruByCall map[string]float64
 }
 
 // New returns an empty counter.
 func New() *Counter {
-	return &Counter{calls: map[string]int{}, stored: map[string]int64{}, wcuBy: map[string]int{}, rruBy: map[string]float64{}}
+	return &Counter{
+		calls: map[string]int{}, stored: map[string]int64{},
+		wcuBy: map[string]int{}, rruBy: map[string]float64{},
+		wcuByCall: map[string]int{}, rruByCall: map[string]float64{},
+	}
 }
 
 // APIOptions returns the SDK option that installs the counting middleware.
@@ -54,7 +62,7 @@ func (c *Counter) APIOptions() []func(*middleware.Stack) error {
 				c.record(awsmiddleware.GetServiceID(ctx), awsmiddleware.GetOperationName(ctx), in.Parameters)
 				out, md, err := next.HandleInitialize(ctx, in)
 				if err == nil {
-					c.recordRead(in.Parameters, out.Result)
+					c.recordRead(awsmiddleware.GetOperationName(ctx), in.Parameters, out.Result)
 				}
 				return out, md, err
 			}), middleware.After)
@@ -68,16 +76,18 @@ func (c *Counter) record(service, op string, params any) {
 	writeUnits(params, func(table string, wcu int) {
 		c.wcu += wcu
 		c.wcuBy[table] += wcu
+		c.wcuByCall[op+" "+table] += wcu
 	})
 	putBytes(params, func(table string, n int) { c.stored[table] += int64(n) + itemOverhead })
 }
 
-func (c *Counter) recordRead(params, result any) {
+func (c *Counter) recordRead(op string, params, result any) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	readUnits(params, result, func(table string, rru float64) {
 		c.rru += rru
 		c.rruBy[table] += rru
+		c.rruByCall[op+" "+table] += rru
 	})
 }
 
@@ -95,13 +105,21 @@ type Snapshot struct {
 	// WCUBy and RRUBy split WCU and RRU by table name.
 	WCUBy map[string]int
 	RRUBy map[string]float64
+	// WCUByCall and RRUByCall split them by operation and table name
+	// ("PutItem signet-InboxTable").
+	WCUByCall map[string]int
+	RRUByCall map[string]float64
 }
 
 // Snapshot returns the counts so far.
 func (c *Counter) Snapshot() Snapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Snapshot{Calls: maps.Clone(c.calls), WCU: c.wcu, RRU: c.rru, Stored: maps.Clone(c.stored), WCUBy: maps.Clone(c.wcuBy), RRUBy: maps.Clone(c.rruBy)}
+	return Snapshot{
+		Calls: maps.Clone(c.calls), WCU: c.wcu, RRU: c.rru, Stored: maps.Clone(c.stored),
+		WCUBy: maps.Clone(c.wcuBy), RRUBy: maps.Clone(c.rruBy),
+		WCUByCall: maps.Clone(c.wcuByCall), RRUByCall: maps.Clone(c.rruByCall),
+	}
 }
 
 // Sub returns the counts of s minus those of earlier.
@@ -109,6 +127,7 @@ func (s Snapshot) Sub(earlier Snapshot) Snapshot {
 	return Snapshot{
 		Calls: sub(s.Calls, earlier.Calls), WCU: s.WCU - earlier.WCU, RRU: s.RRU - earlier.RRU,
 		Stored: sub(s.Stored, earlier.Stored), WCUBy: sub(s.WCUBy, earlier.WCUBy), RRUBy: sub(s.RRUBy, earlier.RRUBy),
+		WCUByCall: sub(s.WCUByCall, earlier.WCUByCall), RRUByCall: sub(s.RRUByCall, earlier.RRUByCall),
 	}
 }
 

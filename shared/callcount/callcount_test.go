@@ -91,3 +91,27 @@ func TestUnitsByTable(t *testing.T) {
 		t.Errorf("read units by table %v, want log 1 (two eventually consistent), inbox 1", rru)
 	}
 }
+
+func TestUnitsByOperationAndTable(t *testing.T) {
+	t.Parallel()
+	item := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "u"}}
+	c := New()
+	before := c.Snapshot()
+	c.record("DynamoDB", "PutItem", &dynamodb.PutItemInput{TableName: aws.String("inbox"), Item: item})
+	c.record("DynamoDB", "PutItem", &dynamodb.PutItemInput{TableName: aws.String("inbox"), Item: item})
+	c.record("DynamoDB", "TransactWriteItems", &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Put: &types.Put{TableName: aws.String("inbox"), Item: item}},
+	}})
+	c.recordRead("GetItem", &dynamodb.GetItemInput{TableName: aws.String("log"), ConsistentRead: aws.Bool(true)},
+		&dynamodb.GetItemOutput{Item: item})
+	got := c.Snapshot().Sub(before)
+	if got.WCUByCall["PutItem inbox"] != 2 || got.WCUByCall["TransactWriteItems inbox"] != 2 || len(got.WCUByCall) != 2 {
+		t.Errorf("write units by call %v, want PutItem inbox 2, TransactWriteItems inbox 2", got.WCUByCall)
+	}
+	if got.RRUByCall["GetItem log"] != 1 || len(got.RRUByCall) != 1 {
+		t.Errorf("read units by call %v, want GetItem log 1", got.RRUByCall)
+	}
+	if got.Calls["DynamoDB.PutItem"] != 2 || got.WCU != 4 {
+		t.Errorf("calls %v and %d write units, want 2 PutItems and 4", got.Calls, got.WCU)
+	}
+}

@@ -32,6 +32,35 @@ type Usage struct {
 
 	// Invocations by function, for the breakdown.
 	Invocations map[string]int64 `json:"invocations,omitempty"`
+	// Calls are the AWS calls by "Service.Operation"; WriteUnitsByCall
+	// and ReadUnitsByCall split the DynamoDB units by "Operation Table"
+	// (the template's table ids): where a message's units go.
+	Calls            map[string]float64 `json:"calls,omitempty"`
+	WriteUnitsByCall map[string]float64 `json:"writeUnitsByCall,omitempty"`
+	ReadUnitsByCall  map[string]float64 `json:"readUnitsByCall,omitempty"`
+}
+
+// Scale multiplies every count of u by f (a short run scaled to a day).
+func (u *Usage) Scale(f float64) {
+	u.WebSocketMessages = int64(float64(u.WebSocketMessages) * f)
+	u.LambdaRequests = int64(float64(u.LambdaRequests) * f)
+	u.LambdaGBSeconds *= f
+	u.WriteUnits *= f
+	u.ReadUnits *= f
+	u.SQSRequests = int64(float64(u.SQSRequests) * f)
+	u.StoredGBMonths *= f
+	u.WriteUnitsIA *= f
+	u.ReadUnitsIA *= f
+	u.StoredGBMonthsIA *= f
+	u.LogBytes = int64(float64(u.LogBytes) * f)
+	for fn, n := range u.Invocations {
+		u.Invocations[fn] = int64(float64(n) * f)
+	}
+	for _, m := range []map[string]float64{u.Calls, u.WriteUnitsByCall, u.ReadUnitsByCall} {
+		for k := range m {
+			m[k] *= f
+		}
+	}
 }
 
 // Line is one priced component.
@@ -109,6 +138,42 @@ func (pr Priced) Print(w io.Writer) {
 	}
 }
 
+// PrintCalls writes what the usage's AWS calls were, per delivered unit:
+// each operation's calls, and the DynamoDB write and read units by
+// operation and table, the largest first.
+func (pr Priced) PrintCalls(w io.Writer) {
+	unit := pr.UnitName()
+	per := float64(max(pr.Delivered, 1))
+	fmt.Fprintf(w, "  AWS calls per %s:\n", unit)
+	for _, k := range largestFirst(pr.Calls) {
+		fmt.Fprintf(w, "    %-52s %8.2f\n", k, pr.Calls[k]/per)
+	}
+	for _, part := range []struct {
+		name string
+		m    map[string]float64
+	}{{"DynamoDB write units", pr.WriteUnitsByCall}, {"DynamoDB read units", pr.ReadUnitsByCall}} {
+		fmt.Fprintf(w, "  %s per %s, by operation and table:\n", part.name, unit)
+		for _, k := range largestFirst(part.m) {
+			fmt.Fprintf(w, "    %-52s %8.2f\n", k, part.m[k]/per)
+		}
+	}
+}
+
+// largestFirst returns m's keys by value, largest first (then by name).
+func largestFirst(m map[string]float64) []string {
+	keys := sortedKeys(m)
+	slices.SortStableFunc(keys, func(a, b string) int {
+		switch {
+		case m[a] > m[b]:
+			return -1
+		case m[a] < m[b]:
+			return 1
+		}
+		return 0
+	})
+	return keys
+}
+
 func number(v float64) string {
 	switch {
 	case v == float64(int64(v)):
@@ -119,7 +184,7 @@ func number(v float64) string {
 	return fmt.Sprintf("%.3g", v)
 }
 
-func sortedKeys(m map[string]int64) []string {
+func sortedKeys[V int64 | float64](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)

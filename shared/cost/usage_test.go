@@ -83,3 +83,31 @@ func TestStandardIAIsPricedApart(t *testing.T) {
 		t.Errorf("total $%.6f, lines add to $%.6f", ia.PerMillion, sum)
 	}
 }
+
+// A scaled run scales every count, the per-call splits too, and the calls
+// are printed per delivered unit, the largest first.
+func TestScaleAndPrintCalls(t *testing.T) {
+	t.Parallel()
+	u := Usage{Scenario: "idle", Delivered: 2, Unit: "device-day", WriteUnits: 3, LambdaRequests: 2,
+		Invocations:      map[string]int64{"PingFunction": 2},
+		Calls:            map[string]float64{"DynamoDB.UpdateItem": 2, "DynamoDB.Query": 4},
+		WriteUnitsByCall: map[string]float64{"UpdateItem ConnectionsTable": 3},
+		ReadUnitsByCall:  map[string]float64{"Query ConnectionsTable": 1, "GetItem InboxTable": 5}}
+	u.Scale(10)
+	if u.WriteUnits != 30 || u.LambdaRequests != 20 || u.Invocations["PingFunction"] != 20 ||
+		u.Calls["DynamoDB.Query"] != 40 || u.WriteUnitsByCall["UpdateItem ConnectionsTable"] != 30 || u.ReadUnitsByCall["GetItem InboxTable"] != 50 {
+		t.Fatalf("scaled by 10: %+v", u)
+	}
+	var b bytes.Buffer
+	u.Price(ListPrices).PrintCalls(&b)
+	out := b.String()
+	for _, want := range []string{"AWS calls per device-day:", "DynamoDB.Query", "20.00", "UpdateItem ConnectionsTable", "15.00", "GetItem InboxTable", "25.00"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in\n%s", want, out)
+		}
+	}
+	if strings.Index(out, "DynamoDB.Query") > strings.Index(out, "DynamoDB.UpdateItem") ||
+		strings.Index(out, "GetItem InboxTable") > strings.Index(out, "Query ConnectionsTable") {
+		t.Errorf("not largest first:\n%s", out)
+	}
+}
