@@ -16,7 +16,7 @@
 #   make chaos      seeded chaos run reconciled at the end (CHAOS_SEED, CHAOS_MESSAGES; CI size by default)
 #   make chaos-100k   the 100,000-message chaos run (memdyn + memsqs)
 #   make fuzz       schemathesis against the HTTP alerts API (no 5xx, responses match docs/openapi.yaml)
-#   make fuzz-go    the Go fuzz targets (frame decoders, bodies, HTTP body decoder), FUZZTIME each (10s)
+#   make fuzz-go    the Go fuzz targets (frame decoders, bodies, HTTP body decoder, request validator), FUZZTIME each (10s)
 #   make validate   cfn-lint, sam validate --lint, sam build, artifact checks
 #   make deploy     sam build && sam deploy (uses samconfig.toml)
 
@@ -35,7 +35,8 @@ FAUXQS_PORT ?= 4599
 BENCHTIME ?= 1000x
 FUZZTIME ?= 10s
 # Go fuzz targets: package and target.
-FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody
+FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody \
+	./shared/openapi:FuzzValidatorAgreesWithJSONSchema
 
 .PHONY: all build test test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
