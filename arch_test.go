@@ -33,7 +33,7 @@ func TestDomainImportsNoAdapters(t *testing.T) {
 func TestFunctionsDoNotLinkEmulators(t *testing.T) {
 	t.Parallel()
 	for _, d := range deps(t, "./functions/...") {
-		for _, banned := range []string{"github.com/truora/minidyn", "github.com/Admiral-Piett/goaws", "shared/devstack", "shared/gateway", "shared/eventsource"} {
+		for _, banned := range []string{"github.com/truora/minidyn", "github.com/Admiral-Piett/goaws", "shared/devstack", "shared/gateway", "shared/eventsource", "shared/testkit"} {
 			if strings.Contains(d, banned) {
 				t.Errorf("a function links %s", d)
 			}
@@ -52,6 +52,16 @@ func TestHandlersImportNoAdapter(t *testing.T) {
 			if strings.Contains(d, banned) {
 				t.Errorf("shared/handler depends on %s", d)
 			}
+		}
+	}
+}
+
+// The tests' shared helpers (shared/testkit) are linked by tests only.
+func TestOnlyTestsLinkTheTestKit(t *testing.T) {
+	t.Parallel()
+	for _, d := range deps(t, "./cmd/...") {
+		if strings.HasSuffix(d, "shared/testkit") {
+			t.Errorf("a command links %s", d)
 		}
 	}
 }

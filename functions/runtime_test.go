@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 // The emulator is built once per test binary (a go tool dependency in go.mod).
@@ -43,16 +44,6 @@ func build(t *testing.T, dir, out string, args ...string) {
 	}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // invoke runs bootstrap under the RIE with env and sends one event.
 func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
 	t.Helper()
@@ -61,7 +52,7 @@ func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
 		build(t, "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie", rieBin)
 	})
 	rie := rieBin
-	addr, apiAddr := freePort(t), freePort(t)
+	addr, apiAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", apiAddr, "--log-level", "error", bootstrap)
 	cmd.Env = append(os.Environ(), env...)
 	var logs bytes.Buffer

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 // terminal is a `signet chat` (or any command) of the real binary on a
@@ -87,7 +89,7 @@ func TestChatOnATerminalTellsTheTruth(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, clients := t.TempDir(), t.TempDir()
-	addr, httpAddr := freeAddr(t), freeAddr(t)
+	addr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
 	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0"}
 	stack := startLocalProcess(t, bin, args...)
 	url, api := "ws://"+addr+"/", "http://"+httpAddr

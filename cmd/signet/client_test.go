@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -184,7 +184,7 @@ func waitText(t *testing.T, b *syncBuffer, s string) {
 }
 
 // A `signet tail` process killed with SIGKILL at random moments during a
-// burst of messages (burstSize), and restarted each time, ends with all on
+// burst of messages (testkit.BurstSize), and restarted each time, ends with all on
 // the device, each once, in order; its output across runs is every seq in
 // order, where a kill may repeat at most the one line it interrupted.
 func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
@@ -197,7 +197,7 @@ func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := t.TempDir()
-	total := burstSize(t)
+	total := testkit.BurstSize(t)
 	sent := make(chan []string, 1)
 	go func() {
 		var ids []string
@@ -350,22 +350,6 @@ func sendBatch(t *testing.T, st *devstack.Stack, data string, from, n int, out *
 	}
 }
 
-// burstSize is how many messages the crash/kill burst tests send:
-// SIGNET_TEST_BURST (a multiple of 100), 300 by default so that `make test`
-// fits a loaded 2-core machine under -race; run it at 1000 or more for a
-// heavier check (make test-burst).
-func burstSize(t *testing.T) int {
-	t.Helper()
-	n := 300
-	if v := os.Getenv("SIGNET_TEST_BURST"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 || n%100 != 0 {
-			t.Fatalf("SIGNET_TEST_BURST=%q: want a multiple of 100", v)
-		}
-	}
-	return n
-}
-
 // Issue 14: `signet send --id X` with other text than the first send of X
 // is refused with the server's words and a failing exit; the same text
 // again prints the first ACK.
@@ -437,7 +421,7 @@ func TestTailAcksWhatItPrintedBeforeItExits(t *testing.T) {
 func TestASendThatCannotConnectIsSentByTheNextRun(t *testing.T) {
 	ctx, data := context.Background(), t.TempDir()
 	var out, errOut syncBuffer
-	code := run(ctx, []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + freeAddr(t) + "/", "--data", data, "--timeout", "1s", "--id", "late-1", "the deploy window moved"}, &out, &errOut)
+	code := run(ctx, []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + testkit.FreeAddr(t) + "/", "--data", data, "--timeout", "1s", "--id", "late-1", "the deploy window moved"}, &out, &errOut)
 	if code == 0 || !strings.Contains(errOut.String(), "clientMsgId late-1) stays in the outbox") {
 		t.Fatalf("send with the server down: exit %d, %q; want a failure that says the message stays in the outbox", code, errOut.String())
 	}

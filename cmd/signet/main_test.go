@@ -22,6 +22,7 @@ import (
 	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/template"
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 func TestProvisionCreatesEveryTemplateTableAndQueueIdempotently(t *testing.T) {
@@ -211,7 +212,7 @@ func TestSendTimeoutBoundsTheConnect(t *testing.T) {
 	t.Parallel()
 	var out, errOut bytes.Buffer
 	start := time.Now()
-	code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + freeAddr(t) + "/", "--data", t.TempDir(), "--timeout", "1s", "hi"}, &out, &errOut)
+	code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", "ws://" + testkit.FreeAddr(t) + "/", "--data", t.TempDir(), "--timeout", "1s", "hi"}, &out, &errOut)
 	if code == 0 || !strings.Contains(errOut.String(), "could not connect to") || !strings.Contains(errOut.String(), "within 1s") {
 		t.Fatalf("exit %d, %q; want a connect failure within 1s", code, errOut.String())
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"github.com/signet-im/signet/shared/client"
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 // binDir holds the signet binary the tests build (removed by TestMain).
@@ -45,17 +45,6 @@ var signetBinary = sync.OnceValues(func() (string, error) {
 	}
 	return bin, nil
 })
-
-// freeAddr is a loopback address nothing listens on right now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // localProcess is a `signet local` process of the real binary.
 type localProcess struct {
@@ -108,7 +97,7 @@ func TestAStackKilledAndRestartedWithDataKeepsEveryAcknowledgedMessage(t *testin
 		t.Fatal(err)
 	}
 	data, clients := t.TempDir(), t.TempDir()
-	addr, httpAddr, dynamoAddr, sqsAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	addr, httpAddr, dynamoAddr, sqsAddr := testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
 	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", dynamoAddr, "--sqs-addr", sqsAddr}
 	stack := startLocalProcess(t, bin, args...)
 	// The banner says where the data is and where the emulators listen

@@ -23,6 +23,7 @@ import (
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/ratelimit"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -466,7 +467,7 @@ func TestAcksAreBatched(t *testing.T) {
 }
 
 // Done-when of the client: a receiver killed at random points during a burst
-// of messages (burstSize) ends with all of them, each once, in order. Crashes land
+// of messages (testkit.BurstSize) ends with all of them, each once, in order. Crashes land
 // before persisting, after persisting and before acking, at random seqs, from
 // a seeded source; pushes are also dropped, duplicated and reordered. The
 // application shows messages by seq from Messages() with Replay, so every
@@ -479,7 +480,7 @@ func TestRandomCrashesDuringABurstLoseNothing(t *testing.T) {
 	// the run no longer fits go test's 10 minutes under -race.
 	st := startStack(t, 1000)
 	bobDev := newDevice(t, st, "bob", "phone")
-	total := burstSize(t)
+	total := testkit.BurstSize(t)
 	rng := rand.New(rand.NewPCG(2026, 11))
 	// Four senders keep the burst dense even on a slow, loaded machine.
 	const senders = 4
@@ -808,22 +809,6 @@ func TestThrottledSendIsRetriedBySDKAndStoredOnce(t *testing.T) {
 
 // heldSends reports whether the account's three slots are taken.
 func heldSends(st *devstack.Stack) bool { return st.Running() >= 3 }
-
-// burstSize is how many messages the crash/kill burst tests send:
-// SIGNET_TEST_BURST (a multiple of 100), 300 by default so that `make test`
-// fits a loaded 2-core machine under -race; run it at 1000 or more for a
-// heavier check (make test-burst).
-func burstSize(t *testing.T) int {
-	t.Helper()
-	n := 300
-	if v := os.Getenv("SIGNET_TEST_BURST"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 100 || n%100 != 0 {
-			t.Fatalf("SIGNET_TEST_BURST=%q: want a multiple of 100", v)
-		}
-	}
-	return n
-}
 
 // Issue 12: a device coming back to a backlog acks it once, when its sync
 // ends — not every 50 entries and every tick of the ack interval, each an

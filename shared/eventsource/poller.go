@@ -7,6 +7,7 @@
 package eventsource
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -57,12 +58,8 @@ func (p *Poller) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-func (p *Poller) log() *slog.Logger {
-	if p.Log != nil {
-		return p.Log
-	}
-	return slog.Default()
-}
+// log is the poller's logger (Log, or slog's default).
+func (p *Poller) log() *slog.Logger { return cmp.Or(p.Log, slog.Default()) }
 
 func (p *Poller) loop(ctx context.Context) {
 	batch := p.BatchSize

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -109,12 +110,8 @@ type conn struct {
 	connected, ready chan struct{}
 }
 
-func (g *Gateway) log() *slog.Logger {
-	if g.Log != nil {
-		return g.Log
-	}
-	return slog.Default()
-}
+// log is the gateway's logger (Log, or slog's default).
+func (g *Gateway) log() *slog.Logger { return cmp.Or(g.Log, slog.Default()) }
 
 // Stats counts what the gateway refused to send or sent though a real
 // client would not want it: every one is a fault of the backend.

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -147,12 +148,7 @@ func (h *Handler) now() time.Time {
 func (h *Handler) Logger() *slog.Logger { return h.log() }
 
 // log is the handler's logger (Log, or slog's default).
-func (h *Handler) log() *slog.Logger {
-	if h.Log != nil {
-		return h.Log
-	}
-	return slog.Default()
-}
+func (h *Handler) log() *slog.Logger { return cmp.Or(h.Log, slog.Default()) }
 
 // caller is who sent a frame, from the authorizer context of the connection.
 type caller struct {

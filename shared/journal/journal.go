@@ -235,8 +235,11 @@ func (j *Journal) sync() {
 	j.dirty = false
 }
 
-// Close syncs and closes the journal.
+// Close syncs and closes the journal; closing none (nil) does nothing.
 func (j *Journal) Close() error {
+	if j == nil {
+		return nil
+	}
 	j.mu.Lock()
 	if j.closed {
 		j.mu.Unlock()

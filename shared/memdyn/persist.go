@@ -31,9 +31,6 @@ func Open(path string) (*Server, error) {
 		return nil, err
 	}
 	s.journal = j
-	for _, t := range s.tables {
-		t.record = s.note
-	}
 	return s, nil
 }
 
@@ -41,9 +38,6 @@ func Open(path string) (*Server, error) {
 func (s *Server) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.journal == nil {
-		return nil
-	}
 	return s.journal.Close()
 }
 
@@ -58,9 +52,13 @@ func (s *Server) Items() int {
 	return n
 }
 
-// note queues a record for the journal; call appends the queue of one API
-// call before answering it. The caller holds s.mu.
+// note queues a record for the journal, if the server has one (not while
+// Open replays it); flush appends the queue of one API call before
+// answering it. The caller holds s.mu.
 func (s *Server) note(r record) {
+	if s.journal == nil {
+		return
+	}
 	raw, err := json.Marshal(r)
 	if err != nil {
 		panic("memdyn: journal record does not encode: " + err.Error())

@@ -122,5 +122,17 @@ func TestAJournaledServerComesBackWithEveryAnsweredWrite(t *testing.T) {
 	if again.Items() != 3 {
 		t.Fatalf("Items() = %d, want 3", again.Items())
 	}
+	// A table read back from the journal keeps journaling.
+	if _, err := db2.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: map[string]types.AttributeValue{"pk": s("q"), "sk": s("2")}}); err != nil {
+		t.Fatal(err)
+	}
+	third, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if third.Items() != 4 {
+		t.Fatalf("Items() = %d after a put to a reopened table, want 4", third.Items())
+	}
 	first.Close()
 }

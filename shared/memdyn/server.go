@@ -176,10 +176,8 @@ func (s *Server) createTable(body []byte) (any, error) {
 	t := newTable(in.TableName, *hash, rng, in.AttributeDefinitions)
 	t.def = compactJSON(body)
 	s.tables[in.TableName] = t
-	if s.journal != nil {
-		t.record = s.note
-		s.note(record{Op: "table", Def: t.def})
-	}
+	t.record = s.note
+	s.note(record{Op: "table", Def: t.def})
 	return map[string]any{"TableDescription": t.describe()}, nil
 }
 

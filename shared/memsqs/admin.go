@@ -43,10 +43,8 @@ func (c *call) createQueue(body []byte) (any, error) {
 	arn := "arn:aws:sqs:" + c.region + ":" + Account + ":" + in.QueueName
 	q := newQueue(in.QueueName, arn, a, c.now)
 	c.s.queues[in.QueueName] = q
-	if c.s.journal != nil {
-		q.record = c.s.note
-		c.s.note(record{Op: "queue", Queue: q.name, ARN: arn, Attrs: toJournal(a), Created: c.now.UnixMilli()})
-	}
+	q.record = c.s.note
+	c.s.note(record{Op: "queue", Queue: q.name, ARN: arn, Attrs: toJournal(a), Created: c.now.UnixMilli()})
 	return map[string]string{"QueueUrl": c.queueURL(q.name)}, nil
 }
 

@@ -52,19 +52,11 @@ func Open(path string) (*Server, error) {
 		return nil, err
 	}
 	s.journal = j
-	for _, q := range s.queues {
-		q.record = s.note
-	}
 	return s, nil
 }
 
 // Close closes the server's journal, if it has one.
-func (s *Server) Close() error {
-	if s.journal == nil {
-		return nil
-	}
-	return s.journal.Close()
-}
+func (s *Server) Close() error { return s.journal.Close() }
 
 // Messages counts the messages of every queue.
 func (s *Server) Messages() int {
@@ -79,9 +71,13 @@ func (s *Server) Messages() int {
 	return n
 }
 
-// note appends a record to the journal. A failed write is kept by the
-// journal and fails the call being served (journalError).
+// note appends a record to the journal, if the server has one (not while
+// Open replays it). A failed write is kept by the journal and fails the
+// call being served (journalError).
 func (s *Server) note(r record) {
+	if s.journal == nil {
+		return
+	}
 	raw, err := json.Marshal(r)
 	if err != nil {
 		panic("memsqs: journal record does not encode: " + err.Error())
@@ -110,7 +106,9 @@ func (s *Server) replay(raw []byte) error {
 		if r.Attrs == nil {
 			return fmt.Errorf("queue %s without attributes", r.Queue)
 		}
-		s.queues[r.Queue] = newQueue(r.Queue, r.ARN, r.Attrs.attrs(), time.UnixMilli(r.Created))
+		q := newQueue(r.Queue, r.ARN, r.Attrs.attrs(), time.UnixMilli(r.Created))
+		q.record = s.note
+		s.queues[r.Queue] = q
 		return nil
 	}
 	q, ok := s.queues[r.Queue]

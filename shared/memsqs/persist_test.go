@@ -103,5 +103,17 @@ func TestAJournaledQueueComesBackWithEveryUndeletedMessage(t *testing.T) {
 	if strings.Join(bodies, ",") != "in flight,waiting" {
 		t.Fatalf("received after reopen %q; want the in-flight and waiting messages", bodies)
 	}
+	// A queue read back from the journal keeps journaling.
+	if _, err := c2.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: url.QueueUrl, MessageBody: aws.String("after reopen")}); err != nil {
+		t.Fatal(err)
+	}
+	third, err := memsqs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if third.Messages() != 4 {
+		t.Fatalf("Messages() = %d after a send to a reopened queue, want 4", third.Messages())
+	}
 	first.Close()
 }

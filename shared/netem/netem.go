@@ -10,6 +10,7 @@
 package netem
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -175,12 +176,8 @@ func (x *Proxy) Stats() Snapshot {
 	return Snapshot{s.Connections.Load(), s.Frames.Load(), s.Dropped.Load(), s.Duplicated.Load(), s.Reordered.Load(), s.Cuts.Load(), s.Blackholes.Load()}
 }
 
-func (x *Proxy) log() *slog.Logger {
-	if x.Log != nil {
-		return x.Log
-	}
-	return slog.Default()
-}
+// log is the proxy's logger (Log, or slog's default).
+func (x *Proxy) log() *slog.Logger { return cmp.Or(x.Log, slog.Default()) }
 
 // CutAll cuts every open connection at once (a reconnect storm).
 func (x *Proxy) CutAll() int {

@@ -1,0 +1,36 @@
+// Package testkit holds the helpers tests of several packages share. Only
+// _test.go files import it (arch_test.go: no command or function links it).
+package testkit
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// FreeAddr is a loopback address ("127.0.0.1:port") nothing listens on
+// right now, for a process or server a test starts.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// BurstSize is how many messages the crash/kill burst tests send: 300, or
+// SIGNET_TEST_BURST, a multiple of 100 (make test-burst runs 1,000).
+func BurstSize(t testing.TB) int {
+	t.Helper()
+	n := 300
+	if v := os.Getenv("SIGNET_TEST_BURST"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 || n%100 != 0 {
+			t.Fatalf("SIGNET_TEST_BURST=%q: want a multiple of 100", v)
+		}
+	}
+	return n
+}
