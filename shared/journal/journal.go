@@ -17,6 +17,7 @@ package journal
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -233,6 +234,16 @@ func (j *Journal) sync() {
 		return
 	}
 	j.dirty = false
+}
+
+// Encode is record r as a journal record: one line of JSON. A record type
+// that does not encode is a programming error, and panics.
+func Encode(r any) []byte {
+	raw, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("journal: a %T does not encode: %v", r, err))
+	}
+	return raw
 }
 
 // Close syncs and closes the journal; closing none (nil) does nothing.

@@ -56,14 +56,9 @@ func (s *Server) Items() int {
 // Open replays it); flush appends the queue of one API call before
 // answering it. The caller holds s.mu.
 func (s *Server) note(r record) {
-	if s.journal == nil {
-		return
+	if s.journal != nil {
+		s.pending = append(s.pending, journal.Encode(r))
 	}
-	raw, err := json.Marshal(r)
-	if err != nil {
-		panic("memdyn: journal record does not encode: " + err.Error())
-	}
-	s.pending = append(s.pending, raw)
 }
 
 // flush appends the changes of the call just made to the journal.

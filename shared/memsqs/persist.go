@@ -75,14 +75,9 @@ func (s *Server) Messages() int {
 // Open replays it). A failed write is kept by the journal and fails the
 // call being served (journalError).
 func (s *Server) note(r record) {
-	if s.journal == nil {
-		return
+	if s.journal != nil {
+		_ = s.journal.Append(journal.Encode(r))
 	}
-	raw, err := json.Marshal(r)
-	if err != nil {
-		panic("memsqs: journal record does not encode: " + err.Error())
-	}
-	_ = s.journal.Append(raw)
 }
 
 // journalError is the journal's write failure, as an answer.
