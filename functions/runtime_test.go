@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func build(t *testing.T, dir, out string, args ...string) {
+func build(t testing.TB, dir, out string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("go", append(append([]string{"build"}, args...), "-o", out, dir)...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
