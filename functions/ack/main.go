@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("AckFunction", func(h *handler.Handler) any { return h.Ack })
+	app.Start("AckFunction", func(d *handler.Deps) any { return d.Messages().Ack })
 }

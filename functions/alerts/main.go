@@ -8,9 +8,9 @@ import (
 )
 
 func main() {
-	app.Start("AlertsFunction", func(h *handler.Handler) any { return h.Alerts }, func(h *handler.Handler) error {
+	app.Start("AlertsFunction", func(d *handler.Deps) any { return d.AlertsAPI().Alerts }, func(d *handler.Deps) error {
 		v, err := openapi.Alerts()
-		h.Validator = v
+		d.Validator = v
 		return err
 	})
 }

@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("AuthorizerFunction", func(h *handler.Handler) any { return h.Authorize })
+	app.Start("AuthorizerFunction", func(d *handler.Deps) any { return d.Authorizer().Authorize })
 }

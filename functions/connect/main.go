@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("ConnectFunction", func(h *handler.Handler) any { return h.Connect })
+	app.Start("ConnectFunction", func(d *handler.Deps) any { return d.Sessions().Connect })
 }

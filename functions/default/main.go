@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("DefaultFunction", func(h *handler.Handler) any { return h.Default })
+	app.Start("DefaultFunction", func(d *handler.Deps) any { return d.Sessions().Default })
 }

@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("DisconnectFunction", func(h *handler.Handler) any { return h.Disconnect })
+	app.Start("DisconnectFunction", func(d *handler.Deps) any { return d.Sessions().Disconnect })
 }

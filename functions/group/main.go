@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("GroupFunction", func(h *handler.Handler) any { return h.Group })
+	app.Start("GroupFunction", func(d *handler.Deps) any { return d.GroupRoutes().Group })
 }

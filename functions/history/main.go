@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("HistoryFunction", func(h *handler.Handler) any { return h.History })
+	app.Start("HistoryFunction", func(d *handler.Deps) any { return d.HistoryRoutes().History })
 }

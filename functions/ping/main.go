@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("PingFunction", func(h *handler.Handler) any { return h.Ping })
+	app.Start("PingFunction", func(d *handler.Deps) any { return d.Sessions().Ping })
 }

@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("PresenceFunction", func(h *handler.Handler) any { return h.Presence })
+	app.Start("PresenceFunction", func(d *handler.Deps) any { return d.Presence().Presence })
 }

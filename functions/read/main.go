@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("ReadFunction", func(h *handler.Handler) any { return h.Read })
+	app.Start("ReadFunction", func(d *handler.Deps) any { return d.ReadRoutes().Read })
 }

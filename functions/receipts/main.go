@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("ReceiptsFunction", func(h *handler.Handler) any { return h.Receipts })
+	app.Start("ReceiptsFunction", func(d *handler.Deps) any { return d.SummaryRoutes().Receipts })
 }

@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("SendFunction", func(h *handler.Handler) any { return h.Send })
+	app.Start("SendFunction", func(d *handler.Deps) any { return d.Messages().Send })
 }

@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("SummaryFunction", func(h *handler.Handler) any { return h.Summary })
+	app.Start("SummaryFunction", func(d *handler.Deps) any { return d.SummaryRoutes().Summary })
 }

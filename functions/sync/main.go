@@ -7,5 +7,5 @@ import (
 )
 
 func main() {
-	app.Start("SyncFunction", func(h *handler.Handler) any { return h.Sync })
+	app.Start("SyncFunction", func(d *handler.Deps) any { return d.Messages().Sync })
 }

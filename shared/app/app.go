@@ -1,4 +1,4 @@
-// Package app builds a handler.Handler from configuration and AWS SDK
+// Package app builds handler.Deps from configuration and AWS SDK
 // clients. Lambda mains call FromEnv; the local stack calls New with clients
 // pointed at its emulators. Both run the same handler code.
 package app
@@ -30,14 +30,14 @@ type Clients struct {
 	Management *apigatewaymanagementapi.Client
 }
 
-// New wires a handler over clients and configuration.
-func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Handler {
+// New wires the handlers' dependencies over clients and configuration.
+func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	store := dynamo.New(c.DynamoDB, dynamo.Tables{Connections: cfg.ConnectionsTable, Inbox: cfg.InboxTable, Messages: cfg.MessagesTable, Trace: cfg.TraceTable, Alerts: cfg.AlertsTable})
 	store.Retention = cfg.InboxRetention
 	store.HistoryRetention = cfg.HistoryRetention
 	store.CompressBodies = cfg.CompressBodies
 	store.SendMode = cfg.SendMode
-	h := &handler.Handler{
+	h := &handler.Deps{
 		Inbox:          store,
 		Connections:    store,
 		Tracer:         store,
@@ -117,7 +117,7 @@ func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementa
 // variables the function needs are set, and builds the handler with SDK
 // clients from the environment Lambda sets (loadLambdaAWS; it honours
 // AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS).
-func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) (*handler.Handler, error) {
+func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) (*handler.Deps, error) {
 	cfg, err := LoadConfig(getenv, logicalID)
 	if err != nil {
 		return nil, err

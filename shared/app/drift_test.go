@@ -137,7 +137,7 @@ var resourceKind = map[string]string{
 func Drift(t *template.Template) []string {
 	var out []string
 	add := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
-	fns := Functions(&handler.Handler{})
+	fns := Functions(&handler.Deps{})
 	for id := range fns {
 		if _, ok := t.Functions[id]; !ok {
 			add("function %s: in the code, not in the template", id)

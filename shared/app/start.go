@@ -22,7 +22,7 @@ import (
 // configure completes the handler with what only this function needs (the
 // alerts function's request validator); an error exits as a configuration
 // error does.
-func Start(logicalID string, method func(*handler.Handler) any, configure ...func(*handler.Handler) error) {
+func Start(logicalID string, method func(*handler.Deps) any, configure ...func(*handler.Deps) error) {
 	h, err := FromEnv(context.Background(), os.Getenv, logicalID)
 	for _, f := range configure {
 		if err == nil {
@@ -38,38 +38,41 @@ func Start(logicalID string, method func(*handler.Handler) any, configure ...fun
 
 // Redeliver is the redelivery queue's consumer: queue.Consumer decoding
 // checks for handler.RunChecks.
-func Redeliver(h *handler.Handler) any {
-	return queue.Consumer[[]im.Check]{Name: "redelivery check", Decode: queue.Decode, Handle: h.RunChecks, Log: h.Logger}.Lambda
+func Redeliver(d *handler.Deps) any {
+	r := d.Redeliverer()
+	return queue.Consumer[[]im.Check]{Name: "redelivery check", Decode: queue.Decode, Handle: r.RunChecks, Log: r.Logger}.Lambda
 }
 
 // Fanout is the fan-out and presence queues' consumer: queue.Consumer
 // decoding jobs for handler.RunFanout.
-func Fanout(h *handler.Handler) any {
-	return queue.Consumer[im.FanoutJob]{Name: "fan-out job", Decode: queue.DecodeJob, Handle: h.RunFanout,
-		Reserve: handler.FanoutReserve, Log: h.Logger}.Lambda
+func Fanout(d *handler.Deps) any {
+	w := d.FanoutWorker()
+	return queue.Consumer[im.FanoutJob]{Name: "fan-out job", Decode: queue.DecodeJob, Handle: w.RunFanout,
+		Reserve: handler.FanoutReserve, Log: w.Logger}.Lambda
 }
 
 // Functions maps each function logical id of template.yaml to the handler
 // method it runs: the local stack's table (each Lambda main names its own
 // method, the same as here: TestEveryMainRunsItsFunctionsMethod).
-func Functions(h *handler.Handler) map[string]any {
+func Functions(d *handler.Deps) map[string]any {
+	sessions, messages, summary := d.Sessions(), d.Messages(), d.SummaryRoutes()
 	return map[string]any{
-		"AuthorizerFunction": h.Authorize,
-		"ConnectFunction":    h.Connect,
-		"DisconnectFunction": h.Disconnect,
-		"SendFunction":       h.Send,
-		"AckFunction":        h.Ack,
-		"SyncFunction":       h.Sync,
-		"PingFunction":       h.Ping,
-		"ReadFunction":       h.Read,
-		"HistoryFunction":    h.History,
-		"DefaultFunction":    h.Default,
-		"RedeliverFunction":  Redeliver(h),
-		"AlertsFunction":     h.Alerts,
-		"GroupFunction":      h.Group,
-		"ReceiptsFunction":   h.Receipts,
-		"PresenceFunction":   h.Presence,
-		"SummaryFunction":    h.Summary,
-		"FanoutFunction":     Fanout(h),
+		"AuthorizerFunction": d.Authorizer().Authorize,
+		"ConnectFunction":    sessions.Connect,
+		"DisconnectFunction": sessions.Disconnect,
+		"SendFunction":       messages.Send,
+		"AckFunction":        messages.Ack,
+		"SyncFunction":       messages.Sync,
+		"PingFunction":       sessions.Ping,
+		"ReadFunction":       d.ReadRoutes().Read,
+		"HistoryFunction":    d.HistoryRoutes().History,
+		"DefaultFunction":    sessions.Default,
+		"RedeliverFunction":  Redeliver(d),
+		"AlertsFunction":     d.AlertsAPI().Alerts,
+		"GroupFunction":      d.GroupRoutes().Group,
+		"ReceiptsFunction":   summary.Receipts,
+		"PresenceFunction":   d.Presence().Presence,
+		"SummaryFunction":    summary.Summary,
+		"FanoutFunction":     Fanout(d),
 	}
 }

@@ -300,7 +300,7 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	o.APIOptions = append(o.APIOptions, r.failCalls)
 	prev := o.Configure
-	o.Configure = func(fn string, h *handler.Handler) {
+	o.Configure = func(fn string, h *handler.Deps) {
 		if prev != nil {
 			prev(fn, h)
 		}

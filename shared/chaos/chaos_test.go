@@ -51,7 +51,7 @@ func (l *lossyInbox) Send(ctx context.Context, d im.Draft, now time.Time) (im.St
 func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 	t.Parallel()
 	res, err := Run(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Configure: func(fn string, h *handler.Handler) {
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "SendFunction" {
 				h.Inbox = &lossyInbox{Inbox: h.Inbox}
 			}

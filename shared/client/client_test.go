@@ -749,7 +749,7 @@ func TestThrottledSendIsRetriedBySDKAndStoredOnce(t *testing.T) {
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Prefix: fmt.Sprintf("th%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
 		Concurrency: 3, RateLimits: "off",
-		Configure: func(fn string, h *handler.Handler) {
+		Configure: func(fn string, h *handler.Deps) {
 			if fn == "SendFunction" {
 				h.Inbox = holdInbox{Inbox: h.Inbox, release: release}
 			}

@@ -45,7 +45,7 @@ func dropStack(t *testing.T, user string, drop ...string) (*devstack.Stack, *ato
 		stack   atomic.Pointer[devstack.Stack]
 		dropped atomic.Int64
 	)
-	st := startStackWith(t, devstack.Options{Configure: func(_ string, h *handler.Handler) {
+	st := startStackWith(t, devstack.Options{Configure: func(_ string, h *handler.Deps) {
 		if h.Pusher != nil {
 			h.Pusher = &dropPusher{Pusher: h.Pusher, stack: &stack, user: user, drop: drop, dropped: &dropped}
 		}

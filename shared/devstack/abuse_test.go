@@ -176,7 +176,7 @@ func TestConnectionsBeyondTheLimitCloseTheOldest(t *testing.T) {
 func TestAConnectionWhoseTokenExpiredIsToldAndClosed(t *testing.T) {
 	t.Parallel()
 	clk := &clock{}
-	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) { h.Now = clk.Now }})
+	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Deps) { h.Now = clk.Now }})
 	alice := dialToken(t, st, "alice", "laptop", tokenAt(t, "alice", "laptop", clk.Now()))
 	alice.t = t
 	t.Cleanup(func() { alice.conn.CloseNow() })

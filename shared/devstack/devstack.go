@@ -117,7 +117,7 @@ type Options struct {
 	// Configure, when set, adjusts each function's handler (named by its
 	// template logical id) before anything runs (tests wrap a storage
 	// interface to inject faults into one function).
-	Configure func(function string, h *handler.Handler)
+	Configure func(function string, h *handler.Deps)
 	// Parameters override template parameters, as `sam deploy
 	// --parameter-overrides` does; they are checked against the
 	// parameters' constraints and the template's Rules.
@@ -473,7 +473,7 @@ type function struct {
 	memoryMB int
 	env      map[string]string
 	policy   iam.Policy
-	handler  *handler.Handler
+	handler  *handler.Deps
 	sqs      *sqs.Client
 }
 

@@ -236,7 +236,7 @@ func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.
 	t.Parallel()
 	fail := &failingFanout{}
 	fail.failAt.Store(100)
-	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(fn string, h *handler.Handler) {
+	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
 			fail.Fanouts = h.Fanouts
 			h.Fanouts = fail
@@ -309,7 +309,7 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 	counter := callcount.New()
 	// 200 members reading at once: a cost measurement at AWS's standard
 	// account quota (a new account's 10 would throttle most of them).
-	st := startStack(t, devstack.Options{Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: func(fn string, h *handler.Handler) {
+	st := startStack(t, devstack.Options{Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
 			h.Fanouts = heldFanout{h.Fanouts}
 		}

@@ -69,7 +69,7 @@ func TestHalfDeadRecipientDelaysNoOne(t *testing.T) {
 		order   []string
 		blocked atomic.Int64
 	)
-	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Handler) {
+	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Deps) {
 		if h.Pusher != nil {
 			h.PushDeadline = 2 * time.Second
 			h.Pusher = &stuckPusher{Pusher: h.Pusher, stack: &stack, stuck: "vic", mu: &mu, order: &order, blocked: &blocked}

@@ -59,7 +59,7 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 
 // postAlert serves POST /v1/messages: an app posts an alert to users and
 // groups, once per Idempotency-Key, answered 202 once it is durable.
-func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	p, err := h.authenticate(ctx, req)
 	if err != nil {
 		return 0, nil, err
@@ -163,7 +163,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 		// alert reaches their inboxes through the fan-out queue in batches
 		// (exactly once each however often a job runs), never one after
 		// another inside this 10 s invocation.
-		jobs := im.FanoutJob{Kind: im.FanoutAlert, Alert: m.ID}.Batches(start.Alert.Recipients, h.fanoutBatch())
+		jobs := im.FanoutJob{Kind: im.FanoutAlert, Alert: m.ID}.Batches(start.Alert.Recipients, fanoutBatch(h.FanoutBatch))
 		if err := h.FanoutQueue.Enqueue(ctx, 0, jobs...); err != nil {
 			return 0, nil, err
 		}
@@ -189,7 +189,7 @@ func (h *Handler) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRequ
 
 // inboxAlert puts alert a into u's inbox (exactly once) and pushes it,
 // adding the pushes' redelivery checks to cs.
-func (h *Handler) inboxAlert(ctx context.Context, tr *trail, cs *checks, u im.UserID, a im.Alert) error {
+func (h *AlertsAPI) inboxAlert(ctx context.Context, tr *trail, cs *checks, u im.UserID, a im.Alert) error {
 	seq, err := h.AlertStore.AppendInbox(ctx, u, a.Message, a.Expiry, h.now())
 	if err != nil {
 		return err
@@ -201,7 +201,7 @@ func (h *Handler) inboxAlert(ctx context.Context, tr *trail, cs *checks, u im.Us
 
 // fanoutAlert runs one batch of a group alert's fan-out: each member of
 // the batch who is a recipient of the alert gets it in their inbox once.
-func (h *Handler) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
+func (h *AlertsAPI) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
 	if h.AlertStore == nil {
 		return fmt.Errorf("alert fan-out %s: alerts are not configured", job.Alert)
 	}
@@ -227,7 +227,7 @@ func (h *Handler) fanoutAlert(ctx context.Context, job im.FanoutJob) error {
 
 // groupRecipients returns the current members of group id (without the
 // "g:" prefix) if the app may message that group.
-func (h *Handler) groupRecipients(ctx context.Context, app im.App, id string) ([]im.UserID, error) {
+func (h *AlertsAPI) groupRecipients(ctx context.Context, app im.App, id string) ([]im.UserID, error) {
 	if !app.AllowsGroup(id) {
 		return nil, wire.Problemf(wire.CodeForbidden, "app %s may not message group %s", app.ID, id)
 	}
@@ -251,7 +251,7 @@ func (h *Handler) groupRecipients(ctx context.Context, app im.App, id string) ([
 }
 
 // readableAlert loads the alert of {id} if the caller may read it.
-func (h *Handler) readableAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (im.Alert, principal, error) {
+func (h *AlertsAPI) readableAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (im.Alert, principal, error) {
 	p, err := h.authenticate(ctx, req)
 	if err != nil {
 		return im.Alert{}, p, err
@@ -307,7 +307,7 @@ func ts(t time.Time) string {
 }
 
 // getAlert serves GET /v1/messages/{id}: an alert's status per recipient.
-func (h *Handler) getAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	a, _, err := h.readableAlert(ctx, req)
 	if err != nil {
 		return 0, nil, err
@@ -372,7 +372,7 @@ type traceEvent struct {
 
 // getTrace serves GET /v1/messages/{id}/trace: every step of a message's
 // path (an app sees its own alerts' traces, redacted; the admin any).
-func (h *Handler) getTrace(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) getTrace(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	a, p, err := h.readableAlert(ctx, req)
 	if err != nil {
 		return 0, nil, err

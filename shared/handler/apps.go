@@ -16,7 +16,7 @@ import (
 )
 
 // requireAdmin refuses a caller without the admin key.
-func (h *Handler) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPRequest) error {
+func (h *AlertsAPI) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPRequest) error {
 	p, err := h.authenticate(ctx, req)
 	if err != nil {
 		return err
@@ -29,7 +29,7 @@ func (h *Handler) requireAdmin(ctx context.Context, req events.APIGatewayV2HTTPR
 
 // createApp serves POST /v1/apps (admin key): an app and its key, shown
 // once; only the key's hash is stored.
-func (h *Handler) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) createApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err
 	}
@@ -85,7 +85,7 @@ type appView struct {
 }
 
 // listApps serves GET /v1/apps (admin key): every app, revoked ones too.
-func (h *Handler) listApps(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) listApps(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err
 	}
@@ -103,7 +103,7 @@ func (h *Handler) listApps(ctx context.Context, req events.APIGatewayV2HTTPReque
 
 // rotateAppKey serves POST /v1/apps/{appId}/key (admin key): a new key,
 // shown once; the old one stops working at once.
-func (h *Handler) rotateAppKey(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) rotateAppKey(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err
 	}
@@ -137,7 +137,7 @@ func timeOrNil(t time.Time) *time.Time {
 }
 
 // revokeApp serves DELETE /v1/apps/{appId} (admin key).
-func (h *Handler) revokeApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) revokeApp(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if err := h.requireAdmin(ctx, req); err != nil {
 		return 0, nil, err
 	}

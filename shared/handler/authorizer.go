@@ -30,7 +30,7 @@ var ErrUnauthorized = errors.New("Unauthorized")
 // "token" query parameter or an "Authorization: Bearer" header; the device
 // from the token's "did" claim, else the "deviceId" query parameter, else
 // "default". No token → 401; a bad or expired token → Deny (403).
-func (h *Handler) Authorize(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
+func (h *Authorizer) Authorize(ctx context.Context, req events.APIGatewayCustomAuthorizerRequestTypeRequest) (events.APIGatewayCustomAuthorizerResponse, error) {
 	token := req.QueryStringParameters["token"]
 	if token == "" {
 		token = bearer(req.Headers)

@@ -40,7 +40,7 @@ func TestChecksAreScheduledTogetherByAttempt(t *testing.T) {
 	t.Parallel()
 	for _, fail := range []bool{false, true} {
 		s := &scheduler{fail: fail}
-		h := &Handler{Scheduler: s, Redelivery: im.DefaultRedelivery()}
+		h := (&Deps{Scheduler: s, Redelivery: im.DefaultRedelivery()}).delivery()
 		cs := &checks{}
 		const first = im.MaxChecksPerSchedule + 3
 		for i := range first {

@@ -16,7 +16,7 @@ import (
 )
 
 // Connect records the connection ($connect). A non-2xx answer refuses it.
-func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
 		return events.APIGatewayProxyResponse{StatusCode: 403}, nil
@@ -41,7 +41,7 @@ func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketPro
 	}
 	h.log().InfoContext(ctx, "connected", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection)
 	h.closeOldest(ctx, c)
-	h.presenceChanged(ctx, c.User)
+	h.presence.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
@@ -52,7 +52,7 @@ func (h *Handler) Connect(ctx context.Context, req events.APIGatewayWebsocketPro
 // new connection is admitted, so a device that reconnects over a flaky
 // network (its old socket not yet known dead) is never locked out. One
 // Query per $connect; failures are logged, never refuse the connection.
-func (h *Handler) closeOldest(ctx context.Context, c caller) {
+func (h *Sessions) closeOldest(ctx context.Context, c caller) {
 	limit := h.MaxConnections
 	if limit <= 0 {
 		limit = im.DefaultMaxConnections
@@ -73,7 +73,7 @@ func (h *Handler) closeOldest(ctx context.Context, c caller) {
 }
 
 // Disconnect removes the connection record ($disconnect).
-func (h *Handler) Disconnect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Sessions) Disconnect(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, ok := callerOf(req)
 	if !ok {
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
@@ -84,14 +84,14 @@ func (h *Handler) Disconnect(ctx context.Context, req events.APIGatewayWebsocket
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
 	}
 	h.log().InfoContext(ctx, "disconnected", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection)
-	h.presenceChanged(ctx, c.User)
+	h.presence.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
 // Ping refreshes the connection record and answers {"type":"pong"} with the
 // inbox head and epoch. A record that was removed (say after a stale 410)
 // is written again.
-func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Sessions) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionPing, err, "")
@@ -103,7 +103,7 @@ func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		if err == nil {
 			// The record had expired or been removed: peers may see the
 			// user offline until this heartbeat.
-			h.presenceChanged(ctx, c.User)
+			h.presence.presenceChanged(ctx, c.User)
 		}
 	}
 	if err != nil {
@@ -118,7 +118,7 @@ func (h *Handler) Ping(ctx context.Context, req events.APIGatewayWebsocketProxyR
 
 // Default answers frames that name no route ($default): invalid JSON is a
 // bad_request, a missing action too, anything else unknown_action.
-func (h *Handler) Default(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Sessions) Default(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, _ := callerOf(req)
 	var env wire.Envelope
 	if err := jsonUnmarshal(req.Body, &env); err != nil {
@@ -141,7 +141,7 @@ func truncate(s string, n int) string {
 // closeConnection tells a connection why it is closed (an error frame of
 // problem) and closes it from the server side; the frame is accepted before
 // the delete, so it is delivered first. Failures are logged.
-func (h *Handler) closeConnection(ctx context.Context, id im.ConnectionID, requestID string, problem *wire.Problem) {
+func (h *core) closeConnection(ctx context.Context, id im.ConnectionID, requestID string, problem *wire.Problem) {
 	if h.Pusher != nil {
 		frame, _ := json.Marshal(wire.NewError(problem, requestID, ""))
 		_ = h.push(ctx, id, frame)

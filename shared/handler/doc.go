@@ -1,9 +1,12 @@
 // Package handler holds Signet's Lambda handlers: the $connect authorizer,
 // the WebSocket routes ($connect, $disconnect, send, ack, sync, ping, read,
 // history, group, receipts, presence, presence.query, summary, $default),
-// the HTTP alerts API and the SQS consumers (redelivery, fan-out). functions/<name>/main.go only
-// wires a Handler and calls lambda.Start with one of its methods; the local
-// stack invokes the very same methods in-process.
+// the HTTP alerts API and the SQS consumers (redelivery, fan-out), each on
+// the small struct of its use case (routes.go: Messages, Sessions,
+// GroupRoutes, ..., built from Deps with only what the routes use).
+// functions/<name>/main.go only builds its use case and calls lambda.Start
+// with the route's method; the local stack invokes the very same methods
+// in-process.
 //
 // Invariants kept here:
 //   - The server ACK ("sent") is built only after the store reports the

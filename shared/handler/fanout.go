@@ -31,13 +31,13 @@ type FanoutQueue interface {
 // adapter decodes the jobs and runs a batch concurrently, starting a job
 // only while the invocation has FanoutReserve left before its deadline
 // (queue.Consumer).
-func (h *Handler) RunFanout(ctx context.Context, id string, job im.FanoutJob) error {
+func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJob) error {
 	var err error
 	switch job.Kind {
 	case im.FanoutPresence:
-		err = h.pushPresence(ctx, job.User)
+		err = h.presence.pushPresence(ctx, job.User)
 	case im.FanoutAlert:
-		err = h.fanoutAlert(ctx, job)
+		err = h.alerts.fanoutAlert(ctx, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}
@@ -51,11 +51,11 @@ func (h *Handler) RunFanout(ctx context.Context, id string, job im.FanoutJob) er
 // job: a batch job of 50 members with a push deadline each fits in it.
 const FanoutReserve = 10 * time.Second
 
-// fanoutBatch is how many members one fan-out job fills (FanoutBatch or
-// im.DefaultFanoutBatch).
-func (h *Handler) fanoutBatch() int {
-	if h.FanoutBatch > 0 {
-		return h.FanoutBatch
+// fanoutBatch is how many members one fan-out job fills: n, the
+// configured FanoutBatch, or im.DefaultFanoutBatch.
+func fanoutBatch(n int) int {
+	if n > 0 {
+		return n
 	}
 	return im.DefaultFanoutBatch
 }
@@ -64,7 +64,7 @@ func (h *Handler) fanoutBatch() int {
 // everything up to the group's current head, not just its own message:
 // when jobs pile up (a burst, a backed-up queue) the first one does the
 // work in few transactions and the rest find it done (the fan-out mark).
-func (h *Handler) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
+func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
 	whole := len(job.Members) == 0
 	if whole {
 		head, marked, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
@@ -93,9 +93,9 @@ func (h *Handler) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
 	if !whole {
 		return h.fill(ctx, job.Conversation, job.UpTo, job.Members, byUser)
 	}
-	if len(due) > h.fanoutBatch() {
+	if len(due) > fanoutBatch(h.FanoutBatch) {
 		// Enqueue first, mark after: a mark never covers a job not queued.
-		batches := job.Batches(due, h.fanoutBatch())
+		batches := job.Batches(due, fanoutBatch(h.FanoutBatch))
 		if err := h.FanoutQueue.Enqueue(ctx, 0, batches...); err != nil {
 			return err
 		}
@@ -110,7 +110,7 @@ func (h *Handler) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
 const fanoutConcurrency = 8
 
 // fill brings each user's inbox up to convSeq upTo of group conv.
-func (h *Handler) fill(ctx context.Context, conv im.ConversationID, upTo int64, users []im.UserID, members map[im.UserID]im.Member) error {
+func (h *FanoutWorker) fill(ctx context.Context, conv im.ConversationID, upTo int64, users []im.UserID, members map[im.UserID]im.Member) error {
 	pos, err := h.Fanouts.Positions(ctx, conv, users)
 	if err != nil {
 		return err
@@ -180,7 +180,7 @@ const maxPushedPerFill = 10
 
 // deliverAll pushes new entries of one inbox, adding the pushes' redelivery
 // checks to cs.
-func (h *Handler) deliverAll(ctx context.Context, tr *trail, cs *checks, u im.UserID, entries []im.Entry) {
+func (h *FanoutWorker) deliverAll(ctx context.Context, tr *trail, cs *checks, u im.UserID, entries []im.Entry) {
 	if len(entries) == 0 || h.Pusher == nil {
 		return
 	}

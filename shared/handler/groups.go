@@ -30,7 +30,7 @@ type Groups interface {
 // and members. Every change is ordered against the group's messages: a
 // member added receives the messages sent after the change, a member
 // removed none sent after it.
-func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
@@ -106,7 +106,7 @@ func (h *Handler) Group(ctx context.Context, req events.APIGatewayWebsocketProxy
 // noticeMembership tells the users someone else added (or created the
 // group with) or removed, on their live connections: a notice, never a
 // delivery (an offline user finds the group in its summary).
-func (h *Handler) noticeMembership(ctx context.Context, op string, conv im.ConversationID, name string, by im.UserID, changed []im.Member) {
+func (h *GroupRoutes) noticeMembership(ctx context.Context, op string, conv im.ConversationID, name string, by im.UserID, changed []im.Member) {
 	change := map[string]string{wire.GroupCreate: "added", wire.GroupAdd: "added", wire.GroupRemove: "removed"}[op]
 	if change == "" {
 		return
@@ -128,7 +128,7 @@ func newGroupID() im.ConversationID {
 
 // memberLimit is the most members of a group (MemberLimit or
 // im.DefaultMemberLimit).
-func (h *Handler) memberLimit() int {
+func (h *GroupRoutes) memberLimit() int {
 	if h.MemberLimit > 0 {
 		return h.MemberLimit
 	}

@@ -68,9 +68,12 @@ type Tracer interface {
 	AppendAck(ctx context.Context, a im.AckRange) error
 }
 
-// Handler serves every route. Fields left nil are not needed by every
-// function (the authorizer needs only Secret).
-type Handler struct {
+// Deps are what Signet's functions are built from: app.New fills them
+// from configuration (fields left nil are not needed by every function:
+// the authorizer needs only Secret), the local stack's Configure hooks may
+// replace any, and then each route's use case takes the part it needs
+// (routes.go: Deps.Messages, Deps.Sessions, ...).
+type Deps struct {
 	Inbox       Inbox
 	Connections Connections
 	Pusher      Pusher
@@ -137,18 +140,18 @@ type Handler struct {
 }
 
 // now is the handler's clock (Now, or the time).
-func (h *Handler) now() time.Time {
+func (h *core) now() time.Time {
 	if h.Now != nil {
 		return h.Now().UTC()
 	}
 	return time.Now().UTC()
 }
 
-// Logger is the handler's logger (Log, or slog's default).
-func (h *Handler) Logger() *slog.Logger { return h.log() }
+// Logger is the use case's logger (Log, or slog's default).
+func (h *core) Logger() *slog.Logger { return h.log() }
 
-// log is the handler's logger (Log, or slog's default).
-func (h *Handler) log() *slog.Logger { return cmp.Or(h.Log, slog.Default()) }
+// log is the use case's logger (Log, or slog's default).
+func (h *core) log() *slog.Logger { return cmp.Or(h.Log, slog.Default()) }
 
 // caller is who sent a frame, from the authorizer context of the connection.
 type caller struct {
@@ -196,7 +199,7 @@ func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
 
 // limit admits one frame of action for c, or returns the rate_limited
 // problem with when to retry.
-func (h *Handler) limit(ctx context.Context, c caller, action ratelimit.Action) error {
+func (h *core) limit(ctx context.Context, c caller, action ratelimit.Action) error {
 	if h.Limits == nil {
 		return nil
 	}
@@ -216,7 +219,7 @@ func (h *Handler) limit(ctx context.Context, c caller, action ratelimit.Action) 
 // refused it, and refuses the user's new connections for the rest of the
 // connect window: refusals are cheap, but a flood of them still spends
 // invocations, pushes and sockets that every user shares.
-func (h *Handler) ejectIgnoring(ctx context.Context, c caller, action ratelimit.Action, now time.Time) {
+func (h *core) ejectIgnoring(ctx context.Context, c caller, action ratelimit.Action, now time.Time) {
 	h.log().WarnContext(ctx, "closing a connection that ignores its rate limit", "userId", c.User, "deviceId", c.Device, "connectionId", c.Connection, "action", action)
 	if err := h.Limits.Penalize(ctx, c.User, ratelimit.Connect, now); err != nil {
 		h.log().WarnContext(ctx, "connect penalty not recorded", "err", err.Error(), "userId", c.User)
@@ -238,7 +241,7 @@ var errTokenExpired = wire.Problemf(wire.CodeUnauthorized, "your token has expir
 // Gateway keeps a connection open up to 2 h whatever its token says; this
 // check on every frame (pings included, every 5 min from an idle SDK
 // client) ends it at the first frame after expiry.
-func (h *Handler) frameCaller(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (caller, error) {
+func (h *core) frameCaller(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (caller, error) {
 	c, ok := callerOf(req)
 	if !ok {
 		return c, errNoCaller
@@ -262,7 +265,7 @@ func reply(v any) (events.APIGatewayProxyResponse, error) {
 
 // fail answers the caller with the error frame for err, logging what the
 // client does not see.
-func (h *Handler) fail(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+func (h *core) fail(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	frame := wire.NewError(err, c.RequestID, clientMsgID)
 	frame.Ref = c.ref()
 	level := slog.LevelInfo
@@ -276,14 +279,14 @@ func (h *Handler) fail(ctx context.Context, c caller, route string, err error, c
 
 // failOneWay answers a one-way route (ack, read, send: no route
 // response) with its error frame pushed through @connections.
-func (h *Handler) failOneWay(ctx context.Context, c caller, route string, err error) (events.APIGatewayProxyResponse, error) {
+func (h *core) failOneWay(ctx context.Context, c caller, route string, err error) (events.APIGatewayProxyResponse, error) {
 	return h.failPushed(ctx, c, route, err, "")
 }
 
 // failPushed pushes the error frame of a one-way route (naming the send's
 // clientMsgId, if any). A caller without a connection id has nowhere to
 // be answered.
-func (h *Handler) failPushed(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+func (h *core) failPushed(ctx context.Context, c caller, route string, err error, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	resp, _ := h.fail(ctx, c, route, err, clientMsgID)
 	if h.Pusher != nil && c.Connection != "" {
 		if perr := h.push(ctx, c.Connection, []byte(resp.Body)); perr != nil && !errors.Is(perr, im.ErrGone) {
@@ -298,7 +301,7 @@ func (h *Handler) failPushed(ctx context.Context, c caller, route string, err er
 // the connection being gone, and reports whether it was posted. If both
 // fail the client re-sends after its resend timeout and gets the same
 // answer (sends are idempotent).
-func (h *Handler) answer(ctx context.Context, c caller, route string, v any) (posted bool) {
+func (h *core) answer(ctx context.Context, c caller, route string, v any) (posted bool) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		h.log().ErrorContext(ctx, "answer not encoded", "route", route, "err", err.Error())
@@ -317,7 +320,7 @@ func (h *Handler) answer(ctx context.Context, c caller, route string, v any) (po
 	return false
 }
 
-// DefaultPushDeadline bounds one push when Handler.PushDeadline is unset.
+// DefaultPushDeadline bounds one push when Deps.PushDeadline is unset.
 const DefaultPushDeadline = 3 * time.Second
 
 // AnswerDeadline bounds each of the two attempts to post a one-way route's
@@ -327,7 +330,7 @@ const DefaultPushDeadline = 3 * time.Second
 const AnswerDeadline = 4 * time.Second
 
 // push posts one frame to a connection within the push deadline.
-func (h *Handler) push(ctx context.Context, id im.ConnectionID, frame []byte) error {
+func (h *core) push(ctx context.Context, id im.ConnectionID, frame []byte) error {
 	d := h.PushDeadline
 	if d <= 0 {
 		d = DefaultPushDeadline
@@ -336,7 +339,7 @@ func (h *Handler) push(ctx context.Context, id im.ConnectionID, frame []byte) er
 }
 
 // pushWithin posts frame to connection id, giving up after d.
-func (h *Handler) pushWithin(ctx context.Context, d time.Duration, id im.ConnectionID, frame []byte) error {
+func (h *core) pushWithin(ctx context.Context, d time.Duration, id im.ConnectionID, frame []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return h.Pusher.Push(ctx, id, frame)
@@ -349,7 +352,7 @@ var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorize
 // never turned into a failed delivery.
 // Its methods are safe for concurrent pushes.
 type trail struct {
-	h        *Handler
+	h        *core
 	function string
 	request  string
 	mu       sync.Mutex
@@ -357,7 +360,7 @@ type trail struct {
 }
 
 // trail starts the trace events of one invocation of function.
-func (h *Handler) trail(function, requestID string) *trail {
+func (h *core) trail(function, requestID string) *trail {
 	return &trail{h: h, function: function, request: requestID}
 }
 

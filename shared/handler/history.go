@@ -17,7 +17,7 @@ type Histories interface {
 
 // History pages back through a conversation's log (1:1, or a group the
 // caller is or was a member of), which is kept longer than inboxes ({"action":"history","conversationId":…,"before":N}).
-func (h *Handler) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")

@@ -58,7 +58,7 @@ type httpErrorBody struct {
 // POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
 // GET and POST /v1/apps, DELETE /v1/apps/{appId} and
 // POST /v1/apps/{appId}/key.
-func (h *Handler) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+func (h *AlertsAPI) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	reqID := req.RequestContext.RequestID
 	status, body, err := h.routeAlerts(ctx, req)
 	if err != nil {
@@ -90,7 +90,7 @@ func jsonResponse(status int, v any) events.APIGatewayV2HTTPResponse {
 }
 
 // routeAlerts dispatches an HTTP API request by its route key.
-func (h *Handler) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
+func (h *AlertsAPI) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (int, any, error) {
 	if h.AlertStore == nil {
 		return 0, nil, wire.Problemf(wire.CodeNotFound, "the alerts API is not configured")
 	}
@@ -130,7 +130,7 @@ func header(req events.APIGatewayV2HTTPRequest, name string) string {
 }
 
 // authenticate resolves the bearer key to an app or the admin.
-func (h *Handler) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
+func (h *AlertsAPI) authenticate(ctx context.Context, req events.APIGatewayV2HTTPRequest) (principal, error) {
 	scheme, key, _ := strings.Cut(strings.TrimSpace(header(req, "Authorization")), " ")
 	key = strings.TrimSpace(key)
 	if !strings.EqualFold(scheme, "Bearer") || key == "" {

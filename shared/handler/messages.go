@@ -25,7 +25,7 @@ func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) 
 // recipients' connections (the sender's other devices included), all at
 // once and each within the push deadline, so a recipient that stopped
 // reading delays neither the ACK nor anyone else's push.
-func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, "")
@@ -99,7 +99,7 @@ func (h *Handler) Send(ctx context.Context, req events.APIGatewayWebsocketProxyR
 // replay) enqueues again. Even a job that is never enqueued is made good by
 // the group's next message, whose fan-out fills every inbox from where it
 // stands, not just with that one message.
-func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
@@ -126,7 +126,7 @@ func (h *Handler) sendGroup(ctx context.Context, c caller, draft im.Draft, clien
 // sending connection, which had it in "sent"; "" for none), all at once,
 // and adds the first redelivery check of each push to cs. Failures are
 // logged: the entry is durable and a check or the next sync delivers it.
-func (h *Handler) deliver(ctx context.Context, tr *trail, cs *checks, user im.UserID, e im.Entry, skip im.ConnectionID) {
+func (h *delivery) deliver(ctx context.Context, tr *trail, cs *checks, user im.UserID, e im.Entry, skip im.ConnectionID) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
 		h.log().ErrorContext(ctx, "push skipped: listing connections failed", "err", err.Error(), "userId", user, "seq", e.Seq, "messageId", e.Message.ID)
@@ -152,7 +152,7 @@ const ConnectGrace = 30 * time.Second
 // pushAndCollect makes push number attempt+1 of entry e to conn and, unless
 // the connection is gone or the policy is exhausted, adds the next check
 // to cs (scheduleChecks schedules them).
-func (h *Handler) pushAndCollect(ctx context.Context, tr *trail, cs *checks, conn im.Connection, e im.Entry, frame []byte, attempt int) {
+func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, conn im.Connection, e im.Entry, frame []byte, attempt int) {
 	log := h.log().With("userId", conn.User, "deviceId", conn.Device, "connectionId", conn.ID, "seq", e.Seq, "messageId", e.Message.ID, "attempt", attempt)
 	ev := im.Event{Message: e.Message.ID, User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
 	event := func(t im.EventType, detail string, delay time.Duration) {
@@ -219,7 +219,7 @@ func (cs *checks) add(c im.Check, ev im.Event) {
 // attempt number and im.MaxChecksPerSchedule checks. A check that cannot
 // be scheduled leaves its message to the next sync (the device's next
 // ping tells it the head), as a single failed schedule did.
-func (h *Handler) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
+func (h *delivery) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
 	byAttempt := map[int][]pendingCheck{}
 	for _, p := range cs.pending {
 		byAttempt[p.check.Attempt] = append(byAttempt[p.check.Attempt], p)
@@ -254,7 +254,7 @@ func (h *Handler) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
 // notify tells a connection that pushing has given up and where its inbox
 // head is ({"type":"notify"}): a device that missed every push (or whose
 // acks were lost) syncs instead of waiting for its next ping or reconnect.
-func (h *Handler) notify(ctx context.Context, conn im.Connection) {
+func (h *delivery) notify(ctx context.Context, conn im.Connection) {
 	head, epoch, err := h.Inbox.Head(ctx, conn.User)
 	if err != nil {
 		h.log().WarnContext(ctx, "notify skipped: reading the inbox head failed", "err", err.Error(), "userId", conn.User)
@@ -269,7 +269,7 @@ func (h *Handler) notify(ctx context.Context, conn im.Connection) {
 // Ack moves the device's cumulative ack cursor ({"action":"ack","upTo":N}).
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
-func (h *Handler) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
@@ -299,7 +299,7 @@ const maxAckTrace = 200
 // and moves this user's delivered watermark of each conversation the ack
 // reached (one write per conversation, never per message). In 1:1 the
 // sender gets a delivered receipt; group senders ask with "receipts".
-func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
+func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
 	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
 	if err != nil {
@@ -345,7 +345,7 @@ func (h *Handler) afterAck(ctx context.Context, c caller, old, upTo int64) {
 }
 
 // receipt tells the peer of a 1:1 conversation how far user has it.
-func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.ConversationID, kind string, upTo int64) {
+func (h *delivery) receipt(ctx context.Context, user im.UserID, conv im.ConversationID, kind string, upTo int64) {
 	peer, err := conv.Peer(user)
 	if err != nil || peer == user || h.Pusher == nil {
 		return
@@ -358,7 +358,7 @@ func (h *Handler) receipt(ctx context.Context, user im.UserID, conv im.Conversat
 // best effort: what (a receipt, a presence change, a read watermark) is
 // also answered to a query or the next sync, so a failure is only logged
 // and a connection that is gone is skipped.
-func (h *Handler) pushAll(ctx context.Context, what string, u im.UserID, except im.ConnectionID, frame []byte) {
+func (h *delivery) pushAll(ctx context.Context, what string, u im.UserID, except im.ConnectionID, frame []byte) {
 	if h.Pusher == nil {
 		return
 	}
@@ -379,7 +379,7 @@ func (h *Handler) pushAll(ctx context.Context, what string, u im.UserID, except 
 
 // Sync answers a cursor pull with one page. A new sync (not the continuation
 // of this device's unfinished one) is admitted once per user per SyncInterval.
-func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
@@ -420,7 +420,7 @@ func (h *Handler) Sync(ctx context.Context, req events.APIGatewayWebsocketProxyR
 
 // syncInterval is how often a user may start a new sync (SyncInterval, or
 // the configuration's default).
-func (h *Handler) syncInterval() time.Duration {
+func (h *Messages) syncInterval() time.Duration {
 	if h.SyncInterval > 0 {
 		return h.SyncInterval
 	}

@@ -26,7 +26,7 @@ type PresenceStore interface {
 // answered with what others now see of the caller) and
 // {"action":"presence.query","users":[…]} (what others may see of those
 // users: invisible users and users without a live connection show offline).
-func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *PresenceRoutes) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	route := req.RequestContext.RouteKey
 	if route == "" {
@@ -77,7 +77,7 @@ func (h *Handler) Presence(ctx context.Context, req events.APIGatewayWebsocketPr
 
 // presenceStale is how long a connection counts as live after its last
 // connect or ping (PresenceStale or im.DefaultPresenceStale).
-func (h *Handler) presenceStale() time.Duration {
+func (h *PresenceRoutes) presenceStale() time.Duration {
 	if h.PresenceStale > 0 {
 		return h.PresenceStale
 	}
@@ -86,7 +86,7 @@ func (h *Handler) presenceStale() time.Duration {
 
 // presenceDebounce is how long presence changes wait before they are
 // pushed (PresenceDebounce or im.DefaultPresenceDebounce).
-func (h *Handler) presenceDebounce() time.Duration {
+func (h *PresenceRoutes) presenceDebounce() time.Duration {
 	if h.PresenceDebounce > 0 {
 		return h.PresenceDebounce
 	}
@@ -97,7 +97,7 @@ func (h *Handler) presenceDebounce() time.Duration {
 // peers, unless one is already pending: changes within the debounce window
 // collapse into the one push, which sends the state at that time. Best
 // effort: presence is a hint and a failure here must not fail the route.
-func (h *Handler) presenceChanged(ctx context.Context, u im.UserID) {
+func (h *PresenceRoutes) presenceChanged(ctx context.Context, u im.UserID) {
 	if h.Presences == nil || h.PresenceQueue == nil {
 		return
 	}
@@ -119,7 +119,7 @@ func (h *Handler) presenceChanged(ctx context.Context, u im.UserID) {
 
 // pushPresence runs a debounced presence job: it pushes u's visible state to
 // the connections of u's 1:1 peers, if it differs from the last one pushed.
-func (h *Handler) pushPresence(ctx context.Context, u im.UserID) error {
+func (h *PresenceRoutes) pushPresence(ctx context.Context, u im.UserID) error {
 	if err := h.Presences.ClearPresencePending(ctx, u); err != nil {
 		return err
 	}

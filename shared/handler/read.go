@@ -28,7 +28,7 @@ type Reads interface {
 // Whatever the number of messages covered, the watermark is one write.
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
-func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
@@ -79,7 +79,7 @@ func (h *Handler) Read(ctx context.Context, req events.APIGatewayWebsocketProxyR
 }
 
 // syncRead pushes the new watermark to the user's other connections.
-func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
+func (h *ReadRoutes) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
 	frame, _ := json.Marshal(wire.ReadSync{Type: wire.TypeRead, ConversationID: string(conv), UpTo: upTo})
 	h.pushAll(ctx, "read sync", c.User, c.Connection, frame)
 }
@@ -87,7 +87,7 @@ func (h *Handler) syncRead(ctx context.Context, c caller, conv im.ConversationID
 // onlyReceived drops from ids the messages u did not receive: an app's log
 // holds every recipient's alerts, and u's read belongs only in the traces
 // of u's own.
-func (h *Handler) onlyReceived(ctx context.Context, u im.UserID, ids map[int64]im.MessageID) error {
+func (h *ReadRoutes) onlyReceived(ctx context.Context, u im.UserID, ids map[int64]im.MessageID) error {
 	list := make([]im.MessageID, 0, len(ids))
 	for _, id := range ids {
 		list = append(list, id)

@@ -19,7 +19,7 @@ import (
 // reason) leaves the message for a retry; its checks that did run may then
 // push again: devices drop entries they already have. The queue adapter
 // decodes the messages and runs a batch (queue.Consumer).
-func (h *Handler) RunChecks(ctx context.Context, id string, list []im.Check) error {
+func (h *Redeliverer) RunChecks(ctx context.Context, id string, list []im.Check) error {
 	tr := h.trail("redeliver", id)
 	defer tr.flush(ctx)
 	cs := &checks{}
@@ -43,7 +43,7 @@ func (h *Handler) RunChecks(ctx context.Context, id string, list []im.Check) err
 }
 
 // redeliverOne runs one check, adding the next one (if any) to cs.
-func (h *Handler) redeliverOne(ctx context.Context, tr *trail, cs *checks, check im.Check) error {
+func (h *Redeliverer) redeliverOne(ctx context.Context, tr *trail, cs *checks, check im.Check) error {
 	log := h.log().With("userId", check.User, "deviceId", check.Device, "connectionId", check.Connection, "seq", check.Seq, "attempt", check.Attempt)
 	dev, err := h.Inbox.Device(ctx, check.User, check.Device)
 	if err != nil {

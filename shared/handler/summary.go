@@ -23,7 +23,7 @@ type ConversationIndex interface {
 // preview and the caller's read and delivered positions. It reads one
 // DynamoDB Query page per answer, whatever the inbox holds, so a login
 // shows it before pulling anything.
-func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *SummaryRoutes) Summary(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
@@ -51,7 +51,7 @@ func (h *Handler) Summary(ctx context.Context, req events.APIGatewayWebsocketPro
 // many and which of the users message N went to have it delivered (one of
 // their devices acked it) and read. Both derive from per-member watermarks,
 // so they only move forward and cost no write per message.
-func (h *Handler) Receipts(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+func (h *SummaryRoutes) Receipts(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")

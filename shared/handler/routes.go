@@ -1,0 +1,186 @@
+package handler
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
+)
+
+// The use cases: each route's handler methods live on a small struct that
+// holds only what they use, built from Deps after configuration. Every use
+// case has the core (clock, logs, rate limits, pushes, traces); those that
+// put messages in inboxes or push to a user's connections have delivery.
+
+// core is what every use case has.
+type core struct {
+	Now          func() time.Time
+	Log          *slog.Logger
+	Limits       *ratelimit.Limiter
+	Pusher       Pusher
+	Disconnector Disconnector
+	Tracer       Tracer
+	PushDeadline time.Duration
+}
+
+// delivery is what inbox appends, pushes to a user's connections and
+// redelivery checks need.
+type delivery struct {
+	*core
+	Inbox       Inbox
+	Connections Connections
+	Scheduler   Scheduler
+	Redelivery  im.Redelivery
+}
+
+// Sessions serves $connect, $disconnect, ping and $default.
+type Sessions struct {
+	*delivery
+	MaxConnections int
+	presence       *PresenceRoutes
+}
+
+// Messages serves send, ack and sync.
+type Messages struct {
+	*delivery
+	Groups       Groups
+	FanoutQueue  FanoutQueue
+	SyncInterval time.Duration
+}
+
+// GroupRoutes serves group (create, add, remove, role, leave, members).
+type GroupRoutes struct {
+	*delivery
+	Groups      Groups
+	MemberLimit int
+}
+
+// ReadRoutes serves read.
+type ReadRoutes struct {
+	*delivery
+	Reads Reads
+}
+
+// HistoryRoutes serves history.
+type HistoryRoutes struct {
+	*core
+	Groups    Groups
+	Histories Histories
+}
+
+// PresenceRoutes serves presence and pushes presence changes.
+type PresenceRoutes struct {
+	*delivery
+	Presences                       PresenceStore
+	PresenceQueue                   FanoutQueue
+	PresenceStale, PresenceDebounce time.Duration
+}
+
+// SummaryRoutes serves summary and receipts.
+type SummaryRoutes struct {
+	*core
+	Groups Groups
+	Index  ConversationIndex
+	Reads  Reads
+}
+
+// AlertsAPI serves the HTTP alerts API (alerts, apps, traces).
+type AlertsAPI struct {
+	*delivery
+	AlertStore   AlertStore
+	Validator    Validator
+	AdminKeyHash string
+	Groups       Groups
+	Reads        Reads
+	FanoutQueue  FanoutQueue
+	FanoutBatch  int
+}
+
+// FanoutWorker runs the fan-out and presence queues' jobs.
+type FanoutWorker struct {
+	*delivery
+	Fanouts     Fanouts
+	FanoutQueue FanoutQueue
+	FanoutBatch int
+	alerts      *AlertsAPI
+	presence    *PresenceRoutes
+}
+
+// Redeliverer runs the redelivery queue's checks.
+type Redeliverer struct {
+	*delivery
+}
+
+// Authorizer is the $connect authorizer.
+type Authorizer struct {
+	*core
+	Secret      []byte
+	TokenPolicy auth.Policy
+	OIDC        *auth.OIDC
+}
+
+func (d *Deps) core() *core {
+	return &core{Now: d.Now, Log: d.Log, Limits: d.Limits, Pusher: d.Pusher, Disconnector: d.Disconnector, Tracer: d.Tracer, PushDeadline: d.PushDeadline}
+}
+
+func (d *Deps) delivery() *delivery {
+	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery}
+}
+
+// Sessions is the connection routes' use case.
+func (d *Deps) Sessions() *Sessions {
+	return &Sessions{delivery: d.delivery(), MaxConnections: d.MaxConnections, presence: d.Presence()}
+}
+
+// Messages is the send, ack and sync routes' use case.
+func (d *Deps) Messages() *Messages {
+	return &Messages{delivery: d.delivery(), Groups: d.Groups, FanoutQueue: d.FanoutQueue, SyncInterval: d.SyncInterval}
+}
+
+// GroupRoutes is the group route's use case.
+func (d *Deps) GroupRoutes() *GroupRoutes {
+	return &GroupRoutes{delivery: d.delivery(), Groups: d.Groups, MemberLimit: d.MemberLimit}
+}
+
+// ReadRoutes is the read route's use case.
+func (d *Deps) ReadRoutes() *ReadRoutes {
+	return &ReadRoutes{delivery: d.delivery(), Reads: d.Reads}
+}
+
+// HistoryRoutes is the history route's use case.
+func (d *Deps) HistoryRoutes() *HistoryRoutes {
+	return &HistoryRoutes{core: d.core(), Groups: d.Groups, Histories: d.Histories}
+}
+
+// Presence is the presence route's use case.
+func (d *Deps) Presence() *PresenceRoutes {
+	return &PresenceRoutes{delivery: d.delivery(), Presences: d.Presences, PresenceQueue: d.PresenceQueue,
+		PresenceStale: d.PresenceStale, PresenceDebounce: d.PresenceDebounce}
+}
+
+// SummaryRoutes is the summary and receipts routes' use case.
+func (d *Deps) SummaryRoutes() *SummaryRoutes {
+	return &SummaryRoutes{core: d.core(), Groups: d.Groups, Index: d.Index, Reads: d.Reads}
+}
+
+// AlertsAPI is the HTTP alerts API's use case.
+func (d *Deps) AlertsAPI() *AlertsAPI {
+	return &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
+		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch}
+}
+
+// FanoutWorker is the fan-out queues' use case.
+func (d *Deps) FanoutWorker() *FanoutWorker {
+	return &FanoutWorker{delivery: d.delivery(), Fanouts: d.Fanouts, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
+		alerts: d.AlertsAPI(), presence: d.Presence()}
+}
+
+// Redeliverer is the redelivery queue's use case.
+func (d *Deps) Redeliverer() *Redeliverer { return &Redeliverer{delivery: d.delivery()} }
+
+// Authorizer is the $connect authorizer's use case.
+func (d *Deps) Authorizer() *Authorizer {
+	return &Authorizer{core: d.core(), Secret: d.Secret, TokenPolicy: d.TokenPolicy, OIDC: d.OIDC}
+}
