@@ -15,6 +15,7 @@ import (
 	"github.com/signet-im/signet/shared/netem"
 )
 
+// errChaos is a chaos run that found faults (exit status 1, after the report).
 var errChaos = errors.New("the chaos run found faults")
 
 // runChaos is `signet chaos`: a seeded run of the whole system under a weak

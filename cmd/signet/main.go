@@ -22,6 +22,7 @@ type command struct {
 	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
+// commands are signet's subcommands, in the order --help lists them.
 var commands = []command{
 	{"local", "run the whole backend locally (WebSocket API on 127.0.0.1:3001)", runLocal},
 	{"token", "print a dev token for a user: signet token <userId> [--device D]", runToken},

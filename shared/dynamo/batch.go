@@ -24,6 +24,7 @@ func (st *Store) logSpan(c im.ConversationID, lo, hi int64) *dynamodb.QueryInput
 	return span(st.tables.Messages, attrConv, string(c), convSK(lo), convSK(hi))
 }
 
+// inboxSpan is the Query of user u's inbox entries with lo ≤ seq ≤ hi.
 func (st *Store) inboxSpan(u im.UserID, lo, hi int64) *dynamodb.QueryInput {
 	return span(st.tables.Inbox, attrUser, string(u), entrySK(lo), entrySK(hi))
 }

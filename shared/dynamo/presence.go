@@ -19,6 +19,7 @@ import (
 //	pending    when a debounced presence push was scheduled (absent or 0: none pending)
 //	pushed     the visible state last pushed to peers
 
+// skPresence is the sort key of a user's presence item in the Inbox table.
 const skPresence = "presence"
 
 // SetStatus records u's chosen display state and returns the previous one.

@@ -287,6 +287,7 @@ type alertStatus struct {
 	Counts     map[string]int    `json:"counts"`
 }
 
+// recipientStatus is one recipient's state in an alert's status answer.
 type recipientStatus struct {
 	UserID      string `json:"userId"`
 	State       string `json:"state"`
@@ -356,6 +357,7 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	return http.StatusOK, out, nil
 }
 
+// traceEvent is one event of a trace answer (GET /v1/messages/{id}/trace).
 type traceEvent struct {
 	Type         string `json:"type"`
 	At           string `json:"at"`

@@ -345,6 +345,7 @@ func (h *core) pushWithin(ctx context.Context, d time.Duration, id im.Connection
 	return h.Pusher.Push(ctx, id, frame)
 }
 
+// errNoCaller refuses a frame without the authorizer's user and device.
 var errNoCaller = wire.Problemf(wire.CodeForbidden, "connection is not authorized")
 
 // trail collects the trace events of one invocation and writes them in one

@@ -203,6 +203,8 @@ type checks struct {
 	pending []pendingCheck
 }
 
+// pendingCheck is one redelivery check to schedule and the trace event
+// that says when it is due.
 type pendingCheck struct {
 	check im.Check
 	ev    im.Event // the push's trace event, for the scheduled/awaiting one

@@ -121,10 +121,12 @@ type Authorizer struct {
 	OIDC        *auth.OIDC
 }
 
+// core is the part of d every use case has.
 func (d *Deps) core() *core {
 	return &core{Now: d.Now, Log: d.Log, Limits: d.Limits, Pusher: d.Pusher, Disconnector: d.Disconnector, Tracer: d.Tracer, PushDeadline: d.PushDeadline}
 }
 
+// delivery is the part of d the use cases that append or push have.
 func (d *Deps) delivery() *delivery {
 	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery}
 }
