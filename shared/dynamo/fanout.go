@@ -205,6 +205,7 @@ func (st *Store) AppendGroup(ctx context.Context, c im.ConversationID, u im.User
 			}
 			if e != nil {
 				out = append(out, *e)
+				pos.LastSeq = e.Seq // where it went: the claimed seq, or above it
 			}
 			pos.Head, pos.LastInPlace = max(pos.Head, pos.LastSeq), true
 		}
@@ -407,9 +408,11 @@ func (st *Store) putEntry(ctx context.Context, u im.UserID, e im.Entry, ttl type
 // pos.LastSeq) is in u's inbox: it is when the entry at the claimed seq is
 // that message; a free seq gets it (a run that claimed it crashed or is
 // still on its way: the conditional put makes one of them win); a seq
-// another message took moves the claim to the head + 1 (errMoved: the
-// caller reads the position again and comes back here). It returns the
-// entry it put, if any.
+// another message took moves the claim to the head + 1 and puts the entry
+// there (putClaimed: under contention a lost placement then costs a Query
+// and three writes, not a new round of position reads; errMoved when the
+// claim moved under it: the caller reads the position again and comes
+// back here). It returns the entry it put, if any.
 func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.ConversationID, pos im.InboxPosition, ttl types.AttributeValue) (*im.Entry, error) {
 	if pos.Last == 0 || pos.LastSeq == 0 {
 		// Nothing claimed, or claimed before claims recorded their seq
@@ -429,10 +432,14 @@ func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.Conversatio
 		if err != nil {
 			return nil, err
 		}
-		if _, err := st.moveClaim(ctx, u, c, pos.Last, pos.LastSeq, head+1); err != nil {
+		moved, err := st.moveClaim(ctx, u, c, pos.Last, pos.LastSeq, head+1)
+		if err != nil {
 			return nil, err
 		}
-		return nil, errMoved
+		if !moved {
+			return nil, errMoved
+		}
+		return st.putClaimed(ctx, u, c, pos.Last, head+1, ttl)
 	}
 	if pos.Head > pos.LastSeq {
 		// Appends went above the claimed seq, and none takes a seq above
@@ -440,22 +447,39 @@ func (st *Store) placeClaimed(ctx context.Context, u im.UserID, c im.Conversatio
 		// entry was there and is gone — reaped. Never put it back.
 		return nil, nil
 	}
-	m, err := st.Message(ctx, c, pos.Last)
+	return st.putClaimed(ctx, u, c, pos.Last, pos.LastSeq, ttl)
+}
+
+// putClaimed puts the message of c at convSeq last, which u's index
+// claims at inbox seq, into u's inbox there, following the seq up if
+// another append takes it first (placeAbove). A message about the
+// retention old is not put: its entry was reaped, not left unplaced (a
+// claim is put a moment after it). It returns the entry it put, if any.
+func (st *Store) putClaimed(ctx context.Context, u im.UserID, c im.ConversationID, last, seq int64, ttl types.AttributeValue) (*im.Entry, error) {
+	m, err := st.Message(ctx, c, last)
 	if err != nil {
 		return nil, fmt.Errorf("claimed message: %w", err)
 	}
 	if m.SentAt.Before(st.now().Add(-(st.Retention - st.warmMargin()))) {
-		// The message is about the retention old: its entry was reaped,
-		// not left unplaced (a claim is put a moment after it).
 		return nil, nil
 	}
-	e := im.Entry{Seq: pos.LastSeq, Message: m}
+	e := im.Entry{Seq: seq, Message: m}
 	put, err := st.putEntry(ctx, u, e, ttl)
 	if err != nil {
 		return nil, err
 	}
-	if !put {
-		return nil, errMoved // something was put there meanwhile: look again
+	if put {
+		return &e, nil
 	}
+	at, ours, err := st.placeAbove(ctx, u, e, ttl)
+	switch {
+	case err != nil:
+		return nil, err
+	case at == 0:
+		return nil, errMoved // the claim moved under it, or the probes ran out: look again
+	case !ours:
+		return nil, nil // another run of this placement put it
+	}
+	e.Seq = at
 	return &e, nil
 }

@@ -199,3 +199,60 @@ func TestALostRaceForTheClaimedSeqFollowsTheEntriesUp(t *testing.T) {
 		t.Fatalf("bob's inbox: %+v, %v; want his hello, carol's message, then alice's", page.Entries, err)
 	}
 }
+
+// A claimed seq another message took before the claim's entry was put (the
+// claiming send crashed between claim and entry; another send came): the
+// retry moves the claim to the head + 1 and puts the entry there at once,
+// instead of reading every position again for another round.
+func TestARetryWhoseClaimedSeqWasTakenPlacesAboveTheHeadAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx, now := context.Background(), time.Now()
+	var (
+		crashed, retrying atomic.Bool
+		batchGets         atomic.Int32
+	)
+	alice := im.Direct("alice", "bob")
+	plain, hooked := newStores(t, func(ctx context.Context, in any) error {
+		switch in := in.(type) {
+		case *dynamodb.BatchGetItemInput:
+			if retrying.Load() {
+				batchGets.Add(1)
+			}
+		case *dynamodb.PutItemInput:
+			conv, _ := in.Item["conversationId"].(*types.AttributeValueMemberS)
+			user, _ := in.Item["userId"].(*types.AttributeValueMemberS)
+			if conv != nil && user != nil && conv.Value == string(alice) && user.Value == "bob" && !crashed.Swap(true) {
+				return errors.New("crash between the claim and the entry")
+			}
+		}
+		return nil
+	})
+	plain.SendMode, hooked.SendMode = dynamo.SendClaim, dynamo.SendClaim
+	hello, err := plain.Send(ctx, draft("bob", "b0", "alice", `"hello"`), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hooked.Send(ctx, draft("alice", "a1", "bob", `"second"`), now); err == nil {
+		t.Fatal("the send whose entry put crashed succeeded")
+	}
+	// Carol's send takes seq 2 of bob's inbox, which alice's claim names.
+	carol, err := plain.Send(ctx, draft("carol", "c1", "bob", `"first"`), now)
+	if err != nil || carol.Inboxed["bob"] != 2 {
+		t.Fatalf("carol: %+v, %v; want bob's seq 2", carol, err)
+	}
+	retrying.Store(true)
+	got, err := hooked.Send(ctx, draft("alice", "a1", "bob", `"second"`), now)
+	if err != nil || got.Inboxed["bob"] != 3 {
+		t.Fatalf("alice's retry: %+v, %v; want bob's seq 3", got, err)
+	}
+	// The send's positions, the index items of its replay, the placement's
+	// positions and the head above the taken seq: 4. A placement that moves
+	// the claim and then starts a new round reads positions again (5).
+	if n := batchGets.Load(); n > 4 {
+		t.Errorf("the retry made %d BatchGetItem calls; want 4 (the placement moves the claim and puts the entry at once)", n)
+	}
+	page, err := plain.Page(ctx, "bob", 0, 10, wire.EntrySize)
+	if err != nil || len(page.Entries) != 3 || page.Entries[0].Message.ID != hello.Message.ID || page.Entries[1].Message.ID != carol.Message.ID || page.Entries[2].Message.ID != got.Message.ID {
+		t.Fatalf("bob's inbox: %+v, %v; want his hello, carol's message, then alice's", page.Entries, err)
+	}
+}
