@@ -22,13 +22,11 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 		return events.APIGatewayProxyResponse{StatusCode: 403}, nil
 	}
 	now := h.now()
-	if h.Limits != nil {
-		if wait, ok := h.Limits.Allow(ctx, c.User, ratelimit.Connect, now); !ok {
-			// API Gateway refuses the handshake with this status.
-			h.log().InfoContext(ctx, "connect refused: rate limited", "userId", c.User, "deviceId", c.Device, "retryAfter", wait)
-			return events.APIGatewayProxyResponse{StatusCode: http.StatusTooManyRequests,
-				Headers: map[string]string{"Retry-After": strconv.Itoa(int(wait.Seconds()) + 1)}}, nil
-		}
+	if wait, ok := h.Limits.Allow(ctx, c.User, ratelimit.Connect, now); !ok {
+		// API Gateway refuses the handshake with this status.
+		h.log().InfoContext(ctx, "connect refused: rate limited", "userId", c.User, "deviceId", c.Device, "retryAfter", wait)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusTooManyRequests,
+			Headers: map[string]string{"Retry-After": strconv.Itoa(int(wait.Seconds()) + 1)}}, nil
 	}
 	connectedAt := now
 	if ms := req.RequestContext.ConnectedAt; ms > 0 {
@@ -146,9 +144,7 @@ func (h *core) closeConnection(ctx context.Context, id im.ConnectionID, requestI
 		frame, _ := json.Marshal(wire.NewError(problem, requestID, ""))
 		_ = h.push(ctx, id, frame)
 	}
-	if h.Disconnector != nil {
-		if err := h.Disconnector.Disconnect(ctx, id); err != nil {
-			h.log().WarnContext(ctx, "closing a connection failed", "err", err.Error(), "connectionId", id, "code", problem.Code)
-		}
+	if err := h.Disconnector.Disconnect(ctx, id); err != nil {
+		h.log().WarnContext(ctx, "closing a connection failed", "err", err.Error(), "connectionId", id, "code", problem.Code)
 	}
 }

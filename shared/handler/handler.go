@@ -140,12 +140,7 @@ type Deps struct {
 }
 
 // now is the handler's clock (Now, or the time).
-func (h *core) now() time.Time {
-	if h.Now != nil {
-		return h.Now().UTC()
-	}
-	return time.Now().UTC()
-}
+func (h *core) now() time.Time { return h.Now().UTC() }
 
 // Logger is the use case's logger (Log, or slog's default).
 func (h *core) Logger() *slog.Logger { return h.log() }
@@ -200,9 +195,6 @@ func callerOf(req events.APIGatewayWebsocketProxyRequest) (caller, bool) {
 // limit admits one frame of action for c, or returns the rate_limited
 // problem with when to retry.
 func (h *core) limit(ctx context.Context, c caller, action ratelimit.Action) error {
-	if h.Limits == nil {
-		return nil
-	}
 	now := h.now()
 	wait, ok := h.Limits.Allow(ctx, c.User, action, now)
 	if ok {

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -121,10 +122,29 @@ type Authorizer struct {
 	OIDC        *auth.OIDC
 }
 
-// core is the part of d every use case has.
+// core is the part of d every use case has; an optional dependency left
+// nil gets its no-op default (the time, no rate limits, a disconnect that
+// leaves only the record's removal).
 func (d *Deps) core() *core {
-	return &core{Now: d.Now, Log: d.Log, Limits: d.Limits, Pusher: d.Pusher, Disconnector: d.Disconnector, Tracer: d.Tracer, PushDeadline: d.PushDeadline}
+	c := &core{Now: d.Now, Log: d.Log, Limits: d.Limits, Pusher: d.Pusher, Disconnector: d.Disconnector, Tracer: d.Tracer, PushDeadline: d.PushDeadline}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Limits == nil {
+		c.Limits = &ratelimit.Limiter{}
+	}
+	if c.Disconnector == nil {
+		c.Disconnector = noDisconnect{}
+	}
+	return c
 }
+
+// noDisconnect is the Disconnector of a function without @connections:
+// closing a connection removes only its record.
+type noDisconnect struct{}
+
+// Disconnect does nothing.
+func (noDisconnect) Disconnect(context.Context, im.ConnectionID) error { return nil }
 
 // delivery is the part of d the use cases that append or push have.
 func (d *Deps) delivery() *delivery {
