@@ -126,20 +126,25 @@ func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
 			return ""
 		}},
 	} {
-		var out, errOut bytes.Buffer
-		args := append([]string{"bench", "cost", "--json"}, tc.args...)
-		if code := run(context.Background(), args, &out, &errOut); code != 0 {
-			t.Fatalf("%v: exit %d: %s%s", tc.args, code, out.String(), errOut.String())
-		}
-		var got cost.Priced
-		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-			t.Fatalf("%v: %v\n%s", tc.args, err, out.String())
-		}
-		if got.Unit != tc.unit || got.Delivered != tc.delivered || got.PerMillion <= 0 {
-			t.Errorf("%v: %d × %q at $%.2f per million; want %d × %q", tc.args, got.Delivered, got.Unit, got.PerMillion, tc.delivered, tc.unit)
-		}
-		if msg := tc.check(got); msg != "" {
-			t.Errorf("%v: %s: %+v", tc.args, msg, got.Usage)
-		}
+		// Each scenario runs its own stack and mostly waits (for the
+		// redelivery checks to come due): side by side, not one by one.
+		t.Run(tc.args[1], func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			args := append([]string{"bench", "cost", "--json"}, tc.args...)
+			if code := run(context.Background(), args, &out, &errOut); code != 0 {
+				t.Fatalf("%v: exit %d: %s%s", tc.args, code, out.String(), errOut.String())
+			}
+			var got cost.Priced
+			if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+				t.Fatalf("%v: %v\n%s", tc.args, err, out.String())
+			}
+			if got.Unit != tc.unit || got.Delivered != tc.delivered || got.PerMillion <= 0 {
+				t.Errorf("%v: %d × %q at $%.2f per million; want %d × %q", tc.args, got.Delivered, got.Unit, got.PerMillion, tc.delivered, tc.unit)
+			}
+			if msg := tc.check(got); msg != "" {
+				t.Errorf("%v: %s: %+v", tc.args, msg, got.Usage)
+			}
+		})
 	}
 }
