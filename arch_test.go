@@ -65,3 +65,17 @@ func TestOnlyTestsLinkTheTestKit(t *testing.T) {
 		}
 	}
 }
+
+// The functions that call no AWS service start without SDK clients
+// (shared/app/sdkfree), so their binaries link no SDK service: the
+// authorizer runs on every $connect.
+func TestFunctionsThatCallNoAWSLinkNoSDKService(t *testing.T) {
+	t.Parallel()
+	for _, fn := range []string{"./functions/authorizer", "./functions/default"} {
+		for _, d := range deps(t, fn) {
+			if strings.HasPrefix(d, "github.com/aws/aws-sdk-go-v2/service/") || strings.HasSuffix(d, "signet/shared/app") {
+				t.Errorf("%s links %s", fn, d)
+			}
+		}
+	}
+}

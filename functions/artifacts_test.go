@@ -63,7 +63,7 @@ func TestEveryArtifactStartsWithItsTemplateEnvironmentAndAnswersASampleEvent(t *
 			continue
 		}
 		for id := range tmpl.Functions {
-			if strings.Contains(string(b), `app.Start("`+id+`",`) {
+			if strings.Contains(string(b), `app.Start("`+id+`",`) || strings.Contains(string(b), `sdkfree.Start("`+id+`",`) {
 				dirs[id] = e.Name()
 			}
 		}

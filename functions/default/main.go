@@ -2,10 +2,10 @@
 package main
 
 import (
-	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/app/sdkfree"
 	"github.com/signet-im/signet/shared/handler"
 )
 
 func main() {
-	app.Start("DefaultFunction", func(d *handler.Deps) any { return d.Sessions().Default })
+	sdkfree.Start("DefaultFunction", func(d *handler.Deps) any { return d.Sessions().Default })
 }

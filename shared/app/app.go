@@ -13,11 +13,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/signet-im/signet/shared/auth"
+	"github.com/signet-im/signet/shared/app/sdkfree"
 	signetcfg "github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
-	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/push"
 	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/ratelimit"
@@ -37,39 +36,14 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	store.HistoryRetention = cfg.HistoryRetention
 	store.CompressBodies = cfg.CompressBodies
 	store.SendMode = cfg.SendMode
-	h := &handler.Deps{
-		Inbox:          store,
-		Connections:    store,
-		Tracer:         store,
-		Reads:          store,
-		Histories:      store,
-		Groups:         store,
-		Fanouts:        store,
-		Index:          store,
-		Presences:      store,
-		MemberLimit:    cfg.MemberLimit,
-		MaxConnections: cfg.MaxConnections,
-		Limits: &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
-			log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
-		}},
-		FanoutBatch:      cfg.FanoutBatch,
-		PresenceStale:    cfg.PresenceStale,
-		PresenceDebounce: cfg.PresenceDebounce,
-		Secret:           []byte(cfg.JWTSecret),
-		TokenPolicy:      auth.Policy{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, MaxLifetime: cfg.MaxTokenLifetime},
-		Redelivery:       cfg.Redelivery,
-		SyncInterval:     cfg.SyncInterval,
-		Log:              log,
-	}
+	h := sdkfree.Deps(cfg, log)
+	h.Inbox, h.Connections, h.Tracer, h.Reads, h.Histories = store, store, store, store, store
+	h.Groups, h.Fanouts, h.Index, h.Presences = store, store, store, store
+	h.Limits = &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
+		log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
+	}}
 	if cfg.AlertsTable != "" {
 		h.AlertStore = store // its Validator: openapi.Alerts, set by the alerts main
-	}
-	if cfg.OIDCIssuer != "" {
-		h.OIDC = &auth.OIDC{Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, UserClaim: cfg.OIDCUserClaim, JWKSURL: cfg.OIDCJWKSURL,
-			Policy: auth.Policy{MaxLifetime: cfg.MaxTokenLifetime}}
-	}
-	if cfg.AdminKey != "" {
-		h.AdminKeyHash = im.HashSecret(cfg.AdminKey)
 	}
 	if c.SQS != nil {
 		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)
@@ -87,25 +61,6 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	return h
 }
 
-// LoadConfig reads the configuration of the template function logicalID
-// through getenv and checks that every variable it needs is set: the init
-// step of every Signet Lambda, which the local stack runs for each function
-// with the environment the template gives it.
-func LoadConfig(getenv func(string) string, logicalID string) (signetcfg.Config, error) {
-	needs, ok := Needs[logicalID]
-	if !ok {
-		return signetcfg.Config{}, fmt.Errorf("no function %s", logicalID)
-	}
-	cfg, err := signetcfg.Load(getenv)
-	if err != nil {
-		return signetcfg.Config{}, err
-	}
-	if err := cfg.Require(needs...); err != nil {
-		return signetcfg.Config{}, err
-	}
-	return cfg, nil
-}
-
 // ManagementClient returns an @connections client for endpoint.
 func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementapi.Client {
 	return apigatewaymanagementapi.NewFromConfig(awsCfg, func(o *apigatewaymanagementapi.Options) {
@@ -118,7 +73,7 @@ func ManagementClient(awsCfg aws.Config, endpoint string) *apigatewaymanagementa
 // clients from the environment Lambda sets (loadLambdaAWS; it honours
 // AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS).
 func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) (*handler.Deps, error) {
-	cfg, err := LoadConfig(getenv, logicalID)
+	cfg, err := signetcfg.ForFunction(getenv, logicalID)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +88,5 @@ func FromEnv(ctx context.Context, getenv func(string) string, logicalID string) 
 	if cfg.WebSocketEndpoint != "" {
 		c.Management = ManagementClient(awsCfg.Config, cfg.WebSocketEndpoint)
 	}
-	log := slog.New(slog.NewJSONHandler(lambdaStdout{}, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	return New(cfg, c, log), nil
+	return New(cfg, c, sdkfree.Logger(cfg)), nil
 }

@@ -89,9 +89,9 @@ func TestDriftIsDetected(t *testing.T) {
 	}
 	// Code side: a variable the code starts to need but the template lacks.
 	t.Run("env var added to the code only", func(t *testing.T) {
-		saved := Needs["AckFunction"]
-		Needs["AckFunction"] = append(append([]string{}, saved...), signetcfg.EnvRedeliveryQueue)
-		defer func() { Needs["AckFunction"] = saved }()
+		saved := signetcfg.Needs["AckFunction"]
+		signetcfg.Needs["AckFunction"] = append(append([]string{}, saved...), signetcfg.EnvRedeliveryQueue)
+		defer func() { signetcfg.Needs["AckFunction"] = saved }()
 		if drift := strings.Join(Drift(load(t)), "\n"); !strings.Contains(drift, "AckFunction: reads SIGNET_REDELIVERY_QUEUE_URL") {
 			t.Fatalf("not reported:\n%s", drift)
 		}
@@ -148,7 +148,7 @@ func Drift(t *template.Template) []string {
 			add("function %s: in the template, not in the code", id)
 		}
 	}
-	for id, needs := range Needs {
+	for id, needs := range signetcfg.Needs {
 		f, ok := t.Functions[id]
 		if !ok {
 			continue

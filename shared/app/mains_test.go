@@ -22,7 +22,7 @@ func TestEveryMainRunsItsFunctionsMethod(t *testing.T) {
 	if err != nil || len(mains) == 0 {
 		t.Fatalf("no functions/*/main.go (%v)", err)
 	}
-	start := regexp.MustCompile(`app\.Start\("(\w+)", (?:func\(d \*handler\.Deps\) any \{ return d\.(\w+)\(\)\.(\w+) \}|app\.(\w+))`)
+	start := regexp.MustCompile(`(?:app|sdkfree)\.Start\("(\w+)", (?:func\(d \*handler\.Deps\) any \{ return d\.(\w+)\(\)\.(\w+) \}|app\.(\w+))`)
 	deps := reflect.TypeOf(&handler.Deps{})
 	fns := Functions(&handler.Deps{})
 	seen := map[string]bool{}
@@ -33,7 +33,7 @@ func TestEveryMainRunsItsFunctionsMethod(t *testing.T) {
 		}
 		g := start.FindStringSubmatch(string(b))
 		if g == nil {
-			t.Errorf("%s: no app.Start(\"<Function>\", func(d *handler.Deps) any { return d.<UseCase>().<Method> }) or app.Start(\"<Function>\", app.<Consumer>)", m)
+			t.Errorf("%s: no app.Start (or sdkfree.Start) of \"<Function>\" with func(d *handler.Deps) any { return d.<UseCase>().<Method> }, nor app.Start(\"<Function>\", app.<Consumer>)", m)
 			continue
 		}
 		id, builder, method, consumer := g[1], g[2], g[3], g[4]

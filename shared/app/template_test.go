@@ -51,7 +51,7 @@ func TestEveryRetentionPairIsRefusedByTheRulesOrStartsEveryFunction(t *testing.T
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := LoadConfig(func(k string) string { return env[k] }, id); err != nil {
+				if _, err := signetcfg.ForFunction(func(k string) string { return env[k] }, id); err != nil {
 					inits = append(inits, fmt.Sprintf("%s: %v", id, err))
 				}
 			}
@@ -192,11 +192,11 @@ func TestTheTemplatesDefaultsAreTheCodesDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fromTemplate, err := LoadConfig(func(k string) string { return env[k] }, id)
+		fromTemplate, err := signetcfg.ForFunction(func(k string) string { return env[k] }, id)
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
-		fromCode, err := LoadConfig(func(k string) string {
+		fromCode, err := signetcfg.ForFunction(func(k string) string {
 			if settings[k] {
 				return "" // the code's default
 			}

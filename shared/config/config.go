@@ -305,3 +305,55 @@ func duration(name, v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// Needs lists, per function logical id of template.yaml, the environment
+// variables the function cannot run without (every function serving
+// frames needs the @connections endpoint: it closes a connection whose
+// token has expired). The drift test checks that the
+// template sets each of them on that function.
+var Needs = map[string][]string{
+	"AuthorizerFunction": {EnvJWTSecret},
+	"ConnectFunction":    {EnvConnectionsTable, EnvInboxTable, EnvPresenceQueue, EnvWebSocketAPI},
+	"DisconnectFunction": {EnvConnectionsTable, EnvInboxTable, EnvPresenceQueue},
+	"SendFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
+		EnvRedeliveryQueue, EnvWebSocketAPI, EnvPushTimeout, EnvBackoff, EnvInboxRetention,
+		EnvFanoutQueue, EnvHistoryRetention},
+	"AckFunction":      {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvWebSocketAPI},
+	"HistoryFunction":  {EnvMessagesTable, EnvInboxTable, EnvWebSocketAPI},
+	"SyncFunction":     {EnvInboxTable, EnvWebSocketAPI},
+	"PingFunction":     {EnvConnectionsTable, EnvInboxTable, EnvPresenceQueue, EnvWebSocketAPI},
+	"GroupFunction":    {EnvMessagesTable, EnvInboxTable, EnvMemberLimit, EnvWebSocketAPI},
+	"ReceiptsFunction": {EnvMessagesTable, EnvInboxTable, EnvWebSocketAPI},
+	"PresenceFunction": {EnvConnectionsTable, EnvInboxTable, EnvPresenceQueue, EnvPresenceStale,
+		EnvPresenceDebounce, EnvWebSocketAPI},
+	"SummaryFunction": {EnvInboxTable, EnvWebSocketAPI},
+	"FanoutFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
+		EnvRedeliveryQueue, EnvFanoutQueue, EnvWebSocketAPI, EnvPushTimeout, EnvBackoff,
+		EnvInboxRetention, EnvFanoutBatch, EnvPresenceStale, EnvAlertsTable},
+	"ReadFunction":    {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable, EnvWebSocketAPI},
+	"DefaultFunction": {},
+	"AlertsFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
+		EnvAlertsTable, EnvAdminKey, EnvRedeliveryQueue, EnvWebSocketAPI, EnvFanoutQueue,
+		EnvPushTimeout, EnvBackoff, EnvInboxRetention},
+	"RedeliverFunction": {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvRedeliveryQueue,
+		EnvWebSocketAPI, EnvPushTimeout, EnvBackoff},
+}
+
+// ForFunction reads the configuration of the template function logicalID
+// through getenv and checks that every variable it needs is set: the init
+// step of every Signet Lambda, which the local stack runs for each function
+// with the environment the template gives it.
+func ForFunction(getenv func(string) string, logicalID string) (Config, error) {
+	needs, ok := Needs[logicalID]
+	if !ok {
+		return Config{}, fmt.Errorf("no function %s", logicalID)
+	}
+	cfg, err := Load(getenv)
+	if err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Require(needs...); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}

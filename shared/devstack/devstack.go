@@ -414,7 +414,7 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := app.LoadConfig(func(k string) string { return env[k] }, id)
+	cfg, err := config.ForFunction(func(k string) string { return env[k] }, id)
 	if err != nil {
 		return nil, fmt.Errorf("function %s failed its init (as it would in Lambda): %w", id, err)
 	}
