@@ -183,3 +183,32 @@ func FuzzValidatorAgreesWithJSONSchema(f *testing.F) {
 		}
 	})
 }
+
+// Numbers are read exactly only within float64's range and 64 characters,
+// and an array over its maxItems gets no pairwise or per-item checks: a
+// body of thousands of 1e1000000s costs the validator next to nothing
+// (each would take ~25 ms to read exactly) and is refused.
+func TestHugeNumbersAndLongArraysAreRefusedCheaply(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"1e1000000", "-1e400", strings.Repeat("9", 65)} {
+		if _, err := rat(json.Number(n)); err == nil {
+			t.Errorf("%s: read", n)
+		}
+	}
+	if r, err := rat(json.Number("2592000")); err != nil || r.Num().Int64() != 2592000 {
+		t.Errorf("2592000: %v, %v", r, err)
+	}
+	v, err := Alerts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.TrimSuffix(strings.Repeat("1e1000000,", 5000), ",")
+	err = v.Validate("AlertRequest", []byte(`{"to":[`+huge+`],"title":"t","body":"b"}`))
+	if err == nil || !strings.Contains(err.Error(), "at /to: maximum 100 items") || strings.Contains(err.Error(), "equal") {
+		t.Errorf("5,000 huge numbers in to: %v", err)
+	}
+	err = v.Validate("AlertRequest", []byte(`{"to":["bob"],"title":"t","body":"b","ttlSeconds":1e1000000}`))
+	if err == nil || !strings.Contains(err.Error(), "/ttlSeconds") {
+		t.Errorf("a huge ttlSeconds: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package openapi
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/big"
 	"regexp"
 	"slices"
@@ -191,11 +192,23 @@ func count(v any) (int, error) {
 	return int(r.Num().Int64()), nil
 }
 
-// rat reads a JSON number (decoded with UseNumber) exactly.
+// maxNumberLen bounds the digits of a number read exactly.
+const maxNumberLen = 64
+
+// rat reads a JSON number (decoded with UseNumber) exactly. A number
+// beyond float64's range or longer than maxNumberLen is refused: reading
+// 1e1000000 exactly takes ~25 ms, and a body can hold thousands of them
+// (every schema of the document bounds its numbers far below).
 func rat(v any) (*big.Rat, error) {
 	n, ok := v.(json.Number)
 	if !ok {
 		return nil, fmt.Errorf("not a number")
+	}
+	if len(n) > maxNumberLen {
+		return nil, fmt.Errorf("number too long")
+	}
+	if f, err := strconv.ParseFloat(string(n), 64); err != nil || math.IsInf(f, 0) {
+		return nil, fmt.Errorf("number out of range: %s", n)
 	}
 	r, ok := new(big.Rat).SetString(string(n))
 	if !ok {
@@ -265,7 +278,10 @@ func (v *validator) check(s *schema, inst any, at string, out *[]problem) {
 			fail("minimum %d items required, but found %d items", s.minItems, len(x))
 		}
 		if s.maxItems >= 0 && len(x) > s.maxItems {
+			// Refused already: no pairwise or per-item checks of an array
+			// of any length (a body can hold thousands of items).
 			fail("maximum %d items required, but found %d items", s.maxItems, len(x))
+			return
 		}
 		if s.uniqueItems {
 			for i := range x {
