@@ -1,7 +1,8 @@
 # Signet - the Makefile is the interface: CI runs these same targets.
 #
 #   make run        local stack on ws://127.0.0.1:3001, data kept in .signet/data (ADDR=, HTTP_ADDR=, DATA=; DATA= keeps it in memory)
-#   make test       every test (unit, store contract, end-to-end), with -race
+#   make test       every test (unit, store contract, end-to-end), with -race, then make test-sdk
+#   make test-sdk   the TypeScript SDK's tests (Node's test runner) against a real signet local
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery and summary benchmarks through the local stack
 #   make bench-login  500 users log in with 200 waiting messages each (moto)
@@ -38,7 +39,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody \
 	./shared/openapi:FuzzValidatorAgreesWithJSONSchema
 
-.PHONY: all build test test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-sdk test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -75,8 +76,15 @@ build-PresenceFunction: ; $(MAKE) lambda-presence
 build-SummaryFunction: ; $(MAKE) lambda-summary
 build-FanoutFunction: ; $(MAKE) lambda-fanout
 
-test: ## the README's test command
+test: ## the README's test command: every Go test, then the TypeScript SDK's
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory test-sdk
+
+# The TypeScript SDK (sdk/typescript): its frame types checked against
+# docs/protocol.schema.json, its stores, and its delivery guarantees
+# against a real `signet local` the tests start on free ports.
+test-sdk:
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm test
 
 # The chaos suite: weak network, crashes, retries, churn and server-side
 # faults, then every ACKed message reconciled against every device.

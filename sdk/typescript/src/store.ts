@@ -1,0 +1,207 @@
+import type { Entry, SendFrame, SentFrame } from "./frames.js";
+
+/** Where a device stands in its inbox: the highest seq persisted and the
+ * inbox epoch it belongs to ("" until the first sync page tells it). */
+export interface Position {
+  cursor: number;
+  epoch: string;
+}
+
+/** A send waiting for the server's ACK, kept until it comes. */
+export interface OutboxItem {
+  clientMsgId: string;
+  frame: SendFrame;
+  /** When it was queued (ms since the epoch). */
+  at: number;
+  /** The draft's fingerprint: a clientMsgId names one message. */
+  fp: string;
+}
+
+/** The ACK of a send, kept so that the same clientMsgId gets it again. */
+export interface SentRecord {
+  sent: SentFrame;
+  fp: string;
+}
+
+/**
+ * A device's durable state: its inbox entries and cursor, epoch, outbox and
+ * the ACKs of its sends. Every method is one atomic step: in particular
+ * `apply` stores the entry and moves the cursor together (or does neither),
+ * which is what lets the client ack only what is persisted.
+ *
+ * Implementations: {@link MemoryStore} (tests, or a device that keeps
+ * nothing), `FileStore` (Node, from "@signet-im/client/node") and
+ * {@link IndexedDBStore} (browsers).
+ */
+export interface DeviceStore {
+  position(): Promise<Position>;
+  /** Stores e and moves the cursor to e.seq if e.seq is cursor + 1.
+   * known: e's message was held before a resync (already shown). */
+  apply(e: Entry): Promise<{ applied: boolean; known: boolean }>;
+  /** Records that seqs from+1..to expired on the server before this device
+   * synced them, and moves the cursor to `to`. */
+  skip(from: number, to: number): Promise<void>;
+  /** The last skipped range ("from-to"), or "". */
+  skipped(): Promise<string>;
+  /** Forgets the cursor and the entries (remembering their message ids as
+   * known) and takes epoch: the server's sequence restarted. */
+  reset(epoch: string): Promise<void>;
+  setEpoch(epoch: string): Promise<void>;
+  /** Persisted entries with seq > after, ascending (limit 0: all). */
+  entries(after: number, limit?: number): Promise<Entry[]>;
+  /** Queues item unless its clientMsgId was ACKed (prev) or is queued (pending). */
+  enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }>;
+  outbox(): Promise<OutboxItem[]>;
+  /** Removes a send from the outbox, keeping its ACK (sent) if it has one. */
+  settle(clientMsgId: string, sent?: SentFrame): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** One change of a device's state: what a journal records. */
+export type Mutation =
+  | { op: "apply"; entry: Entry }
+  | { op: "skip"; from: number; to: number }
+  | { op: "reset"; epoch: string }
+  | { op: "epoch"; epoch: string }
+  | { op: "enqueue"; item: OutboxItem }
+  | { op: "settle"; id: string; sent?: SentFrame };
+
+/** A device's whole state, as plain data. */
+export interface State {
+  cursor: number;
+  epoch: string;
+  skipped: string;
+  inbox: Map<number, Entry>;
+  outbox: OutboxItem[];
+  sent: Map<string, SentRecord>;
+  known: Set<string>;
+}
+
+export function emptyState(): State {
+  return { cursor: 0, epoch: "", skipped: "", inbox: new Map(), outbox: [], sent: new Map(), known: new Set() };
+}
+
+/** Applies one mutation to a state; false when it changes nothing. */
+export function mutate(s: State, m: Mutation): boolean {
+  switch (m.op) {
+    case "apply":
+      if (m.entry.seq !== s.cursor + 1) return false;
+      s.inbox.set(m.entry.seq, m.entry);
+      s.cursor = m.entry.seq;
+      return true;
+    case "skip":
+      s.cursor = m.to;
+      s.skipped = `${m.from + 1}-${m.to}`;
+      return true;
+    case "reset":
+      for (const e of s.inbox.values()) s.known.add(e.message.messageId);
+      s.inbox.clear();
+      s.cursor = 0;
+      s.epoch = m.epoch;
+      return true;
+    case "epoch":
+      s.epoch = m.epoch;
+      return true;
+    case "enqueue":
+      if (s.sent.has(m.item.clientMsgId) || s.outbox.some((o) => o.clientMsgId === m.item.clientMsgId)) return false;
+      s.outbox.push(m.item);
+      return true;
+    case "settle": {
+      const i = s.outbox.findIndex((o) => o.clientMsgId === m.id);
+      const fp = i >= 0 ? s.outbox[i].fp : "";
+      if (i >= 0) s.outbox.splice(i, 1);
+      if (m.sent) s.sent.set(m.id, { sent: m.sent, fp: s.sent.get(m.id)?.fp || fp });
+      return true;
+    }
+  }
+}
+
+/**
+ * A device store over a {@link State} in memory. Every change goes through
+ * {@link JournaledStore.record}, which a durable store overrides to write it
+ * down first. A MemoryStore keeps its state for as long as the object lives:
+ * a test may "crash" a client and start another on the same store object.
+ */
+export abstract class JournaledStore implements DeviceStore {
+  protected state: State = emptyState();
+  protected closed = false;
+
+  /** Makes m durable (before it is applied in memory). */
+  protected abstract record(m: Mutation): Promise<void>;
+
+  private async change(m: Mutation): Promise<void> {
+    if (this.closed) throw new Error("device store closed");
+    await this.record(m);
+    mutate(this.state, m);
+  }
+
+  async position(): Promise<Position> {
+    return { cursor: this.state.cursor, epoch: this.state.epoch };
+  }
+
+  async apply(e: Entry): Promise<{ applied: boolean; known: boolean }> {
+    if (e.seq !== this.state.cursor + 1) return { applied: false, known: false };
+    await this.change({ op: "apply", entry: e });
+    return { applied: true, known: this.state.known.has(e.message.messageId) };
+  }
+
+  async skip(from: number, to: number): Promise<void> {
+    await this.change({ op: "skip", from, to });
+  }
+
+  async skipped(): Promise<string> {
+    return this.state.skipped;
+  }
+
+  async reset(epoch: string): Promise<void> {
+    await this.change({ op: "reset", epoch });
+  }
+
+  async setEpoch(epoch: string): Promise<void> {
+    await this.change({ op: "epoch", epoch });
+  }
+
+  async entries(after: number, limit = 0): Promise<Entry[]> {
+    const out: Entry[] = [];
+    for (let seq = after + 1; seq <= this.state.cursor; seq++) {
+      const e = this.state.inbox.get(seq);
+      if (!e) continue;
+      out.push(e);
+      if (limit > 0 && out.length === limit) break;
+    }
+    return out;
+  }
+
+  async enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }> {
+    const prev = this.state.sent.get(item.clientMsgId);
+    if (prev) return { prev };
+    const pending = this.state.outbox.find((o) => o.clientMsgId === item.clientMsgId);
+    if (pending) return { pending };
+    await this.change({ op: "enqueue", item });
+    return {};
+  }
+
+  async outbox(): Promise<OutboxItem[]> {
+    return [...this.state.outbox];
+  }
+
+  async settle(clientMsgId: string, sent?: SentFrame): Promise<void> {
+    await this.change({ op: "settle", id: clientMsgId, sent });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+  }
+}
+
+/** A device store that keeps everything in memory (lost with the process). */
+export class MemoryStore extends JournaledStore {
+  protected async record(): Promise<void> {}
+
+  /** Makes a closed MemoryStore usable again, as reopening a file would:
+   * a test restarts a client on the same "disk". */
+  reopen(): this {
+    this.closed = false;
+    return this;
+  }
+}

@@ -1,0 +1,216 @@
+// The Go SDK's delivery guarantees, shown for the TypeScript SDK against the
+// real local stack: persist before emit and ack, the outbox, crash at every
+// step of an entry's path, a transport that drops, duplicates and reorders
+// pushes, and a 1,000-message burst with the receiver restarted at random.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { MemoryStore, SignetClient, ServerError, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
+import { FileStore } from "../src/node.js";
+import { eventually, frameCheck, invalidFrames, seeded, startStack, token, type Stack } from "./stack.js";
+
+let stack: Stack;
+let dir: string;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "signet-sdk-"));
+  // Short redelivery timings so that a dropped push is re-pushed in a
+  // second, not five; memdyn for the 1,000-message burst.
+  stack = await startStack({ SIGNET_PUSH_TIMEOUT: "1s", SIGNET_REDELIVERY_BACKOFF: "1s,1s,2s,2s", SIGNET_DYNAMODB_EMULATOR: "memdyn" });
+});
+
+after(async () => {
+  await stack?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function dial(user: string, store: DeviceStore, extra: Partial<ClientOptions> = {}): Promise<SignetClient> {
+  return SignetClient.connect({
+    url: stack.url, token: () => token(user, extra.device), store, onFrame: frameCheck,
+    log: process.env.SDK_DEBUG ? (l, m, f) => console.error(user, l, m, f ?? "") : undefined, ...extra,
+  });
+}
+
+/** Sends n numbered messages from a client to user `to`, each after the previous one's ACK. */
+async function sendNumbered(from: SignetClient, to: string, n: number, prefix = "m"): Promise<void> {
+  const all: Promise<unknown>[] = [];
+  for (let i = 0; i < n; i++) all.push(from.send(to, { n: i, text: `${prefix}${i}` }));
+  await Promise.all(all); // the outbox keeps one send per conversation in flight: stored in this order
+}
+
+/** Asserts that shown holds messages 0..n-1 from `from`, once each, in order. */
+function assertOnceInOrder(shown: StoredMessage[], n: number, what: string): void {
+  const numbers = shown.map((m) => (m.body as { n: number }).n);
+  assert.deepEqual(numbers, [...Array(n).keys()], `${what}: every message once, in order`);
+  assert.equal(new Set(shown.map((m) => m.messageId)).size, n, `${what}: distinct message ids`);
+  for (let i = 1; i < shown.length; i++) assert.ok(shown[i].seq > shown[i - 1].seq, `${what}: ascending seqs`);
+}
+
+test("a message reaches the recipient once, persisted before it is emitted, and the delivered receipt comes back", async () => {
+  const receipts: ReceiptFrame[] = [];
+  const a = await dial("alice-1", new MemoryStore(), { onReceipt: (r) => receipts.push(r) });
+  const bStore = new MemoryStore();
+  const b = await dial("bob-1", bStore);
+  const sent = await a.send("bob-1", { text: "Approve PO-7?" });
+  assert.equal(sent.conversationId, "d:alice-1:bob-1");
+  assert.equal(sent.convSeq, 1);
+  assert.ok(sent.seq && sent.seq >= 1, "a 1:1 sent carries the sender's own inbox seq");
+  const m = (await b.messages().next()).value as StoredMessage;
+  assert.deepEqual(m.body, { text: "Approve PO-7?" });
+  assert.equal(m.from, "alice-1");
+  assert.equal(m.messageId, sent.messageId);
+  assert.ok((await bStore.position()).cursor >= m.seq, "persisted before it was emitted");
+  await eventually("alice's delivered receipt", () => receipts.some((r) => r.kind === "delivered" && r.upTo === 1), 30000);
+  const own = await a.history();
+  assert.deepEqual(own.map((x) => x.messageId), [sent.messageId], "the sender's own copy is on its device, from sent");
+  await b.markRead(sent.conversationId, 1);
+  await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === 1), 30000);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("the outbox survives a restart; a send retried with its clientMsgId is stored once; a reused id is refused", async () => {
+  const file = join(dir, "outbox.db");
+  let st = await FileStore.open(file);
+  const id = await SignetClient.queue(st, { to: "bob-2", body: { n: 0, text: "queued offline" } });
+  await st.close();
+  st = await FileStore.open(file); // a restart: the outbox is on disk
+  assert.deepEqual((await st.outbox()).map((o) => o.clientMsgId), [id]);
+  const b = await dial("bob-2", new MemoryStore());
+  const a = await dial("alice-2", st);
+  const got = (await b.messages().next()).value as StoredMessage;
+  assert.deepEqual(got.body, { n: 0, text: "queued offline" });
+  await eventually("the outbox empties", async () => (await a.pending()).length === 0, 30000);
+  // The same clientMsgId again (a retry after a lost ACK) gets the same
+  // message back and stores nothing new; other content under it is refused.
+  const again = await a.sendDraft({ clientMsgId: id, to: "bob-2", body: { n: 0, text: "queued offline" } });
+  assert.equal(again.messageId, got.messageId);
+  await assert.rejects(a.sendDraft({ clientMsgId: id, to: "bob-2", body: "something else" }), (e: unknown) => e instanceof ServerError && e.code === "bad_request");
+  const next = await a.send("bob-2", { n: 1, text: "after" });
+  const got2 = (await b.messages().next()).value as StoredMessage;
+  assert.equal(got2.messageId, next.messageId, "nothing arrived between: the retry was not a second message");
+  await Promise.all([a.close(), b.close()]);
+});
+
+for (const point of ["before-persist", "after-persist", "before-ack"] as CrashPoint[]) {
+  test(`a receiver killed ${point} of an entry ends with every message once, in order (file store)`, async () => {
+    const user = `bob-crash-${point}`;
+    const file = join(dir, `${user}.db`);
+    const n = 20;
+    const a = await dial(`alice-crash-${point}`, new MemoryStore());
+    const shown: StoredMessage[] = [];
+    let crashed = false;
+    let st = await FileStore.open(file);
+    let b = await dial(user, st, { crashAt: (p, seq) => !crashed && p === point && seq >= 7 && (crashed = true) });
+    const consume = async (c: SignetClient) => {
+      for await (const m of c.messages()) shown.push(m);
+    };
+    let reading = consume(b);
+    await sendNumbered(a, user, n);
+    await eventually("the crash", () => crashed, 60000);
+    await reading; // messages() ends with the crash
+    await st.close(); // the killed process's lock goes with it
+    st = await FileStore.open(file);
+    b = await dial(user, st, { replay: true, shownUpTo: shown.at(-1)?.seq ?? 0 });
+    reading = consume(b);
+    await eventually(`${n} messages shown`, () => shown.length >= n, 60000);
+    await b.close();
+    await reading;
+    assertOnceInOrder(shown, n, point);
+    await a.close();
+  });
+}
+
+/** A WebSocket whose incoming pushes ("message" frames) are dropped, duplicated and reordered at random. */
+function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }): WebSocketConstructor {
+  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
+  return class Flaky implements WebSocketLike {
+    private ws: WebSocketLike;
+    private held: unknown[] = [];
+    onopen: WebSocketLike["onopen"] = null;
+    onclose: WebSocketLike["onclose"] = null;
+    onerror: WebSocketLike["onerror"] = null;
+    onmessage: WebSocketLike["onmessage"] = null;
+    constructor(url: string) {
+      this.ws = new WS(url);
+      this.ws.onopen = (e) => this.onopen?.(e);
+      this.ws.onclose = (e) => this.onclose?.(e);
+      this.ws.onerror = (e) => this.onerror?.(e);
+      this.ws.onmessage = (e) => {
+        const deliver = (data: unknown) => this.onmessage?.({ data });
+        const isPush = typeof e.data === "string" && e.data.startsWith('{"type":"message"');
+        const r = isPush ? rand() : 1;
+        if (r < 0.2) {
+          counts.dropped++;
+        } else if (r < 0.35) {
+          counts.duplicated++;
+          deliver(e.data);
+          deliver(e.data);
+        } else if (r < 0.5) {
+          counts.reordered++;
+          this.held.push(e.data); // delivered after the next frame
+          return;
+        } else {
+          deliver(e.data);
+        }
+        for (const h of this.held.splice(0)) deliver(h);
+      };
+    }
+    get readyState() {
+      return this.ws.readyState;
+    }
+    send(data: string) {
+      this.ws.send(data);
+    }
+    close(code?: number, reason?: string) {
+      this.ws.close(code, reason);
+    }
+  };
+}
+
+test("over a transport that drops, duplicates and reorders pushes, every message arrives once and in order", async () => {
+  const counts = { dropped: 0, duplicated: 0, reordered: 0 };
+  const n = 100;
+  const a = await dial("alice-flaky", new MemoryStore());
+  const b = await dial("bob-flaky", new MemoryStore(), { WebSocket: flakyWebSocket(seeded(7), counts) });
+  const shown: StoredMessage[] = [];
+  b.onMessage((m) => shown.push(m));
+  await sendNumbered(a, "bob-flaky", n);
+  await eventually(`${n} messages`, () => shown.length >= n, 60000 + n * 200);
+  assertOnceInOrder(shown, n, "flaky transport");
+  assert.ok(counts.dropped > 5 && counts.duplicated > 5 && counts.reordered > 5, `faults happened: ${JSON.stringify(counts)}`);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("a 1,000-message burst reaches a receiver restarted at random points: all 1,000 once and in order", async () => {
+  const n = Number(process.env.SDK_BURST ?? 1000);
+  const rand = seeded(11);
+  const a = await dial("alice-burst", new MemoryStore());
+  const store = new MemoryStore(); // the device's "disk": kept across the receiver's restarts
+  const shown: StoredMessage[] = [];
+  let restarts = 0;
+  const sending = sendNumbered(a, "bob-burst", n);
+  while (shown.length < n) {
+    let crashed = false;
+    const b = await dial("bob-burst", store.reopen(), {
+      replay: true, shownUpTo: shown.at(-1)?.seq ?? 0,
+      // About one restart per 150 entries, at any step of an entry's path.
+      crashAt: () => (crashed ||= rand() < 1 / 450),
+    });
+    for await (const m of b.messages()) {
+      shown.push(m);
+      if (shown.length >= n) break;
+    }
+    if (crashed) restarts++;
+    else await b.close();
+  }
+  await sending;
+  assertOnceInOrder(shown, n, "burst");
+  assert.ok(restarts >= 3, `the receiver was restarted (${restarts} times)`);
+  await a.close();
+});
+
+test("no frame of the run broke the protocol schema", () => {
+  assert.deepEqual(invalidFrames, []);
+});

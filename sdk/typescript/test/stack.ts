@@ -1,0 +1,126 @@
+// The real local stack for the SDK's tests: `signet local` on free ports,
+// started by the test (built from the repository unless SIGNET_BIN names a
+// binary), and HS256 tokens it accepts.
+import { spawn, execFileSync, type ChildProcess } from "node:child_process";
+import { createHmac } from "node:crypto";
+import { existsSync } from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import { readFileSync } from "node:fs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+/** The repository root (build/test → sdk/typescript → repo). */
+export const repo = resolve(here, "../../../..");
+const secret = "local-dev-secret";
+
+export async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once("error", fail);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+/** The signet binary: SIGNET_BIN, or built once into build/signet. */
+export function signetBinary(): string {
+  if (process.env.SIGNET_BIN) return process.env.SIGNET_BIN;
+  const bin = join(repo, "sdk/typescript/build/signet");
+  if (!existsSync(bin) || process.env.SIGNET_REBUILD !== "0") {
+    execFileSync("go", ["build", "-o", bin, "./cmd/signet"], { cwd: repo, stdio: "inherit" });
+  }
+  return bin;
+}
+
+export interface Stack {
+  url: string;
+  httpUrl: string;
+  stop(): Promise<void>;
+  log(): string;
+}
+
+/** Starts `signet local` (in memory) with env added to its environment. */
+export async function startStack(env: Record<string, string> = {}, params: string[] = []): Promise<Stack> {
+  const [ws, http, ddb, sqs] = [await freePort(), await freePort(), await freePort(), await freePort()];
+  const args = ["local", "--quiet", `--addr=127.0.0.1:${ws}`, `--http-addr=127.0.0.1:${http}`, `--dynamodb-addr=127.0.0.1:${ddb}`,
+    `--sqs-addr=127.0.0.1:${sqs}`, "--parameter", "RateLimits=off", ...params.flatMap((p) => ["--parameter", p])];
+  const child: ChildProcess = spawn(signetBinary(), args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  child.stdout!.on("data", (b) => (out += b));
+  child.stderr!.on("data", (b) => (out += b));
+  await new Promise<void>((ok, fail) => {
+    const check = setInterval(() => {
+      if (out.includes("Signet is running.")) {
+        clearInterval(check);
+        ok();
+      }
+    }, 50);
+    child.once("exit", (code) => {
+      clearInterval(check);
+      fail(new Error(`signet local exited with ${code}:\n${out}`));
+    });
+  });
+  return {
+    url: `ws://127.0.0.1:${ws}/`,
+    httpUrl: `http://127.0.0.1:${http}`,
+    log: () => out,
+    stop: () =>
+      new Promise<void>((ok) => {
+        if (child.exitCode !== null) return ok();
+        child.once("exit", () => ok());
+        child.kill("SIGINT");
+        setTimeout(() => child.kill("SIGKILL"), 10000).unref();
+      }),
+  };
+}
+
+const b64url = (b: Buffer | string) => Buffer.from(b).toString("base64url");
+
+/** A JWT for user (and device) that the local stack accepts. */
+export function token(user: string, device?: string): string {
+  const now = Math.floor(Date.now() / 1000);
+  const head = b64url(JSON.stringify({ alg: "HS256", typ: "JWT" }));
+  const claims = b64url(JSON.stringify({ sub: user, ...(device ? { did: device } : {}), iat: now, exp: now + 3600 }));
+  const sig = b64url(createHmac("sha256", secret).update(`${head}.${claims}`).digest());
+  return `${head}.${claims}.${sig}`;
+}
+
+const schema = JSON.parse(readFileSync(join(repo, "docs/protocol.schema.json"), "utf8"));
+const ajv = new Ajv2020({ allErrors: false, strict: false });
+ajv.addSchema(schema, "protocol");
+const validClient = ajv.getSchema("protocol#/$defs/ClientFrame")!;
+const validServer = ajv.getSchema("protocol#/$defs/ServerFrame")!;
+
+/** Frames that did not match docs/protocol.schema.json, collected by frameCheck. */
+export const invalidFrames: string[] = [];
+
+/** An onFrame option that checks every frame against the protocol schema. */
+export function frameCheck(direction: "in" | "out", frame: unknown): void {
+  const v = direction === "out" ? validClient : validServer;
+  if (!v(frame)) invalidFrames.push(`${direction} ${JSON.stringify(frame)}: ${ajv.errorsText(v.errors)}`);
+}
+
+/** A seeded random number generator (mulberry32). */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Waits until cond() holds, checking every 20 ms, or fails after ms. */
+export async function eventually(what: string, cond: () => boolean | Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}

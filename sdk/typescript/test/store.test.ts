@@ -1,0 +1,114 @@
+// The device stores: the file store's journal survives a torn write and a
+// compaction, and keeps a second process out; IndexedDBStore and the
+// memory store keep the same contract (checked here on fake-indexeddb, an
+// implementation of the IndexedDB spec; the browser tests use Chromium's).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { appendFileSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import "fake-indexeddb/auto"; // IndexedDB and IDBKeyRange as a browser has them
+import { IDBFactory } from "fake-indexeddb";
+import { IndexedDBStore, MemoryStore, type DeviceStore, type Entry, type SentFrame } from "../src/index.js";
+import { FileStore, StoreInUseError } from "../src/node.js";
+
+const entry = (seq: number, id = `m${seq}`): Entry => ({
+  seq, message: { messageId: id, conversationId: "d:a:b", convSeq: seq, from: "a", body: { n: seq }, sentAt: "2026-12-02T00:00:00.000Z" },
+});
+const sent = (id: string): SentFrame => ({ type: "sent", clientMsgId: id, messageId: `m-${id}`, conversationId: "d:a:b", convSeq: 1, sentAt: "2026-12-02T00:00:00.000Z" });
+
+async function contract(name: string, open: () => Promise<DeviceStore>, reopen: (s: DeviceStore) => Promise<DeviceStore>) {
+  await test(`${name}: apply takes only cursor + 1, and entry and cursor survive a reopen together`, async () => {
+    let st = await open();
+    assert.deepEqual(await st.apply(entry(2)), { applied: false, known: false }, "a gap is not applied");
+    assert.deepEqual(await st.apply(entry(1)), { applied: true, known: false });
+    assert.deepEqual(await st.apply(entry(1)), { applied: false, known: false }, "a duplicate is not applied");
+    await st.apply(entry(2));
+    await st.setEpoch("e1");
+    st = await reopen(st);
+    assert.deepEqual(await st.position(), { cursor: 2, epoch: "e1" });
+    assert.deepEqual((await st.entries(0)).map((e) => e.seq), [1, 2]);
+    assert.deepEqual((await st.entries(1, 1)).map((e) => e.seq), [2]);
+    // A reset forgets the position and remembers the messages as known.
+    await st.reset("e2");
+    assert.deepEqual(await st.position(), { cursor: 0, epoch: "e2" });
+    assert.deepEqual(await st.apply(entry(1, "m2")), { applied: true, known: true }, "m2 was shown before the reset");
+    await st.skip(1, 5);
+    assert.equal(await st.skipped(), "2-5");
+    assert.equal((await st.position()).cursor, 5);
+    await st.close();
+  });
+  await test(`${name}: the outbox keeps its order across a reopen and a settled send's ACK`, async () => {
+    let st = await open();
+    for (const id of ["c1", "c2", "c3"]) {
+      assert.deepEqual(await st.enqueue({ clientMsgId: id, frame: { action: "send", clientMsgId: id, to: "b", body: id }, at: 1, fp: `fp-${id}` }), {});
+    }
+    assert.equal((await st.enqueue({ clientMsgId: "c2", frame: { action: "send", clientMsgId: "c2", to: "b", body: "x" }, at: 1, fp: "other" })).pending?.fp, "fp-c2");
+    await st.settle("c2", sent("c2"));
+    st = await reopen(st);
+    assert.deepEqual((await st.outbox()).map((o) => o.clientMsgId), ["c1", "c3"]);
+    const again = await st.enqueue({ clientMsgId: "c2", frame: { action: "send", clientMsgId: "c2", to: "b", body: "c2" }, at: 1, fp: "fp-c2" });
+    assert.equal(again.prev?.sent.messageId, "m-c2");
+    assert.equal(again.prev?.fp, "fp-c2");
+    await st.settle("c1"); // a refused send: out of the outbox, no ACK kept
+    assert.deepEqual((await st.outbox()).map((o) => o.clientMsgId), ["c3"]);
+    await st.close();
+  });
+}
+
+const dir = mkdtempSync(join(tmpdir(), "signet-store-"));
+let files = 0;
+
+await contract("MemoryStore", async () => new MemoryStore(), async (s) => (s as MemoryStore));
+await contract("FileStore", async () => FileStore.open(join(dir, `c${++files}.db`)), async (s) => {
+  const path = (s as FileStore).path;
+  await s.close();
+  return FileStore.open(path);
+});
+const idb = new IDBFactory();
+const idbNames = new Map<DeviceStore, string>();
+await contract("IndexedDBStore", async () => {
+  const name = `db${++files}`;
+  const st = await IndexedDBStore.open(name, idb);
+  idbNames.set(st, name);
+  return st;
+}, async (s) => {
+  await s.close();
+  const st = await IndexedDBStore.open(idbNames.get(s)!, idb);
+  idbNames.set(st, idbNames.get(s)!);
+  return st;
+});
+
+test("FileStore: a torn last line (a write the process died in) is ignored; the lines before it hold", async () => {
+  const path = join(dir, "torn.db");
+  const st = await FileStore.open(path);
+  await st.apply(entry(1));
+  await st.apply(entry(2));
+  await st.close();
+  appendFileSync(path, '{"op":"apply","entry":{"seq":3,"mess');
+  const again = await FileStore.open(path);
+  assert.deepEqual(await again.position(), { cursor: 2, epoch: "" });
+  await again.close();
+});
+
+test("FileStore: 5,000 changes are compacted into one snapshot line that reads back the same", async () => {
+  const path = join(dir, "compact.db");
+  const st = await FileStore.open(path);
+  for (let i = 1; i <= 5200; i++) await st.apply(entry(i));
+  await st.close();
+  const lines = readFileSync(path, "utf8").trim().split("\n");
+  assert.ok(lines.length < 300, `compacted: ${lines.length} lines`);
+  assert.ok(lines[0].startsWith('{"op":"snapshot"'));
+  const again = await FileStore.open(path);
+  assert.equal((await again.position()).cursor, 5200);
+  assert.equal((await again.entries(5199)).length, 1);
+  await again.close();
+});
+
+test("FileStore: a second open of a store in use is refused", async () => {
+  const path = join(dir, "locked.db");
+  const st = await FileStore.open(path);
+  await assert.rejects(FileStore.open(path), StoreInUseError);
+  await st.close();
+  await (await FileStore.open(path)).close();
+});
