@@ -3,6 +3,8 @@
 #   make run        local stack on ws://127.0.0.1:3001, data kept in .signet/data (ADDR=, HTTP_ADDR=, DATA=; DATA= keeps it in memory)
 #   make test       every test (unit, store contract, end-to-end), with -race, then make test-sdk
 #   make test-sdk   the TypeScript SDK's tests (Node's test runner) against a real signet local
+#   make test-console  the web console in headless Chromium (playwright-core) against a real signet local
+#   make console    rebuild the web console's embedded files (shared/console/static) from web/console and the SDK
 #   make lint       gofmt, go vet, staticcheck, go mod tidy check
 #   make bench      1:1 delivery and summary benchmarks through the local stack
 #   make bench-login  500 users log in with 200 waiting messages each (moto)
@@ -39,7 +41,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody \
 	./shared/openapi:FuzzValidatorAgreesWithJSONSchema
 
-.PHONY: all build test test-sdk test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-sdk test-console console test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -163,9 +165,24 @@ fuzz-go:
 # DATA keeps everything in memory, lost at exit).
 ADDR ?= 127.0.0.1:3001
 HTTP_ADDR ?= 127.0.0.1:3000
+CONSOLE_ADDR ?= 127.0.0.1:3004
 DATA ?= .signet/data
-run: ## the local stack
-	$(GO) run ./cmd/signet local --addr $(ADDR) --http-addr $(HTTP_ADDR) $(if $(DATA),--data $(DATA))
+run: ## the local stack, with the web console on CONSOLE_ADDR
+	$(GO) run ./cmd/signet local --addr $(ADDR) --http-addr $(HTTP_ADDR) --console-addr $(CONSOLE_ADDR) $(if $(DATA),--data $(DATA))
+
+# The web console's files (shared/console/static, embedded in the binary)
+# from web/console and the SDK; commit what it writes. test-console fails
+# when they are stale.
+console:
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	cd web/console && npm ci --no-audit --no-fund && npm run build
+
+# The web console in headless Chromium (Debian's chromium package, which
+# CI installs; CHROMIUM= names another) driven by playwright-core, against
+# a real signet local; screenshots in web/console/test-results/.
+test-console:
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	cd web/console && npm ci --no-audit --no-fund && npm test
 
 lint:
 	@bad=$$(gofmt -l .); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi

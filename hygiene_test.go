@@ -31,7 +31,7 @@ func trackedFiles(t *testing.T) []string {
 // nothing under the folders builds and tools write.
 func TestNoBuildOutputIsTracked(t *testing.T) {
 	magics := [][]byte{{0x7f, 'E', 'L', 'F'}, {0xcf, 0xfa, 0xed, 0xfe}, {0xfe, 0xed, 0xfa, 0xcf}, {'M', 'Z'}}
-	outputDirs := []string{"bin/", ".aws-sam/", ".tools/", ".schemathesis/", ".signet/", "node_modules/", "sdk/typescript/node_modules/", "sdk/typescript/dist/", "sdk/typescript/build/"}
+	outputDirs := []string{"bin/", ".aws-sam/", ".tools/", ".schemathesis/", ".signet/", "node_modules/", "sdk/typescript/node_modules/", "sdk/typescript/dist/", "sdk/typescript/build/", "web/console/node_modules/", "web/console/build/", "web/console/test-results/"}
 	for _, f := range trackedFiles(t) {
 		for _, d := range outputDirs {
 			if strings.HasPrefix(f, d) {

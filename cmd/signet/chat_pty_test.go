@@ -90,7 +90,7 @@ func TestChatOnATerminalTellsTheTruth(t *testing.T) {
 	}
 	data, clients := t.TempDir(), t.TempDir()
 	addr, httpAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0"}
+	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0"}
 	stack := startLocalProcess(t, bin, args...)
 	url, api := "ws://"+addr+"/", "http://"+httpAddr
 	chat := func(user string) *terminal {

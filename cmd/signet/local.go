@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/signet-im/signet/shared/console"
 	"github.com/signet-im/signet/shared/devstack"
 )
 
@@ -28,6 +31,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	data := fs.String("data", "", "keep messages, cursors, groups, apps and traces in this directory across restarts (memdyn and memsqs journals); default: in memory, lost when the stack stops")
 	dynamoAddr := fs.String("dynamodb-addr", defaultDynamoDBAddr, "listen address of the in-process DynamoDB (aws dynamodb … --endpoint-url http://<it>)")
 	sqsAddr := fs.String("sqs-addr", defaultSQSAddr, "listen address of the in-process SQS")
+	consoleAddr := fs.String("console-addr", defaultConsoleAddr, `listen address of the web console (chat, delivery marks, a message's path as a timeline; "off": none)`)
 	concurrency := fs.Int("concurrency", devstack.DefaultConcurrency, "account Lambda concurrency: invocations beyond it are throttled (a new AWS account has 10)")
 	var params paramFlags
 	fs.Var(&params, "parameter", "template parameter override Name=Value, as sam deploy --parameter-overrides (repeatable)")
@@ -51,6 +55,11 @@ concurrency (--concurrency); a call its policy does not allow fails with
 AccessDeniedException and is logged as "IAM DENIED". Frames of one
 connection are dispatched concurrently, as API Gateway does. Handlers are
 the same code the Lambdas run. Stop with Ctrl-C.
+
+It also serves the web console on --console-addr: sign in as any user and
+device, chat 1:1 and in groups with delivery marks, see presence and
+alerts, and draw any message's path to each device as a timeline. It is
+local only: its token endpoint signs tokens for anyone who asks.
 
 Environment:
   AWS_ENDPOINT_URL_DYNAMODB  use this DynamoDB endpoint instead of minidyn
@@ -90,7 +99,16 @@ Flags:
 		return err
 	}
 	defer st.Close()
-	printBanner(stdout, st)
+	consoleURL := ""
+	if *consoleAddr != "off" && *consoleAddr != "" {
+		stop, url, err := serveConsole(*consoleAddr, console.Config{WebSocketURL: st.URL, APIURL: st.HTTPURL, AdminKey: *adminKey, Secret: []byte(*secret)})
+		if err != nil {
+			return err
+		}
+		defer stop()
+		consoleURL = url
+	}
+	printBanner(stdout, st, consoleURL)
 	<-ctx.Done()
 	fmt.Fprintln(stdout, "\nStopping: closing connections...")
 	done := make(chan struct{})
@@ -109,12 +127,25 @@ Flags:
 const (
 	defaultDynamoDBAddr = "127.0.0.1:3002"
 	defaultSQSAddr      = "127.0.0.1:3003"
+	defaultConsoleAddr  = "127.0.0.1:3004"
 )
+
+// serveConsole serves the web console on addr until stop is called, and
+// returns its URL.
+func serveConsole(addr string, cfg console.Config) (stop func(), url string, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("web console on %s: %w (choose another with --console-addr, or --console-addr off)", addr, err)
+	}
+	srv := &http.Server{Handler: console.Handler(cfg), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, "http://" + ln.Addr().String() + "/", nil
+}
 
 // printBanner tells what runs where, and how to use it: the hints carry
 // --url and --api when the stack is not where the client commands look
 // by default.
-func printBanner(w io.Writer, st *devstack.Stack) {
+func printBanner(w io.Writer, st *devstack.Stack, consoleURL string) {
 	urlFlag, apiFlag := "", ""
 	if st.URL != defaultWebSocketURL {
 		urlFlag = " --url " + st.URL
@@ -128,6 +159,9 @@ Signet is running.
   @connections    %s/@connections/{connectionId}
   HTTP alerts API %s  (admin key: --admin-key / SIGNET_ADMIN_KEY)
 `, st.URL, st.ManagementURL, st.HTTPURL)
+	if consoleURL != "" {
+		fmt.Fprintf(w, "  Web console     %s  (sign in as any user and device: local only)\n", consoleURL)
+	}
 	if st.DynamoDBEmulator != "" {
 		fmt.Fprintf(w, "  DynamoDB        %s  (%s; aws dynamodb list-tables --endpoint-url %s)\n", st.DynamoDBEndpoint, st.DynamoDBEmulator, st.DynamoDBEndpoint)
 	}

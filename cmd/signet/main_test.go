@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -107,7 +110,7 @@ func TestLocalServesAndStopsCleanly(t *testing.T) {
 	var out, errOut syncBuffer
 	done := make(chan int)
 	go func() {
-		done <- run(ctx, []string{"local", "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0", "--prefix", fmt.Sprintf("cli%d", time.Now().UnixNano()), "--quiet"}, &out, &errOut)
+		done <- run(ctx, []string{"local", "--addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--dynamodb-addr", "127.0.0.1:0", "--sqs-addr", "127.0.0.1:0", "--console-addr", "127.0.0.1:0", "--prefix", fmt.Sprintf("cli%d", time.Now().UnixNano()), "--quiet"}, &out, &errOut)
 	}()
 	urlRE := regexp.MustCompile(`WebSocket API\s+(ws://\S+)\?token=`)
 	var url string
@@ -128,7 +131,12 @@ func TestLocalServesAndStopsCleanly(t *testing.T) {
 			t.Errorf("no %q in the banner:\n%s", want, out.String())
 		}
 	}
-	tok, _ := auth.Mint([]byte(devstack.DefaultSecret), "alice", "", time.Now(), time.Minute)
+	// Issue 15: the web console, its files and its local-only token endpoint.
+	m := regexp.MustCompile(`Web console\s+(http://\S+/)`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("no web console in the banner:\n%s", out.String())
+	}
+	tok := consoleChecks(t, m[1], url)
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	conn, _, err := websocket.Dial(dctx, url+"?token="+tok, nil)
@@ -150,6 +158,53 @@ func TestLocalServesAndStopsCleanly(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("signet local did not stop")
 	}
+}
+
+// consoleChecks checks the web console at base and returns a token for
+// alice from its token endpoint (which the caller's connection uses).
+func consoleChecks(t *testing.T, base, wsURL string) string {
+	t.Helper()
+	get := func(path string) (string, string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", path, resp.StatusCode, b)
+		}
+		return string(b), resp.Header.Get("Content-Type")
+	}
+	if page, _ := get(""); !strings.Contains(page, "<title>Signet console</title>") || !strings.Contains(page, `"@signet-im/client": "./sdk/index.js"`) {
+		t.Errorf("the console's page:\n%s", page)
+	}
+	if js, typ := get("sdk/client.js"); !strings.Contains(js, "class SignetClient") || !strings.HasPrefix(typ, "text/javascript") {
+		t.Errorf("the SDK module: %s, %.80q", typ, js)
+	}
+	if cfg, _ := get("config.json"); !strings.Contains(cfg, `"webSocketUrl":"`+wsURL+`"`) {
+		t.Errorf("config.json %s; want the WebSocket URL %s", cfg, wsURL)
+	}
+	post := func(body string) (int, map[string]string) {
+		resp, err := http.Post(base+"token", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]string
+		_ = json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	for _, bad := range []string{`{"userId":"app.monitoring"}`, `{"userId":""}`, `{"userId":"alice","deviceId":"a b"}`, `nope`} {
+		if code, out := post(bad); code != http.StatusBadRequest || out["error"] == "" {
+			t.Errorf("token for %s: %d %v; want 400 with an error", bad, code, out)
+		}
+	}
+	code, out := post(`{"userId":"alice","deviceId":"laptop"}`)
+	if code != http.StatusOK || out["token"] == "" {
+		t.Fatalf("token: %d %v", code, out)
+	}
+	return out["token"]
 }
 
 // Issue 14: `signet --version` says which build this is (from the build
@@ -231,9 +286,9 @@ func TestMakeRunTakesAddressesAndData(t *testing.T) {
 		vars []string
 		want string
 	}{
-		{nil, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 --data .signet/data"},
-		{[]string{"ADDR=127.0.0.1:4001", "HTTP_ADDR=127.0.0.1:4000", "DATA=/tmp/d"}, "signet local --addr 127.0.0.1:4001 --http-addr 127.0.0.1:4000 --data /tmp/d"},
-		{[]string{"DATA="}, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 \n"},
+		{nil, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 --console-addr 127.0.0.1:3004 --data .signet/data"},
+		{[]string{"ADDR=127.0.0.1:4001", "HTTP_ADDR=127.0.0.1:4000", "CONSOLE_ADDR=127.0.0.1:4004", "DATA=/tmp/d"}, "signet local --addr 127.0.0.1:4001 --http-addr 127.0.0.1:4000 --console-addr 127.0.0.1:4004 --data /tmp/d"},
+		{[]string{"DATA="}, "signet local --addr 127.0.0.1:3001 --http-addr 127.0.0.1:3000 --console-addr 127.0.0.1:3004 \n"},
 	} {
 		out, err := exec.Command("make", append([]string{"-s", "-n", "-C", "../..", "run"}, tc.vars...)...).Output()
 		if err != nil || !strings.Contains(string(out)+"\n", tc.want) {

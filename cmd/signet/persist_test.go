@@ -98,7 +98,7 @@ func TestAStackKilledAndRestartedWithDataKeepsEveryAcknowledgedMessage(t *testin
 	}
 	data, clients := t.TempDir(), t.TempDir()
 	addr, httpAddr, dynamoAddr, sqsAddr := testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t), testkit.FreeAddr(t)
-	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", dynamoAddr, "--sqs-addr", sqsAddr}
+	args := []string{"--data", data, "--addr", addr, "--http-addr", httpAddr, "--dynamodb-addr", dynamoAddr, "--sqs-addr", sqsAddr, "--console-addr", "127.0.0.1:0"}
 	stack := startLocalProcess(t, bin, args...)
 	// The banner says where the data is and where the emulators listen
 	// (pinned by the flags, so scripts can reach them).

@@ -26,6 +26,14 @@ export interface Draft {
   body: Body;
 }
 
+/** A send in the outbox. */
+export interface QueuedSend {
+  clientMsgId: string;
+  to?: string;
+  conversationId?: string;
+  body: Body;
+}
+
 /** A step of an entry's path on the device, for fault-injection tests. */
 export type CrashPoint = "before-persist" | "after-persist" | "before-ack";
 
@@ -78,6 +86,8 @@ export interface ClientOptions {
   onRead?: (conversationId: string, upTo: number) => void;
   onPresence?: (userId: string, status: string) => void;
   onMembership?: (m: MembershipFrame) => void;
+  /** Called with every ACK of a send, also of sends queued before a restart (which no promise waits for). */
+  onSent?: (sent: SentFrame) => void;
   /** Called when the connection state changes. */
   onState?: (s: { connected: boolean; synced: boolean }) => void;
   /** Every frame sent and received, parsed (for debugging and tests). */
@@ -153,7 +163,7 @@ type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
  * and honour retryAfterMs. See the README and docs/protocol.md.
  */
 export class SignetClient {
-  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
+  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
   private readonly store: DeviceStore;
   private session?: Session;
   private serial: Promise<void> = Promise.resolve();
@@ -254,6 +264,11 @@ export class SignetClient {
   /** The last range of inbox seqs ("from-to") that expired before this device synced them, or "". */
   skipped(): Promise<string> {
     return this.store.skipped();
+  }
+
+  /** The sends still waiting for their ACK, oldest first (they survive restarts). */
+  async outbox(): Promise<QueuedSend[]> {
+    return (await this.store.outbox()).map((o) => ({ clientMsgId: o.clientMsgId, body: o.frame.body, to: o.frame.to, conversationId: o.frame.conversationId }));
   }
 
   /** The clientMsgIds of sends still waiting for their ACK. */
@@ -629,6 +644,7 @@ export class SignetClient {
         s.sentAt.delete(f.clientMsgId);
         await this.store.settle(f.clientMsgId, f);
         this.resolveSend(f.clientMsgId, f);
+        this.o.onSent?.(f);
         if (f.seq && f.message && f.seq > s.cursor) {
           s.own.set(f.seq, { seq: f.seq, message: f.message });
           await this.applyOwn(s);

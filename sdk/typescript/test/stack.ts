@@ -47,7 +47,7 @@ export interface Stack {
 export async function startStack(env: Record<string, string> = {}, params: string[] = []): Promise<Stack> {
   const [ws, http, ddb, sqs] = [await freePort(), await freePort(), await freePort(), await freePort()];
   const args = ["local", "--quiet", `--addr=127.0.0.1:${ws}`, `--http-addr=127.0.0.1:${http}`, `--dynamodb-addr=127.0.0.1:${ddb}`,
-    `--sqs-addr=127.0.0.1:${sqs}`, "--parameter", "RateLimits=off", ...params.flatMap((p) => ["--parameter", p])];
+    `--sqs-addr=127.0.0.1:${sqs}`, "--console-addr=off", "--parameter", "RateLimits=off", ...params.flatMap((p) => ["--parameter", p])];
   const child: ChildProcess = spawn(signetBinary(), args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
   let out = "";
   child.stdout!.on("data", (b) => (out += b));

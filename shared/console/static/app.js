@@ -1,0 +1,472 @@
+// Signet's local web console, on the TypeScript SDK: sign in as any user
+// and device, conversations with unread counts, 1:1 and group chat with
+// … / ✓ / ✓✓ delivered / ✓✓ read marks, presence, alerts, and a message's
+// path to each device as a timeline from the trace API.
+import { IndexedDBStore, SignetClient } from "@signet-im/client";
+const $ = (id) => document.getElementById(id);
+let me = "";
+let client;
+let current = "";
+const conversations = new Map();
+const messages = new Map();
+const outgoing = new Map();
+/** The peer's delivered and read watermarks of each 1:1 conversation (convSeqs). */
+const delivered = new Map();
+const readBy = new Map();
+const presence = new Map();
+let timelineId = "";
+function directId(a, b) {
+    return "d:" + [a, b].sort().join(":");
+}
+function peerOf(conv) {
+    const [, a, b] = conv.split(":");
+    return a === me ? b : a;
+}
+function titleOf(conv, summary) {
+    if (summary?.title)
+        return summary.title;
+    if (conv.startsWith("d:"))
+        return peerOf(conv);
+    if (conv.startsWith("a:"))
+        return `alerts · ${conv.slice(2)}`;
+    return conversations.get(conv)?.title ?? conv;
+}
+function textOf(body) {
+    if (typeof body === "string")
+        return body;
+    if (body && typeof body === "object" && typeof body.text === "string")
+        return body.text;
+    return JSON.stringify(body);
+}
+function conversation(id) {
+    let c = conversations.get(id);
+    if (!c) {
+        c = { id, title: titleOf(id), last: 0, read: 0 };
+        conversations.set(id, c);
+    }
+    return c;
+}
+// ---- sign in ----
+async function signIn(user, device) {
+    const cfg = (await (await fetch("config.json")).json());
+    const token = async () => {
+        const r = await fetch("token", { method: "POST", body: JSON.stringify({ userId: user, deviceId: device }) });
+        const j = await r.json();
+        if (!r.ok)
+            throw new Error(j.error ?? `token: HTTP ${r.status}`);
+        return j.token;
+    };
+    await token(); // a bad user id is refused here, with the server's words
+    me = user;
+    localStorage.setItem("signet.user", user);
+    localStorage.setItem("signet.device", device);
+    $("me").textContent = `${user} · ${device}`;
+    $("signin").hidden = true;
+    $("app").hidden = false;
+    const store = await IndexedDBStore.open(`signet:${user}:${device}`);
+    client = await SignetClient.connect({
+        url: cfg.webSocketUrl, token, device, store,
+        onState: ({ connected, synced }) => {
+            const el = $("conn");
+            el.textContent = connected ? (synced ? "connected" : "syncing…") : "reconnecting…";
+            el.classList.toggle("up", connected);
+            el.dataset.state = connected ? (synced ? "synced" : "syncing") : "down";
+        },
+        onReceipt: receipt,
+        onRead: (conv, upTo) => {
+            const c = conversation(conv);
+            c.read = Math.max(c.read, upTo);
+            renderConversations();
+        },
+        onPresence: (u, s) => {
+            presence.set(u, s);
+            renderConversations();
+            renderHeader();
+        },
+        onMembership: () => void loadSummary(),
+        onSent: (s) => {
+            const o = outgoing.get(s.clientMsgId);
+            if (o)
+                o.sent = s;
+            const c = conversation(s.conversationId);
+            c.last = Math.max(c.last, s.convSeq);
+            c.read = Math.max(c.read, s.convSeq); // what you write you have read
+            renderMessages();
+        },
+    });
+    for (const m of await client.history())
+        add(m);
+    for (const q of await client.outbox()) {
+        const conv = q.conversationId ?? directId(me, q.to ?? "");
+        outgoing.set(q.clientMsgId, { clientMsgId: q.clientMsgId, conversationId: conv, text: textOf(q.body) });
+        conversation(conv);
+    }
+    await loadSummary();
+    const peers = [...conversations.keys()].filter((c) => c.startsWith("d:")).map(peerOf);
+    if (peers.length)
+        for (const [u, s] of Object.entries(await client.queryPresence(peers.slice(0, 100))))
+            presence.set(u, s);
+    renderConversations();
+    const want = new URLSearchParams(location.search).get("conversation") ?? localStorage.getItem(`signet.open.${me}`);
+    if (want)
+        void open(want);
+    void (async () => {
+        for await (const m of client.messages()) {
+            add(m);
+            renderConversations();
+            if (m.conversationId === current) {
+                renderMessages();
+                markRead();
+            }
+        }
+    })();
+}
+async function loadSummary() {
+    if (!client)
+        return;
+    for (const s of await client.summary()) {
+        const c = conversation(s.conversationId);
+        c.title = titleOf(s.conversationId, s);
+        c.last = Math.max(c.last, s.last);
+        c.read = Math.max(c.read, s.read);
+        c.preview ??= s.preview;
+    }
+    renderConversations();
+}
+function add(m) {
+    const list = messages.get(m.conversationId) ?? [];
+    if (list.some((x) => x.messageId === m.messageId))
+        return;
+    list.push(m);
+    list.sort((a, b) => a.convSeq - b.convSeq);
+    messages.set(m.conversationId, list);
+    const c = conversation(m.conversationId);
+    c.last = Math.max(c.last, m.convSeq);
+    c.preview = m.conversationId.startsWith("a:") ? alertOf(m).title : textOf(m.body);
+    if (m.from === me)
+        c.read = Math.max(c.read, m.convSeq);
+    for (const [id, o] of outgoing)
+        if (o.sent?.messageId === m.messageId)
+            outgoing.delete(id);
+}
+function receipt(r) {
+    const map = r.kind === "read" ? readBy : delivered;
+    map.set(r.conversationId, Math.max(map.get(r.conversationId) ?? 0, r.upTo));
+    if (r.kind === "read")
+        delivered.set(r.conversationId, Math.max(delivered.get(r.conversationId) ?? 0, r.upTo));
+    if (r.conversationId === current)
+        renderMessages();
+}
+// ---- rendering ----
+function renderConversations() {
+    const ul = $("conversations");
+    ul.replaceChildren();
+    const list = [...conversations.values()].sort((a, b) => lastAt(b) - lastAt(a) || a.id.localeCompare(b.id));
+    for (const c of list) {
+        const li = document.createElement("li");
+        li.dataset.conversation = c.id;
+        li.classList.toggle("active", c.id === current);
+        const title = document.createElement("span");
+        title.className = "title";
+        if (c.id.startsWith("d:")) {
+            const dot = document.createElement("span");
+            dot.className = `dot ${presence.get(peerOf(c.id)) ?? ""}`;
+            dot.title = presence.get(peerOf(c.id)) ?? "offline";
+            title.append(dot);
+        }
+        title.append(c.title);
+        li.append(title);
+        const unread = Math.max(0, c.last - c.read);
+        if (unread > 0 && c.id !== current) {
+            const b = document.createElement("span");
+            b.className = "badge";
+            b.dataset.unread = String(unread);
+            b.textContent = String(unread);
+            li.append(b);
+        }
+        else
+            li.append(document.createElement("span"));
+        const p = document.createElement("span");
+        p.className = "preview";
+        p.textContent = c.preview ?? "";
+        li.append(p);
+        li.onclick = () => void open(c.id);
+        ul.append(li);
+    }
+}
+function lastAt(c) {
+    const list = messages.get(c.id);
+    return list?.length ? Date.parse(list[list.length - 1].sentAt) : 0;
+}
+function renderHeader() {
+    if (!current)
+        return;
+    const c = conversation(current);
+    const status = current.startsWith("d:") ? ` · ${presence.get(peerOf(current)) ?? "offline"}` : "";
+    $("conv-header").textContent = `${c.title}${status}`;
+}
+function alertOf(m) {
+    const b = (m.body ?? {});
+    return { app: b.app ?? m.from, title: b.title ?? "", body: b.body ?? "", priority: b.priority ?? "normal" };
+}
+function renderMessages() {
+    const ol = $("messages");
+    const atBottom = ol.scrollHeight - ol.scrollTop - ol.clientHeight < 40;
+    ol.replaceChildren();
+    const list = messages.get(current) ?? [];
+    for (const m of list)
+        ol.append(bubble(m));
+    for (const o of outgoing.values()) {
+        if (o.conversationId !== current || list.some((m) => m.messageId === o.sent?.messageId))
+            continue;
+        const li = document.createElement("li");
+        li.className = "msg mine";
+        li.dataset.clientMsgId = o.clientMsgId;
+        li.innerHTML = `<div class="text"></div><div class="meta"><span>${o.sent ? "stored" : "sending"}</span><span class="marks" data-mark="${o.sent ? "sent" : "pending"}">${o.sent ? "✓" : "…"}</span></div>`;
+        li.querySelector(".text").textContent = o.text;
+        ol.append(li);
+    }
+    if (atBottom)
+        ol.scrollTop = ol.scrollHeight;
+}
+function bubble(m) {
+    const li = document.createElement("li");
+    li.className = "msg";
+    li.dataset.messageId = m.messageId;
+    li.dataset.convSeq = String(m.convSeq);
+    const mine = m.from === me;
+    li.classList.toggle("mine", mine);
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    const who = document.createElement("span");
+    who.textContent = `${mine ? "you" : m.from} · ${new Date(m.sentAt).toLocaleTimeString()} · #${m.convSeq}`;
+    const path = document.createElement("button");
+    path.className = "link";
+    path.textContent = "path";
+    path.title = "this message's path to each device";
+    path.onclick = () => void showTimeline(m.messageId);
+    meta.append(who, path);
+    if (m.conversationId.startsWith("a:")) {
+        const a = alertOf(m);
+        li.classList.add("alert", a.priority);
+        const t = document.createElement("div");
+        t.className = "title";
+        t.textContent = a.title;
+        const p = document.createElement("span");
+        p.className = "priority";
+        p.textContent = a.priority === "normal" ? "" : ` ${a.priority}`;
+        t.append(p);
+        const body = document.createElement("div");
+        body.className = "text";
+        body.textContent = a.body;
+        li.append(t, body, meta);
+        return li;
+    }
+    const text = document.createElement("div");
+    text.className = "text";
+    text.textContent = textOf(m.body);
+    li.append(text, meta);
+    if (mine) {
+        const marks = document.createElement("span");
+        marks.className = "marks";
+        let mark = "sent", label = "✓", tip = "stored on the server";
+        if (m.conversationId.startsWith("d:")) {
+            if ((readBy.get(m.conversationId) ?? 0) >= m.convSeq)
+                [mark, label, tip] = ["read", "✓✓", "read"];
+            else if ((delivered.get(m.conversationId) ?? 0) >= m.convSeq)
+                [mark, label, tip] = ["delivered", "✓✓", "on a device of the recipient"];
+        }
+        marks.dataset.mark = mark;
+        marks.classList.toggle("read", mark === "read");
+        marks.textContent = label;
+        marks.title = tip;
+        meta.append(marks);
+    }
+    return li;
+}
+// ---- actions ----
+async function open(conv) {
+    current = conv;
+    localStorage.setItem(`signet.open.${me}`, conv);
+    conversation(conv);
+    $("composer").hidden = conv.startsWith("a:");
+    renderHeader();
+    renderConversations();
+    renderMessages();
+    markRead();
+    if (conv.startsWith("d:") && client) {
+        // The peer's watermarks, for the marks of messages sent before this page loaded.
+        const mine = (messages.get(conv) ?? []).filter((m) => m.from === me).at(-1);
+        if (mine) {
+            const r = await client.receipts(conv, mine.convSeq).catch(() => undefined);
+            if (r?.readBy?.length)
+                receipt({ type: "receipt", kind: "read", conversationId: conv, userId: peerOf(conv), upTo: mine.convSeq });
+            else if (r?.deliveredBy?.length)
+                receipt({ type: "receipt", kind: "delivered", conversationId: conv, userId: peerOf(conv), upTo: mine.convSeq });
+        }
+    }
+}
+function markRead() {
+    if (!client || !current || document.visibilityState === "hidden")
+        return;
+    const c = conversation(current);
+    const last = Math.max(0, ...(messages.get(current) ?? []).map((m) => m.convSeq));
+    if (last > c.read) {
+        c.read = last;
+        void client.markRead(current, last).catch(() => { });
+        renderConversations();
+    }
+}
+async function send() {
+    const ta = $("composer-text");
+    const text = ta.value.trim();
+    if (!text || !client || !current)
+        return;
+    ta.value = "";
+    const clientMsgId = crypto.randomUUID();
+    outgoing.set(clientMsgId, { clientMsgId, conversationId: current, text });
+    renderMessages();
+    try {
+        await client.sendDraft({ clientMsgId, conversationId: current, body: { text } });
+    }
+    catch (err) {
+        outgoing.delete(clientMsgId);
+        renderMessages();
+        alert(`Not sent: ${err.message}`);
+    }
+}
+const colors = {
+    created: "#6b7686", stored: "#1d2430", inboxed: "#8e44ad", pushed: "#2f6fde", push_failed: "#c0392b",
+    redelivery_scheduled: "#f39c12", acked: "#27ae60", read: "#16a085", awaiting_pull: "#c0392b",
+};
+async function showTimeline(id) {
+    timelineId = id;
+    $("timeline").hidden = false;
+    $("timeline-id").textContent = id;
+    const r = await fetch(`trace/${encodeURIComponent(id)}`);
+    const j = (await r.json());
+    if (!r.ok) {
+        $("timeline-chart").textContent = `No trace: ${j.message ?? j.error ?? r.status}`;
+        return;
+    }
+    drawTimeline(j.events ?? []);
+}
+/** Draws the events as an SVG: a lane for the server and one per user and device, time across. */
+function drawTimeline(events) {
+    const lanes = [];
+    const laneOf = (e) => (e.deviceId ? `${e.userId} · ${e.deviceId}` : e.userId ? `${e.userId} (inbox)` : "server");
+    for (const e of events)
+        if (!lanes.includes(laneOf(e)))
+            lanes.push(laneOf(e));
+    const t0 = events.length ? Date.parse(events[0].at) : 0;
+    const span = Math.max(100, ...events.map((e) => Date.parse(e.at) - t0));
+    const left = 170, width = 900, laneH = 44, top = 24;
+    const x = (e) => left + ((Date.parse(e.at) - t0) / span) * (width - left - 90);
+    const ns = "http://www.w3.org/2000/svg";
+    const svg = document.createElementNS(ns, "svg");
+    svg.setAttribute("width", String(width));
+    svg.setAttribute("height", String(top + lanes.length * laneH + 10));
+    svg.dataset.events = String(events.length);
+    const el = (tag, attrs, text) => {
+        const n = document.createElementNS(ns, tag);
+        for (const [k, v] of Object.entries(attrs))
+            n.setAttribute(k, String(v));
+        if (text !== undefined)
+            n.textContent = text;
+        svg.append(n);
+        return n;
+    };
+    el("text", { x: left, y: 14 }, "0 ms");
+    el("text", { x: width - 150, y: 14 }, `+${span} ms`);
+    lanes.forEach((lane, i) => {
+        const y = top + i * laneH + laneH / 2;
+        el("text", { x: 4, y: y + 4 }, lane);
+        el("line", { x1: left, x2: width - 80, y1: y, y2: y, stroke: "#d5dbe5" });
+    });
+    const placed = new Map();
+    for (const e of events) {
+        const i = lanes.indexOf(laneOf(e));
+        const y = top + i * laneH + laneH / 2;
+        const cx = x(e);
+        const key = `${i}:${Math.round(cx / 40)}`;
+        const n = placed.get(key) ?? 0;
+        placed.set(key, n + 1);
+        const c = el("circle", { cx, cy: y, r: 6, fill: colors[e.type] ?? "#999" });
+        c.dataset.type = e.type;
+        const ms = Date.parse(e.at) - t0;
+        el("text", { x: cx + 8, y: y - 8 + n * 12 }, `${e.type.replace("_", " ")}${ms > 0 ? ` +${ms} ms` : ""}`);
+    }
+    $("timeline-chart").replaceChildren(svg);
+    const table = $("timeline-events");
+    table.replaceChildren();
+    for (const e of events) {
+        const tr = document.createElement("tr");
+        const who = [e.userId && `user ${e.userId}`, e.deviceId && `device ${e.deviceId}`, e.seq && `seq ${e.seq}`, e.attempt && `attempt ${e.attempt}`, e.delayMs && `in ${e.delayMs} ms`, e.detail]
+            .filter(Boolean).join(", ");
+        for (const v of [`+${Date.parse(e.at) - t0} ms`, e.type, e.function ?? "", who]) {
+            const td = document.createElement("td");
+            td.textContent = v;
+            tr.append(td);
+        }
+        table.append(tr);
+    }
+}
+// ---- wiring ----
+$("signin-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const user = $("signin-user").value.trim();
+    const device = $("signin-device").value.trim() || "web";
+    signIn(user, device).catch((err) => {
+        $("signin-error").textContent = String(err.message ?? err);
+        $("signin").hidden = false;
+        $("app").hidden = true;
+    });
+};
+$("composer").onsubmit = (ev) => {
+    ev.preventDefault();
+    void send();
+};
+$("composer-text").onkeydown = (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey) {
+        ev.preventDefault();
+        void send();
+    }
+};
+$("new-chat").onsubmit = (ev) => {
+    ev.preventDefault();
+    const u = $("new-chat-user").value.trim();
+    if (u)
+        void open(directId(me, u));
+};
+$("new-group").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const name = $("new-group-name").value.trim();
+    const members = $("new-group-members").value.split(",").map((s) => s.trim()).filter(Boolean);
+    try {
+        const g = await client.createGroup(name, members);
+        conversation(g.conversationId).title = name;
+        void open(g.conversationId);
+    }
+    catch (err) {
+        alert(`Group not created: ${err.message}`);
+    }
+};
+$("presence").onchange = (ev) => void client?.setPresence(ev.target.value);
+$("signout").onclick = async () => {
+    await client?.close();
+    localStorage.removeItem("signet.user");
+    location.search = "";
+};
+$("timeline-close").onclick = () => ($("timeline").hidden = true);
+$("timeline-refresh").onclick = () => void showTimeline(timelineId);
+document.addEventListener("visibilitychange", markRead);
+const params = new URLSearchParams(location.search);
+const user = params.get("user") ?? localStorage.getItem("signet.user");
+if (user) {
+    $("signin-user").value = user;
+    $("signin-device").value = params.get("device") ?? localStorage.getItem("signet.device") ?? "web";
+    $("signin-form").requestSubmit();
+}
+else {
+    $("signin").hidden = false;
+}

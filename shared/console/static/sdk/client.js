@@ -1,0 +1,852 @@
+/** An error frame that answered a request. */
+export class ServerError extends Error {
+    code;
+    requestId;
+    retryAfterMs;
+    constructor(code, message, requestId = "", retryAfterMs) {
+        super(`${code}: ${message}${requestId ? ` (request ${requestId})` : ""}`);
+        this.code = code;
+        this.requestId = requestId;
+        this.retryAfterMs = retryAfterMs;
+        this.name = "ServerError";
+    }
+}
+/** The error of everything still waiting when the client is closed (sends stay in the outbox). */
+export class ClosedError extends Error {
+    constructor(what = "client closed") {
+        super(what);
+        this.name = "ClosedError";
+    }
+}
+class Crash extends Error {
+}
+const catchUpGraceMs = 2000;
+const housekeepingMs = 100;
+/**
+ * One device's connection to Signet. It keeps the device half of
+ * confirmable delivery: an entry is persisted (entry and cursor in one
+ * store step) before it is emitted and acked; acks are cumulative and
+ * batched; an entry beyond cursor + 1 is a gap that a sync fills first; an
+ * epoch change or a cursor beyond the head resyncs from 0 without showing a
+ * message twice; sends go through a durable outbox and are retried with the
+ * same clientMsgId (one in flight per conversation, which keeps the
+ * sender's order) until the server's ACK; reconnects back off with jitter
+ * and honour retryAfterMs. See the README and docs/protocol.md.
+ */
+export class SignetClient {
+    o;
+    store;
+    session;
+    serial = Promise.resolve();
+    enqueued = Promise.resolve();
+    closed = false;
+    crashed = false;
+    attempt = 0;
+    reconnectTimer;
+    first;
+    sendWaiters = new Map();
+    queries = new Map();
+    refs = 0;
+    queue = [];
+    takers = [];
+    listeners = new Set();
+    isSynced = false;
+    constructor(opts) {
+        this.o = {
+            ackIntervalMs: 2000, ackBatch: 50, syncAckBatch: 500, minBackoffMs: 200, maxBackoffMs: 30000, evictedWaitMs: 300000,
+            resendAfterMs: 10000, pingIntervalMs: 480000, headEvery: 3, pongTimeoutMs: 15000, replay: false, shownUpTo: 0, device: "",
+            ...opts,
+        };
+        this.store = opts.store;
+    }
+    /**
+     * Opens a client and resolves once its first connection is up (it then
+     * reconnects on its own). A browser's WebSocket cannot tell a refused
+     * token from a network error: connect keeps trying until `signal` aborts.
+     */
+    static async connect(opts, signal) {
+        if (!opts.url || !opts.token || !opts.store)
+            throw new Error("url, token and store are required");
+        const c = new SignetClient(opts);
+        const up = new Promise((resolve, reject) => (c.first = { resolve, reject }));
+        signal?.addEventListener("abort", () => {
+            c.first?.reject(signal.reason ?? new Error("aborted"));
+            void c.close();
+        });
+        if (c.o.replay)
+            await c.replayStored();
+        c.dial();
+        await up;
+        return c;
+    }
+    /**
+     * Writes a send to a store's outbox without connecting: the next client
+     * on that store sends it with the same clientMsgId (as it sends whatever
+     * its outbox holds). Resolves with the clientMsgId.
+     */
+    static async queue(store, d) {
+        const { frame, fp } = await draftFrame(d);
+        const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
+        if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp))
+            throw reusedError();
+        return frame.clientMsgId;
+    }
+    /** Whether a connection is up now. */
+    get connected() {
+        return this.session !== undefined && !this.session.ended;
+    }
+    /** Whether the device has caught up with its inbox since it last connected. */
+    get synced() {
+        return this.connected && this.isSynced;
+    }
+    /** The messages, each once after it is persisted, in seq order. Ends when the client closes. */
+    messages() {
+        const it = {
+            next: () => {
+                const m = this.queue.shift();
+                if (m)
+                    return Promise.resolve({ value: m, done: false });
+                if (this.closed)
+                    return Promise.resolve({ value: undefined, done: true });
+                return new Promise((resolve) => this.takers.push(resolve));
+            },
+            [Symbol.asyncIterator]: () => it,
+        };
+        return it;
+    }
+    /** Calls fn for each message after it is persisted (instead of, or besides, messages()). Returns an unsubscribe function. */
+    onMessage(fn) {
+        this.listeners.add(fn);
+        return () => this.listeners.delete(fn);
+    }
+    /** The highest seq persisted on this device. */
+    async cursor() {
+        return (await this.store.position()).cursor;
+    }
+    /** Persisted messages with seq > after, ascending (limit 0: all). */
+    async history(after = 0, limit = 0) {
+        return (await this.store.entries(after, limit)).map(toStored);
+    }
+    /** The last range of inbox seqs ("from-to") that expired before this device synced them, or "". */
+    skipped() {
+        return this.store.skipped();
+    }
+    /** The sends still waiting for their ACK, oldest first (they survive restarts). */
+    async outbox() {
+        return (await this.store.outbox()).map((o) => ({ clientMsgId: o.clientMsgId, body: o.frame.body, to: o.frame.to, conversationId: o.frame.conversationId }));
+    }
+    /** The clientMsgIds of sends still waiting for their ACK. */
+    async pending() {
+        return (await this.store.outbox()).map((o) => o.clientMsgId);
+    }
+    /** Sends body to user `to` and resolves with the server's ACK. */
+    send(to, body) {
+        return this.sendDraft({ to, body });
+    }
+    /**
+     * Writes the draft to the outbox, sends it and resolves with the
+     * server's ACK, or rejects with a ServerError refusal. The send stays in
+     * the outbox until ACKed — across reconnects and restarts — and is
+     * retried with the same clientMsgId, so the recipient gets it once.
+     */
+    async sendDraft(d) {
+        if (this.closed)
+            throw new ClosedError();
+        // Drafts reach the outbox in the order send was called (the
+        // fingerprint's digest is asynchronous): the outbox order is the
+        // order they are stored in.
+        const framed = draftFrame(d);
+        const queued = this.enqueued.then(async () => {
+            const { frame, fp } = await framed;
+            return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
+        });
+        this.enqueued = queued.catch(() => { });
+        const { frame, fp } = await framed;
+        const clientMsgId = frame.clientMsgId;
+        const result = new Promise((resolve, reject) => {
+            const ws = this.sendWaiters.get(clientMsgId) ?? [];
+            ws.push({ resolve, reject });
+            this.sendWaiters.set(clientMsgId, ws);
+        });
+        const { prev, pending } = await queued;
+        if ((prev && prev.fp && prev.fp !== fp) || (pending && pending.fp && pending.fp !== fp)) {
+            this.resolveSend(clientMsgId, undefined, reusedError());
+        }
+        else if (prev) {
+            this.resolveSend(clientMsgId, prev.sent);
+        }
+        else {
+            this.run(async (s) => this.flushOutbox(s));
+        }
+        return result;
+    }
+    /** Moves this user's read watermark of a conversation to upTo (a convSeq). */
+    async markRead(conversationId, upTo) {
+        await this.write({ action: "read", conversationId, upTo });
+    }
+    /** Who has message convSeq of a conversation delivered and read. */
+    receipts(conversationId, convSeq) {
+        return this.request({ action: "receipts", conversationId, convSeq });
+    }
+    /** Creates a group with this user as owner and `members` as members. */
+    createGroup(name, members, conversationId) {
+        return this.group({ action: "group", op: "create", name, users: members, ...(conversationId ? { conversationId } : {}) });
+    }
+    addMembers(conversationId, users, role) {
+        return this.group({ action: "group", op: "add", conversationId, users, ...(role ? { role } : {}) });
+    }
+    removeMembers(conversationId, users) {
+        return this.group({ action: "group", op: "remove", conversationId, users });
+    }
+    leaveGroup(conversationId) {
+        return this.group({ action: "group", op: "leave", conversationId });
+    }
+    setRole(conversationId, users, role) {
+        return this.group({ action: "group", op: "role", conversationId, users, role });
+    }
+    members(conversationId) {
+        return this.group({ action: "group", op: "members", conversationId });
+    }
+    group(f) {
+        return this.request(f);
+    }
+    /** Chooses this user's display state; resolves with what others now see. */
+    async setPresence(status) {
+        const p = await this.request({ action: "presence", status });
+        return p.users[0]?.status ?? "";
+    }
+    /** What users show to others (online, away, dnd or offline). */
+    async queryPresence(users) {
+        const p = await this.request({ action: "presence.query", users });
+        return Object.fromEntries(p.users.map((u) => [u.userId, u.status]));
+    }
+    /** Every conversation of this user with unread counts, previews and watermarks. */
+    async summary() {
+        const out = [];
+        let after;
+        for (;;) {
+            const p = await this.request({ action: "summary", limit: 200, ...(after ? { after } : {}) });
+            out.push(...p.conversations);
+            if (!p.next)
+                return out;
+            after = p.next;
+        }
+    }
+    /** A page of a conversation's log on the server (before 0: the newest). */
+    conversationHistory(conversationId, before = 0, limit = 50) {
+        return this.request({ action: "history", conversationId, limit, ...(before > 0 ? { before } : {}) });
+    }
+    /**
+     * Stops the client: acks what is persisted, closes the connection and
+     * the store. Pending sends stay in the outbox for the next connect.
+     */
+    async close() {
+        if (this.closed)
+            return;
+        const s = this.session;
+        if (s && !s.ended && !this.crashed) {
+            await this.run(async (s) => this.ack(s, true)).catch(() => { });
+        }
+        await this.shutdown(new ClosedError("client closed; sends stay in the outbox"));
+        await this.store.close();
+    }
+    /** Stops everything at once, as a killed process would: nothing more is written. */
+    async crash() {
+        this.crashed = true;
+        await this.shutdown(new ClosedError("client crashed (fault injection)"));
+    }
+    async shutdown(err) {
+        this.closed = true;
+        clearTimeout(this.reconnectTimer);
+        if (this.session)
+            this.endSession(this.session);
+        this.first?.reject(err);
+        for (const [id, ws] of this.sendWaiters) {
+            this.sendWaiters.delete(id);
+            for (const w of ws)
+                w.reject(err);
+        }
+        for (const [ref, q] of this.queries) {
+            this.queries.delete(ref);
+            q.waiter.reject(err);
+        }
+        for (const t of this.takers.splice(0))
+            t({ value: undefined, done: true });
+    }
+    // ---- connection ----
+    log(level, msg, fields) {
+        this.o.log?.(level, msg, fields);
+    }
+    async url() {
+        const token = typeof this.o.token === "string" ? this.o.token : await this.o.token();
+        const u = new URL(this.o.url);
+        u.searchParams.set("token", token);
+        if (this.o.device)
+            u.searchParams.set("deviceId", this.o.device);
+        return u.toString();
+    }
+    dial() {
+        if (this.closed)
+            return;
+        void this.url().then((url) => {
+            if (this.closed)
+                return;
+            const WS = this.o.WebSocket ?? globalThis.WebSocket;
+            if (!WS)
+                throw new Error("no WebSocket: pass options.WebSocket (Node 20: run with --experimental-websocket, or use the ws package)");
+            const ws = new WS(url);
+            let opened = false;
+            ws.onopen = () => {
+                opened = true;
+                void this.run(async () => this.startSession(ws), true);
+            };
+            ws.onmessage = (ev) => {
+                const s = this.session;
+                if (!s || s.ws !== ws || s.ended)
+                    return;
+                const text = typeof ev.data === "string" ? ev.data : String(ev.data);
+                this.run(async (s) => this.handle(s, text));
+            };
+            ws.onclose = (ev) => {
+                const s = this.session;
+                if (s && s.ws === ws) {
+                    this.log("info", "connection lost", { code: ev.code, reason: ev.reason });
+                    this.run(async () => this.sessionEnded(s), true);
+                }
+                else if (!opened) {
+                    this.log("warn", "connect failed", { code: ev.code, attempt: this.attempt });
+                    this.scheduleReconnect(0);
+                }
+            };
+            ws.onerror = () => { };
+        }).catch((err) => {
+            this.log("warn", "connect failed", { err: String(err) });
+            this.scheduleReconnect(0);
+        });
+    }
+    scheduleReconnect(wait) {
+        if (this.closed)
+            return;
+        const ceiling = Math.min(this.o.maxBackoffMs, this.o.minBackoffMs * 2 ** Math.min(this.attempt, 20));
+        const delay = Math.max(Math.random() * ceiling + 1, wait);
+        this.attempt++;
+        clearTimeout(this.reconnectTimer);
+        this.reconnectTimer = setTimeout(() => this.dial(), delay);
+    }
+    /**
+     * Runs fn with the current session, one at a time (store steps never
+     * interleave). anySession runs it even when no session is up.
+     */
+    run(fn, anySession = false) {
+        const next = this.serial.then(async () => {
+            const s = this.session;
+            if (this.closed || ((!s || s.ended) && !anySession))
+                return;
+            try {
+                await fn(s);
+            }
+            catch (err) {
+                if (err instanceof Crash) {
+                    await this.crash();
+                    return;
+                }
+                this.log("warn", "session ended", { err: String(err) });
+                if (s && !s.ended)
+                    s.ws.close();
+            }
+        });
+        this.serial = next.catch(() => { });
+        return next;
+    }
+    async startSession(ws) {
+        if (this.closed) {
+            ws.close();
+            return;
+        }
+        const { cursor, epoch } = await this.store.position();
+        const now = Date.now();
+        const s = {
+            ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
+            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0,
+            ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
+        };
+        this.session = s;
+        this.startedAt = now;
+        this.log("info", "connected", { cursor });
+        this.first?.resolve();
+        this.first = undefined;
+        this.state();
+        s.timers.push(setInterval(() => this.run(async (s) => this.housekeeping(s)), housekeepingMs), setInterval(() => this.run(async (s) => this.checkAlive(s).then(() => this.flushOutbox(s))), 1000), setInterval(() => this.run(async (s) => this.keepAlive(s)), this.o.pingIntervalMs));
+        this.requestSync(s, s.cursor);
+        await this.flushOutbox(s);
+        // Queries that waited for a connection, or whose connection was lost, go out now.
+        for (const q of this.queries.values()) {
+            q.written = true;
+            this.writeFrame(s, q.frame);
+        }
+    }
+    startedAt = 0;
+    state() {
+        this.o.onState?.({ connected: this.connected, synced: this.synced });
+    }
+    endSession(s) {
+        if (s.ended)
+            return;
+        s.ended = true;
+        for (const t of s.timers)
+            clearInterval(t);
+        try {
+            s.ws.close();
+        }
+        catch {
+            // closing a socket that never opened
+        }
+    }
+    async sessionEnded(s) {
+        if (s.ended)
+            return;
+        this.endSession(s);
+        this.isSynced = false;
+        this.state();
+        if (this.closed)
+            return;
+        if (Date.now() - this.startedAt > 10000)
+            this.attempt = 0;
+        this.scheduleReconnect(s.reconnectAfter);
+    }
+    writeFrame(s, f) {
+        this.o.onFrame?.("out", f);
+        s.ws.send(JSON.stringify(f));
+    }
+    /** Writes a frame on the current connection, waiting for one. */
+    write(f) {
+        if (this.closed)
+            return Promise.reject(new ClosedError());
+        return new Promise((resolve, reject) => {
+            let done = false;
+            const attempt = () => {
+                void this.run(async (s) => {
+                    this.writeFrame(s, f);
+                    done = true;
+                    resolve();
+                }).then(() => {
+                    if (done)
+                        return;
+                    if (this.closed)
+                        reject(new ClosedError());
+                    else
+                        setTimeout(attempt, 50);
+                });
+            };
+            attempt();
+        });
+    }
+    /** Sends a query with a fresh ref and resolves with its answer (re-sent on the next connection if this one is lost). */
+    request(f) {
+        if (this.closed)
+            return Promise.reject(new ClosedError());
+        const ref = `q${++this.refs}`;
+        const frame = { ...f, ref };
+        return new Promise((resolve, reject) => {
+            const q = { frame, waiter: { resolve: resolve, reject }, written: false };
+            this.queries.set(ref, q);
+            void this.run(async (s) => {
+                if (!q.written) {
+                    q.written = true;
+                    this.writeFrame(s, frame);
+                }
+            });
+        });
+    }
+    // ---- frames ----
+    async handle(s, text) {
+        s.lastRecv = Date.now();
+        s.pingSent = 0;
+        let f;
+        try {
+            f = JSON.parse(text);
+        }
+        catch {
+            this.log("warn", "unreadable frame");
+            return;
+        }
+        this.o.onFrame?.("in", f);
+        const ref = "ref" in f ? f.ref : undefined;
+        const q = ref ? this.queries.get(ref) : undefined;
+        if (ref && q) {
+            this.queries.delete(ref);
+            if ("type" in f && f.type === "error") {
+                const e = f;
+                q.waiter.reject(new ServerError(e.code, e.message, e.requestId, e.retryAfterMs));
+            }
+            else
+                q.waiter.resolve(f);
+            return;
+        }
+        if (!("type" in f)) {
+            if (typeof f.message === "string")
+                this.gatewayError(s, f.message);
+            return;
+        }
+        switch (f.type) {
+            case "membership":
+                this.o.onMembership?.(f);
+                return;
+            case "presence":
+                for (const u of f.users)
+                    this.o.onPresence?.(u.userId, u.status);
+                return;
+            case "message":
+                return this.apply(s, { seq: f.seq, message: f.message }, "pushed");
+            case "sync":
+                return this.page(s, f);
+            case "sent": {
+                s.sentAt.delete(f.clientMsgId);
+                await this.store.settle(f.clientMsgId, f);
+                this.resolveSend(f.clientMsgId, f);
+                this.o.onSent?.(f);
+                if (f.seq && f.message && f.seq > s.cursor) {
+                    s.own.set(f.seq, { seq: f.seq, message: f.message });
+                    await this.applyOwn(s);
+                }
+                return this.flushOutbox(s); // the next send of that conversation may go now
+            }
+            case "receipt":
+                this.o.onReceipt?.(f);
+                return;
+            case "read":
+                this.o.onRead?.(f.conversationId, f.upTo);
+                return;
+            case "pong":
+            case "notify":
+                return this.headSeen(s, f.type, f.head, f.epoch);
+            case "error":
+                return this.serverError(s, f);
+        }
+    }
+    /** API Gateway's own answer to a failed invocation: retry whatever was in flight. */
+    gatewayError(s, message) {
+        this.log("warn", "gateway error; retrying what is in flight", { message });
+        const retry = Date.now() + 1000 - this.o.resendAfterMs;
+        for (const [id, at] of s.sentAt)
+            if (at > retry)
+                s.sentAt.set(id, retry);
+        s.forceAck = true;
+        if (s.syncing && !s.syncAt)
+            s.syncAt = Date.now() + 1000;
+        for (const q of this.queries.values())
+            this.writeFrame(s, q.frame);
+    }
+    async headSeen(s, typ, head, epoch) {
+        const restarted = epoch !== "" && s.epoch !== "" && epoch !== s.epoch;
+        if (restarted || s.cursor > head) {
+            this.log("warn", "the inbox sequence restarted on the server; resyncing", { cursor: s.cursor, head, epoch });
+            return this.resync(s, epoch);
+        }
+        if (head <= s.cursor || s.syncing)
+            return;
+        if (typ === "notify") {
+            this.log("info", "server gave up pushing; syncing", { cursor: s.cursor, head });
+            this.requestSync(s, s.cursor);
+            return;
+        }
+        if (!s.behindAt || head > s.behindHead) {
+            s.behindAt = Date.now();
+            s.behindHead = head;
+        }
+    }
+    async resync(s, epoch) {
+        await this.store.reset(epoch);
+        Object.assign(s, { epoch, cursor: 0, lastAck: 0, needAck: 0, own: new Map(), behindAt: 0 });
+        this.requestSync(s, 0);
+    }
+    requestSync(s, cursor) {
+        s.syncing = true;
+        s.syncSent = Date.now();
+        this.writeFrame(s, { action: "sync", cursor, limit: 100 });
+    }
+    async apply(s, e, src) {
+        await this.applyOwn(s);
+        await this.applyOne(s, e, src);
+        await this.applyOwn(s);
+    }
+    /** Applies this device's own held entries (from "sent") that are next in line. */
+    async applyOwn(s) {
+        for (;;) {
+            if (s.epoch === "" && s.syncing)
+                return; // the sync in flight tells the epoch first
+            const e = s.own.get(s.cursor + 1);
+            if (!e)
+                return;
+            s.own.delete(e.seq);
+            await this.applyOne(s, e, "own");
+        }
+    }
+    crashPoint(p, seq) {
+        if (this.o.crashAt?.(p, seq))
+            throw new Crash(p);
+    }
+    async applyOne(s, e, src) {
+        if (src === "pushed" && s.epoch === "" && s.syncing) {
+            // The epoch is not known yet: taking a push now could stack a new
+            // sequence on a stale cursor. The sync in flight tells it; one more
+            // sync then fetches this entry.
+            s.resyncAgain = true;
+            return;
+        }
+        if (e.seq <= s.cursor) {
+            if (src !== "own")
+                s.forceAck = true; // a duplicate: the server may have missed our ack
+            return;
+        }
+        if (e.seq > s.cursor + 1) {
+            if (!s.syncing)
+                this.requestSync(s, s.cursor); // a gap: nothing past it until a sync fills it
+            return;
+        }
+        this.crashPoint("before-persist", e.seq);
+        const { applied, known } = await this.store.apply(e);
+        if (!applied)
+            return;
+        s.cursor = e.seq;
+        if (src !== "own")
+            s.needAck = e.seq;
+        this.crashPoint("after-persist", e.seq);
+        if (!known)
+            this.emit(toStored(e)); // else: shown before a resync
+        if (src === "own")
+            return;
+        if (src === "synced") {
+            if (++s.syncedUnacked >= this.o.syncAckBatch)
+                await this.ack(s);
+            return;
+        }
+        if (!s.pushWaiting) {
+            s.pushWaiting = true;
+            s.pushedAt = Date.now();
+        }
+        if (++s.unacked >= this.o.ackBatch)
+            await this.ack(s);
+    }
+    emit(m) {
+        for (const fn of this.listeners) {
+            try {
+                fn(m);
+            }
+            catch (err) {
+                this.log("error", "message listener threw", { err: String(err) });
+            }
+        }
+        const t = this.takers.shift();
+        if (t)
+            t({ value: m, done: false });
+        else
+            this.queue.push(m);
+    }
+    async replayStored() {
+        for (const e of await this.store.entries(this.o.shownUpTo))
+            this.emit(toStored(e));
+    }
+    async page(s, p) {
+        if (p.pushTimeoutMs)
+            s.pushTimeoutMs = p.pushTimeoutMs;
+        if (p.epoch && s.epoch !== p.epoch && (s.epoch !== "" || s.cursor > 0)) {
+            this.log("warn", "inbox epoch changed; resyncing from scratch", { old: s.epoch, new: p.epoch, cursor: s.cursor });
+            return this.resync(s, p.epoch);
+        }
+        if (p.head < s.cursor) {
+            this.log("warn", "local cursor is beyond the inbox head; resyncing from scratch", { cursor: s.cursor, head: p.head });
+            return this.resync(s, p.epoch);
+        }
+        if (p.epoch !== s.epoch) {
+            await this.store.setEpoch(p.epoch);
+            s.epoch = p.epoch;
+        }
+        if (p.truncated && p.firstSeq && p.firstSeq > s.cursor + 1) {
+            this.log("warn", "inbox entries expired before this device synced them", { from: s.cursor + 1, to: p.firstSeq - 1 });
+            await this.store.skip(s.cursor, p.firstSeq - 1);
+            s.cursor = p.firstSeq - 1;
+        }
+        for (const e of p.messages)
+            await this.apply(s, e, "synced");
+        if (p.hasMore) {
+            this.requestSync(s, p.nextCursor);
+            return;
+        }
+        s.syncing = false;
+        if (s.cursor < p.head || s.resyncAgain) {
+            s.resyncAgain = false;
+            this.requestSync(s, s.cursor);
+            return;
+        }
+        if (!this.isSynced) {
+            this.isSynced = true;
+            this.state();
+        }
+        await this.ack(s);
+    }
+    ackWindow(s) {
+        return Math.min(this.o.ackIntervalMs, ((s.pushTimeoutMs || 5000) * 2) / 5);
+    }
+    async housekeeping(s) {
+        const now = Date.now();
+        const due = s.forceAck && !s.syncing ? true : s.pushWaiting ? now - s.pushedAt >= this.ackWindow(s) : !s.syncing;
+        if (due)
+            await this.ack(s);
+        if (s.syncAt && now > s.syncAt) {
+            s.syncAt = 0;
+            this.requestSync(s, s.cursor);
+        }
+        if (s.behindAt && now - s.behindAt >= catchUpGraceMs) {
+            s.behindAt = 0;
+            if (s.cursor < s.behindHead && !s.syncing) {
+                this.log("info", "behind the inbox head with no push on the way; syncing", { cursor: s.cursor, head: s.behindHead });
+                this.requestSync(s, s.cursor);
+            }
+        }
+    }
+    /** Acks everything up to the cursor when the server waits for it (or force). */
+    async ack(s, force = false) {
+        if (s.needAck <= s.lastAck && !s.forceAck && !(force && s.cursor > s.lastAck))
+            return;
+        this.crashPoint("before-ack", s.cursor);
+        this.writeFrame(s, { action: "ack", upTo: s.cursor });
+        Object.assign(s, { lastAck: s.cursor, forceAck: false, unacked: 0, syncedUnacked: 0, pushWaiting: false });
+    }
+    async keepAlive(s) {
+        s.ticks++;
+        if (s.ticks % this.o.headEvery === 0)
+            this.ping(s);
+        else
+            this.writeFrame(s, { action: "keepalive" });
+    }
+    ping(s) {
+        if (!s.pingSent)
+            s.pingSent = Date.now();
+        this.writeFrame(s, { action: "ping" });
+    }
+    /** Finds a connection that stopped delivering frames, and asks again for an unanswered sync. */
+    async checkAlive(s) {
+        const now = Date.now();
+        if (s.pingSent && now - s.pingSent > this.o.pongTimeoutMs) {
+            this.log("warn", "connection answers nothing (half-open?); reconnecting");
+            s.ws.close();
+            return this.sessionEnded(s);
+        }
+        let waiting = s.syncing;
+        for (const at of s.sentAt.values())
+            waiting ||= now - at > this.o.resendAfterMs;
+        if (waiting && !s.pingSent && now - s.lastRecv > this.o.resendAfterMs)
+            this.ping(s);
+        if (s.syncing && !s.syncAt && now - s.syncSent > this.o.resendAfterMs) {
+            this.log("info", "sync unanswered; asking again", { cursor: s.cursor });
+            this.requestSync(s, s.cursor);
+        }
+    }
+    /** Sends, per conversation, the oldest pending send unless it went out recently on this connection. */
+    async flushOutbox(s) {
+        const now = Date.now();
+        if (now < s.sendHold)
+            return;
+        const busy = new Set();
+        for (const it of await this.store.outbox()) {
+            const conv = conversationOf(it);
+            if (busy.has(conv))
+                continue;
+            busy.add(conv);
+            const at = s.sentAt.get(it.clientMsgId);
+            if (at !== undefined && now - at < this.o.resendAfterMs)
+                continue;
+            this.writeFrame(s, it.frame);
+            s.sentAt.set(it.clientMsgId, now);
+        }
+    }
+    resolveSend(id, sent, err) {
+        const ws = this.sendWaiters.get(id) ?? [];
+        this.sendWaiters.delete(id);
+        for (const w of ws) {
+            if (sent)
+                w.resolve(sent);
+            else
+                w.reject(err);
+        }
+    }
+    async serverError(s, e) {
+        if (e.clientMsgId) {
+            if (e.code === "rate_limited" || e.code === "internal") {
+                // Retry with the same id once the server asks (or after a second).
+                const wait = Math.max(e.retryAfterMs ?? 0, 1000);
+                s.sentAt.set(e.clientMsgId, Date.now() + wait - this.o.resendAfterMs);
+                if (e.code === "rate_limited")
+                    s.sendHold = Date.now() + wait;
+                return;
+            }
+            s.sentAt.delete(e.clientMsgId);
+            await this.store.settle(e.clientMsgId);
+            this.resolveSend(e.clientMsgId, undefined, new ServerError(e.code, e.message, e.requestId));
+            return this.flushOutbox(s);
+        }
+        switch (e.code) {
+            case "unauthorized":
+                this.log("info", "the connection's token expired; reconnecting with a new one");
+                s.ws.close();
+                return;
+            case "connection_limit":
+                this.log("warn", "closed by the server: too many connections for this user; waiting before reconnecting", { wait: this.o.evictedWaitMs });
+                s.reconnectAfter = this.o.evictedWaitMs;
+                return;
+            case "rate_limit_ignored":
+                this.log("error", "closed by the server: frames kept coming after rate_limited", { wait: e.retryAfterMs });
+                s.reconnectAfter = e.retryAfterMs ?? this.o.maxBackoffMs;
+                return;
+            case "resync":
+                this.log("warn", "server asks for a resync", { cursor: s.cursor, epoch: e.epoch });
+                return this.resync(s, e.epoch ?? "");
+            case "rate_limited":
+                if (s.syncing) {
+                    s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
+                    return;
+                }
+                s.forceAck = true;
+                return;
+            case "internal":
+                s.forceAck = true; // an ack failed: acking again is harmless
+                return;
+        }
+        this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });
+    }
+}
+/** The send frame of a draft and its fingerprint. */
+async function draftFrame(d) {
+    const frame = { action: "send", clientMsgId: d.clientMsgId || newClientMsgId(), body: d.body };
+    if (d.conversationId)
+        frame.conversationId = d.conversationId;
+    else if (d.to)
+        frame.to = d.to;
+    else
+        throw new Error("a draft needs to or conversationId");
+    return { frame, fp: await fingerprint(d) };
+}
+/** The refusal of a clientMsgId reused for other content, in the server's words (the device knows first). */
+function reusedError() {
+    return new ServerError("bad_request", "clientMsgId was already used for a different message");
+}
+function conversationOf(it) {
+    return it.frame.conversationId ? `c:${it.frame.conversationId}` : `to:${it.frame.to}`;
+}
+function toStored(e) {
+    const m = e.message;
+    return { seq: e.seq, messageId: m.messageId, conversationId: m.conversationId, convSeq: m.convSeq, from: m.from, body: m.body, sentAt: m.sentAt };
+}
+/** A random 24-hex-digit clientMsgId. */
+export function newClientMsgId() {
+    const b = new Uint8Array(12);
+    globalThis.crypto.getRandomValues(b);
+    return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+}
+/** Identifies a draft's content (where it goes and its body): a clientMsgId names one message. */
+async function fingerprint(d) {
+    const text = `${d.to ?? ""}\u0000${d.conversationId ?? ""}\u0000${JSON.stringify(d.body)}`;
+    const h = await globalThis.crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
+    return [...new Uint8Array(h).slice(0, 16)].map((x) => x.toString(16).padStart(2, "0")).join("");
+}

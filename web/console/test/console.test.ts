@@ -1,0 +1,191 @@
+// The web console in a real browser: headless Chromium (Debian's package)
+// driven by playwright-core, against a real `signet local` that serves the
+// console from its binary. Two browser contexts are two users: they chat,
+// one reloads mid-conversation and loses nothing, the marks reach "read",
+// an alert is rendered with its title and priority, and a message's path is
+// drawn as a timeline — screenshots are written to test-results/.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium, type Browser, type Page } from "playwright-core";
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = resolve(here, "../../../..");
+const results = resolve(here, "../../test-results");
+const wait = 30000; // per step; every step is one round trip or one ack window
+
+let stack: ChildProcess;
+let out = "";
+let base = "";
+let api = "";
+let browser: Browser;
+
+async function freePort(): Promise<number> {
+  return new Promise((ok, fail) => {
+    const srv = createServer();
+    srv.once("error", fail);
+    srv.listen(0, "127.0.0.1", () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => ok(port));
+    });
+  });
+}
+
+before(async () => {
+  mkdirSync(results, { recursive: true });
+  const bin = process.env.SIGNET_BIN ?? join(repo, "web/console/build/signet");
+  if (!process.env.SIGNET_BIN) execFileSync("go", ["build", "-o", bin, "./cmd/signet"], { cwd: repo, stdio: "inherit" });
+  const ports = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
+  stack = spawn(bin, ["local", "--quiet", `--addr=127.0.0.1:${ports[0]}`, `--http-addr=127.0.0.1:${ports[1]}`, `--dynamodb-addr=127.0.0.1:${ports[2]}`,
+    `--sqs-addr=127.0.0.1:${ports[3]}`, `--console-addr=127.0.0.1:${ports[4]}`], { stdio: ["ignore", "pipe", "pipe"] });
+  stack.stdout!.on("data", (b) => (out += b));
+  stack.stderr!.on("data", (b) => (out += b));
+  await new Promise<void>((ok, fail) => {
+    const t = setInterval(() => {
+      const m = /Web console\s+(http:\/\/\S+\/)/.exec(out);
+      if (m && out.includes("Press Ctrl-C to stop.")) {
+        clearInterval(t);
+        base = m[1];
+        api = `http://127.0.0.1:${ports[1]}`;
+        ok();
+      }
+    }, 50);
+    stack.once("exit", (code) => fail(new Error(`signet local exited ${code}:\n${out}`)));
+  });
+  const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
+  if (!existsSync(executablePath)) throw new Error(`no Chromium at ${executablePath}: install Debian's chromium package (make test-console does) or set CHROMIUM`);
+  browser = await chromium.launch({
+    executablePath,
+    args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  stack?.kill("SIGINT");
+});
+
+async function signIn(user: string): Promise<Page> {
+  const context = await browser.newContext({ viewport: { width: 1200, height: 760 } });
+  const page = await context.newPage();
+  const errors: string[] = [];
+  page.on("pageerror", (e) => errors.push(String(e)));
+  (page as Page & { errors?: string[] }).errors = errors;
+  await page.goto(`${base}?user=${user}&device=web`);
+  await page.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
+  return page;
+}
+
+const marks = (page: Page) => page.$$eval(".msg.mine .marks", (els) => els.map((e) => (e as HTMLElement).dataset.mark));
+const shown = (page: Page) => page.$$eval("#messages .msg[data-message-id]", (els) => els.map((e) => (e as HTMLElement).dataset.messageId!));
+
+async function say(page: Page, text: string): Promise<void> {
+  await page.fill("#composer-text", text);
+  await page.press("#composer-text", "Enter");
+}
+
+test("two users chat; a reload loses nothing; marks reach read; alerts and the timeline render", async () => {
+  const alice = await signIn("alice");
+  const bob = await signIn("bob");
+
+  // alice opens a chat with bob and writes: … then ✓, then ✓✓ once bob's device has it.
+  await alice.fill("#new-chat-user", "bob");
+  await alice.press("#new-chat-user", "Enter");
+  await say(alice, "Approve PO-7?");
+  await alice.waitForFunction(() => document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") === "delivered", null, { timeout: wait });
+
+  // bob sees the conversation with one unread message, opens it, and alice's mark turns to read.
+  await bob.waitForSelector('#conversations li[data-conversation="d:alice:bob"] .badge[data-unread="1"]', { timeout: wait });
+  await bob.click('#conversations li[data-conversation="d:alice:bob"]');
+  await bob.waitForSelector("#messages .msg[data-message-id]", { timeout: wait });
+  assert.equal(await bob.textContent("#messages .msg .text"), "Approve PO-7?");
+  await alice.waitForFunction(() => document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") === "read", null, { timeout: wait });
+  assert.ok(await alice.$('#conversations li[data-conversation="d:alice:bob"] .dot.online'), "alice sees bob online");
+
+  // bob reloads mid-conversation while alice keeps writing: after the reload he has every message once.
+  const reload = bob.reload();
+  for (const t of ["one", "two", "three"]) await say(alice, t);
+  await reload;
+  await bob.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
+  await bob.waitForFunction(() => document.querySelectorAll("#messages .msg[data-message-id]").length >= 4, null, { timeout: wait });
+  const ids = await shown(bob);
+  assert.equal(ids.length, 4, "four messages after the reload");
+  assert.equal(new Set(ids).size, 4, "each once");
+  assert.deepEqual(await bob.$$eval("#messages .msg .text", (els) => els.map((e) => e.textContent)), ["Approve PO-7?", "one", "two", "three"]);
+  await alice.waitForFunction(() => [...document.querySelectorAll(".msg.mine .marks")].every((e) => e.getAttribute("data-mark") === "read"), null, { timeout: wait });
+  assert.deepEqual(await marks(alice), ["read", "read", "read", "read"]);
+
+  // bob answers; alice reads it.
+  await say(bob, "Approved.");
+  await alice.waitForFunction(() => [...document.querySelectorAll("#messages .msg .text")].some((e) => e.textContent === "Approved."), null, { timeout: wait });
+
+  // An alert from an app, rendered with its title and priority.
+  const app = await (await fetch(`${api}/v1/apps`, { method: "POST", headers: { Authorization: "Bearer local-admin-key" }, body: JSON.stringify({ name: "monitoring", allowUsers: ["bob"] }) })).json();
+  const posted = await fetch(`${api}/v1/messages`, {
+    method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": "inc-1" },
+    body: JSON.stringify({ to: ["bob"], title: "DB down", body: "primary failed over", priority: "urgent" }),
+  });
+  assert.equal(posted.status, 202, await posted.clone().text());
+  await bob.waitForSelector('#conversations li[data-conversation="a:monitoring"]', { timeout: wait });
+  await bob.click('#conversations li[data-conversation="a:monitoring"]');
+  await bob.waitForSelector(".msg.alert.urgent .title", { timeout: wait });
+  assert.match((await bob.textContent(".msg.alert .title")) ?? "", /DB down\s*urgent/);
+  assert.equal(await bob.isHidden("#composer"), true, "no composer in an alert conversation");
+
+  // The path of alice's first message, drawn from the trace API.
+  await bob.click('#conversations li[data-conversation="d:alice:bob"]');
+  await alice.click("#messages .msg.mine .meta button");
+  await alice.waitForSelector("#timeline-chart svg circle", { timeout: wait });
+  const types = await alice.$$eval("#timeline-chart svg circle", (els) => els.map((e) => (e as SVGElement).dataset.type));
+  for (const t of ["created", "stored", "inboxed", "pushed", "acked", "read"]) assert.ok(types.includes(t), `the timeline shows ${t}: ${types}`);
+  await alice.screenshot({ path: join(results, "console.png") });
+  await (await alice.$("#timeline"))!.screenshot({ path: join(results, "timeline.png") });
+
+  for (const p of [alice, bob]) assert.deepEqual((p as Page & { errors: string[] }).errors, [], "no script errors");
+});
+
+test("a group: created in the console, its messages reach every member", async () => {
+  const carol = await signIn("carol");
+  const dave = await signIn("dave");
+  await carol.fill("#new-group-name", "On-call");
+  await carol.fill("#new-group-members", "dave");
+  await carol.click("#new-group button");
+  await carol.waitForSelector("#composer:not([hidden])", { timeout: wait });
+  await say(carol, "handover at 9");
+  await dave.waitForSelector("#conversations li .title >> text=On-call", { timeout: wait });
+  await dave.click("#conversations li:has-text('On-call')");
+  await dave.waitForFunction(() => [...document.querySelectorAll("#messages .msg .text")].some((e) => e.textContent === "handover at 9"), null, { timeout: wait });
+  await carol.waitForFunction(() => document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") === "sent", null, { timeout: wait });
+});
+
+test("a send the server never got waits in the outbox (…) and is sent after a reload", async () => {
+  const erin = await signIn("erin");
+  // Until the reload, erin's send frames are lost on the way (a network that drops them).
+  let dropSends = true;
+  await erin.routeWebSocket(/.*/, (ws) => {
+    const server = ws.connectToServer();
+    ws.onMessage((m) => {
+      if (!(dropSends && String(m).includes('"action":"send"'))) server.send(m);
+    });
+    server.onMessage((m) => ws.send(m));
+  });
+  await erin.reload(); // the route applies to connections made from now on
+  await erin.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
+  await erin.fill("#new-chat-user", "frank");
+  await erin.press("#new-chat-user", "Enter");
+  await say(erin, "sent before a reload");
+  await erin.waitForSelector('.msg.mine .marks[data-mark="pending"]', { timeout: wait });
+  dropSends = false;
+  await erin.reload();
+  // After the reload the outbox (IndexedDB) still has it, shows it, and sends it.
+  await erin.waitForFunction(() => ["sent", "delivered"].includes(document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") ?? ""), null, { timeout: wait });
+  const frank = await signIn("frank");
+  await frank.waitForSelector('#conversations li[data-conversation="d:erin:frank"] .badge[data-unread="1"]', { timeout: wait });
+  await frank.click('#conversations li[data-conversation="d:erin:frank"]');
+  await frank.waitForFunction(() => document.querySelectorAll("#messages .msg[data-message-id]").length === 1, null, { timeout: wait });
+  assert.equal(await frank.textContent("#messages .msg .text"), "sent before a reload");
+});
