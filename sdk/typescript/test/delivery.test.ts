@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MemoryStore, SignetClient, ServerError, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
+import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
 import { eventually, frameCheck, invalidFrames, seeded, startStack, token, type Stack } from "./stack.js";
 
@@ -41,11 +41,11 @@ async function sendNumbered(from: SignetClient, to: string, n: number, prefix = 
 }
 
 /** Asserts that shown holds messages 0..n-1 from `from`, once each, in order. */
-function assertOnceInOrder(shown: StoredMessage[], n: number, what: string): void {
+function assertOnceInOrder(shown: StoredMessage[], n: number, what: string, sameInbox = true): void {
   const numbers = shown.map((m) => (m.body as { n: number }).n);
   assert.deepEqual(numbers, [...Array(n).keys()], `${what}: every message once, in order`);
   assert.equal(new Set(shown.map((m) => m.messageId)).size, n, `${what}: distinct message ids`);
-  for (let i = 1; i < shown.length; i++) assert.ok(shown[i].seq > shown[i - 1].seq, `${what}: ascending seqs`);
+  if (sameInbox) for (let i = 1; i < shown.length; i++) assert.ok(shown[i].seq > shown[i - 1].seq, `${what}: ascending seqs`);
 }
 
 test("a message reaches the recipient once, persisted before it is emitted, and the delivered receipt comes back", async () => {
@@ -209,6 +209,67 @@ test("a 1,000-message burst reaches a receiver restarted at random points: all 1
   assertOnceInOrder(shown, n, "burst");
   assert.ok(restarts >= 3, `the receiver was restarted (${restarts} times)`);
   await a.close();
+});
+
+test("a send whose ACK was lost is sent again with its clientMsgId after a restart: the recipient has it once", async () => {
+  // alice's first connection never receives "sent": the send stays in her outbox.
+  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
+  class NoAcks extends (WS as unknown as new (url: string) => WebSocketLike) {
+    set onmessage(fn: WebSocketLike["onmessage"]) {
+      super.onmessage = fn && ((e) => (typeof e.data === "string" && e.data.startsWith('{"type":"sent"') ? undefined : fn(e)));
+    }
+    get onmessage() {
+      return super.onmessage;
+    }
+  }
+  const file = join(dir, "lost-ack.db");
+  let st = await FileStore.open(file);
+  const b = await dial("bob-lost-ack", new MemoryStore());
+  let a = await dial("alice-lost-ack", st, { WebSocket: NoAcks as unknown as WebSocketConstructor });
+  const first = a.send("bob-lost-ack", { n: 0, text: "once" }).catch(() => "closed");
+  const got = (await b.messages().next()).value as StoredMessage; // stored and delivered: only the ACK is lost
+  await a.close();
+  assert.equal(await first, "closed", "no ACK reached the sender");
+  st = await FileStore.open(file);
+  assert.equal((await st.outbox()).length, 1, "the send is still in the outbox");
+  const acks: SentFrame[] = [];
+  a = await dial("alice-lost-ack", st, { onSent: (s) => acks.push(s) });
+  await eventually("the outbox empties", async () => (await a.pending()).length === 0, 30000);
+  assert.equal(acks[0]?.messageId, got.messageId, "the retry got the first attempt's message back");
+  const next = await a.send("bob-lost-ack", { n: 1, text: "next" });
+  assert.equal(((await b.messages().next()).value as StoredMessage).messageId, next.messageId, "no second copy arrived before the next message");
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("a server that lost its data (new inbox epoch): the device resyncs from 0, gets the new messages and shows nothing twice", async () => {
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" });
+  const at = (s: Stack) => ({ url: s.url });
+  const shown: StoredMessage[] = [];
+  const bStore = new MemoryStore();
+  let a = await dial("alice-epoch", new MemoryStore(), at(own));
+  let b = await dial("bob-epoch", bStore, at(own));
+  b.onMessage((m) => shown.push(m));
+  await sendNumbered(a, "bob-epoch", 3);
+  await eventually("3 messages", () => shown.length === 3, 30000);
+  await Promise.all([a.close(), b.close()]);
+  const epoch = (await bStore.position()).epoch;
+  await own.stop();
+  // The same addresses, empty tables: a re-created stack.
+  const fresh = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, [], own.ports);
+  try {
+    a = await dial("alice-epoch", new MemoryStore(), at(fresh));
+    await a.send("bob-epoch", { n: 3, text: "after the reset" });
+    b = await dial("bob-epoch", bStore.reopen(), at(fresh));
+    b.onMessage((m) => shown.push(m));
+    await eventually("the message sent after the reset", () => shown.length === 4, 30000);
+    const pos = await bStore.position();
+    assert.notEqual(pos.epoch, epoch, "the device took the new epoch");
+    assert.equal(pos.cursor, 1, "its cursor restarted with the new inbox");
+    assertOnceInOrder(shown, 4, "across the reset", false); // the new inbox numbers from 1 again
+    await Promise.all([a.close(), b.close()]);
+  } finally {
+    await fresh.stop();
+  }
 });
 
 test("no frame of the run broke the protocol schema", () => {

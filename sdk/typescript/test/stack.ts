@@ -44,8 +44,8 @@ export interface Stack {
 }
 
 /** Starts `signet local` (in memory) with env added to its environment. */
-export async function startStack(env: Record<string, string> = {}, params: string[] = []): Promise<Stack> {
-  const [ws, http, ddb, sqs] = [await freePort(), await freePort(), await freePort(), await freePort()];
+export async function startStack(env: Record<string, string> = {}, params: string[] = [], ports?: number[]): Promise<Stack & { ports: number[] }> {
+  const [ws, http, ddb, sqs] = ports ?? [await freePort(), await freePort(), await freePort(), await freePort()];
   const args = ["local", "--quiet", `--addr=127.0.0.1:${ws}`, `--http-addr=127.0.0.1:${http}`, `--dynamodb-addr=127.0.0.1:${ddb}`,
     `--sqs-addr=127.0.0.1:${sqs}`, "--console-addr=off", "--parameter", "RateLimits=off", ...params.flatMap((p) => ["--parameter", p])];
   const child: ChildProcess = spawn(signetBinary(), args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
@@ -65,6 +65,7 @@ export async function startStack(env: Record<string, string> = {}, params: strin
     });
   });
   return {
+    ports: [ws, http, ddb, sqs],
     url: `ws://127.0.0.1:${ws}/`,
     httpUrl: `http://127.0.0.1:${http}`,
     log: () => out,
