@@ -292,6 +292,11 @@ function bubble(m: StoredMessage): HTMLLIElement {
     if (m.conversationId.startsWith("d:")) {
       if ((readBy.get(m.conversationId) ?? 0) >= m.convSeq) [mark, label, tip] = ["read", "✓✓", "read"];
       else if ((delivered.get(m.conversationId) ?? 0) >= m.convSeq) [mark, label, tip] = ["delivered", "✓✓", "on a device of the recipient"];
+    } else {
+      const r = groupReceipts.get(m.messageId);
+      if (r && r.members > 0 && r.read >= r.members) [mark, label, tip] = ["read", "✓✓", `read by all ${r.members}`];
+      else if (r && r.members > 0 && r.delivered >= r.members) [mark, label, tip] = ["delivered", "✓✓", `on a device of all ${r.members}; read by ${r.read}`];
+      else if (r) tip = `delivered to ${r.delivered} of ${r.members}, read by ${r.read}`;
     }
     marks.dataset.mark = mark;
     marks.classList.toggle("read", mark === "read");
@@ -323,6 +328,27 @@ async function open(conv: string): Promise<void> {
     }
   }
 }
+
+/** Group receipts of this user's messages (groups get no receipt pushes: the console asks). */
+const groupReceipts = new Map<string, { members: number; delivered: number; read: number }>();
+
+/** Asks who has this user's last messages of the open group, while one is open (every 3 s). */
+async function refreshGroupReceipts(): Promise<void> {
+  if (!client || !current.startsWith("g:") || document.visibilityState === "hidden") return;
+  const conv = current;
+  const mine = (messages.get(conv) ?? []).filter((m) => m.from === me).slice(-10);
+  let changed = false;
+  for (const m of mine) {
+    const known = groupReceipts.get(m.messageId);
+    if (known && known.members > 0 && known.read >= known.members) continue; // final
+    const r = await client.receipts(conv, m.convSeq).catch(() => undefined);
+    if (!r) continue;
+    groupReceipts.set(m.messageId, { members: r.members, delivered: r.delivered, read: r.read });
+    changed = true;
+  }
+  if (changed && current === conv) renderMessages();
+}
+setInterval(() => void refreshGroupReceipts(), 3000);
 
 function markRead(): void {
   if (!client || !current || document.visibilityState === "hidden") return;
