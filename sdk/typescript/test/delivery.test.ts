@@ -272,6 +272,39 @@ test("a server that lost its data (new inbox epoch): the device resyncs from 0, 
   }
 });
 
+test("a send refused rate_limited holds every send until retryAfterMs; all are stored in order and the connection is never closed for it", async () => {
+  // A small send budget (4 per 3 s): the counter is flushed every 8 frames,
+  // so the refusals start within the first dozen sends.
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["RateLimits=send=4/3s,connect=60/1m"]);
+  try {
+    const frames: { dir: "in" | "out"; f: { type?: string; action?: string; code?: string; retryAfterMs?: number }; at: number }[] = [];
+    const a = await dial("alice-rl", new MemoryStore(), {
+      url: own.url,
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        frames.push({ dir, f: f as (typeof frames)[number]["f"], at: Date.now() });
+      },
+    });
+    const b = await dial("bob-rl", new MemoryStore(), { url: own.url });
+    const shown: StoredMessage[] = [];
+    b.onMessage((m) => shown.push(m));
+    const n = 20;
+    await sendNumbered(a, "bob-rl", n);
+    await eventually(`${n} messages`, () => shown.length === n, 120000);
+    assertOnceInOrder(shown, n, "under a rate limit");
+    const refusals = frames.filter((x) => x.dir === "in" && x.f.code === "rate_limited");
+    assert.ok(refusals.length >= 1, "the limit refused some sends");
+    for (const r of refusals) {
+      const early = frames.filter((x) => x.dir === "out" && x.f.action === "send" && x.at > r.at && x.at < r.at + (r.f.retryAfterMs ?? 0) - 50);
+      assert.deepEqual(early.map((x) => x.at - r.at), [], `no send within retryAfterMs (${r.f.retryAfterMs} ms) of a refusal`);
+    }
+    assert.ok(!frames.some((x) => x.f.code === "rate_limit_ignored"), "never closed for ignoring the limit");
+    await Promise.all([a.close(), b.close()]);
+  } finally {
+    await own.stop();
+  }
+});
+
 test("no frame of the run broke the protocol schema", () => {
   assert.deepEqual(invalidFrames, []);
 });
