@@ -2,6 +2,7 @@ package signet_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,5 +78,20 @@ func TestFunctionsThatCallNoAWSLinkNoSDKService(t *testing.T) {
 				t.Errorf("%s links %s", fn, d)
 			}
 		}
+	}
+}
+
+// Issue 15: the web console and its token endpoint, which signs a token
+// for whoever asks, exist only in `signet local`: no deployed function
+// links them.
+func TestNoFunctionLinksTheConsole(t *testing.T) {
+	t.Parallel()
+	for _, d := range deps(t, "./functions/...") {
+		if strings.HasSuffix(d, "signet/shared/console") {
+			t.Errorf("a function links %s", d)
+		}
+	}
+	if !slices.Contains(deps(t, "./cmd/signet"), "github.com/signet-im/signet/shared/console") {
+		t.Error("signet links no console: the test above checks nothing")
 	}
 }
