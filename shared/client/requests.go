@@ -206,3 +206,16 @@ func (c *Client) ConversationHistory(ctx context.Context, conversationID string,
 	err := c.request(ctx, &wire.History{Action: wire.ActionHistory, ConversationID: conversationID, Limit: limit, Before: max(before, 0)}, &h)
 	return h, err
 }
+
+// AnswerResult is the answer that stands for this user (see wire.AnswerResult).
+type AnswerResult = wire.AnswerResult
+
+// Answer gives this user's answer to an alert that asks for one (its body
+// has "ack" with the options): once, forward-only. The same answer again
+// returns the first; another option, or another recipient's first answer
+// on an alert where the first answer wins, is a *ServerError conflict.
+func (c *Client) Answer(ctx context.Context, messageID, option string) (AnswerResult, error) {
+	var a AnswerResult
+	err := c.request(ctx, &wire.Answer{Action: wire.ActionAnswer, MessageID: messageID, Option: option}, &a)
+	return a, err
+}

@@ -330,7 +330,7 @@ var Needs = map[string][]string{
 	"FanoutFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
 		EnvRedeliveryQueue, EnvFanoutQueue, EnvWebSocketAPI, EnvPushTimeout, EnvBackoff,
 		EnvInboxRetention, EnvFanoutBatch, EnvPresenceStale, EnvAlertsTable},
-	"ReadFunction":    {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable, EnvWebSocketAPI},
+	"ReadFunction":    {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable, EnvAlertsTable, EnvWebSocketAPI},
 	"DefaultFunction": {},
 	"AlertsFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
 		EnvAlertsTable, EnvAdminKey, EnvRedeliveryQueue, EnvWebSocketAPI, EnvFanoutQueue,

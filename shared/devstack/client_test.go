@@ -45,6 +45,9 @@ type frame struct {
 	Epoch        string `json:"epoch"`
 	RetryAfterMs int64  `json:"retryAfterMs"`
 	RequestID    string `json:"requestId"`
+	Ref          string `json:"ref"`
+	Option       string `json:"option"`
+	UserID       string `json:"userId"`
 }
 
 // pushed decodes the message of a "message" frame.

@@ -20,7 +20,9 @@ import (
 //	app#<id>  / app           the app: key hash, scope, rate, revoked
 //	app#<id>  / rl#<minute>   posts in that minute (TTL)
 //	app#<id>  / idem#<key>    Idempotency-Key: payload fingerprint, message, final response (TTL 48 h)
-//	msg#<id>  / alert         the alert: app, recipients, conversation position
+//	msg#<id>  / alert         the alert: app, recipients, conversation position, the answer it asks for
+//	msg#<id>  / answer#<user> a recipient's answer: option, device, time
+//	msg#<id>  / answer        first answer wins: the alert's one answer (put by the first to answer)
 
 // IdempotencyRetention is how long an Idempotency-Key is remembered.
 const IdempotencyRetention = 48 * time.Hour
@@ -226,6 +228,10 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 				},
 			}},
 		}
+		if a.Ack != nil {
+			alert := items[len(items)-1].Put.Item
+			alert["ackOpts"], alert["ackReq"], alert["ackFirst"] = strList(a.Ack.Options), flag(a.Ack.Required), flag(a.Ack.FirstWins)
+		}
 		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			a.Message = m
@@ -309,8 +315,107 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 	for _, u := range getList(it, "to") {
 		to = append(to, im.UserID(u))
 	}
-	return im.Alert{Message: m, App: getS(it, "app"), Recipients: to, Title: getS(it, "title"), Priority: getS(it, "priority"),
-		Expiry: time.Duration(getN(it, "expiryS")) * time.Second}, nil
+	a := im.Alert{Message: m, App: getS(it, "app"), Recipients: to, Title: getS(it, "title"), Priority: getS(it, "priority"),
+		Expiry: time.Duration(getN(it, "expiryS")) * time.Second}
+	if opts := getList(it, "ackOpts"); len(opts) > 0 {
+		a.Ack = &im.AckSpec{Options: opts, Required: getBool(it, "ackReq"), FirstWins: getBool(it, "ackFirst")}
+	}
+	return a, nil
+}
+
+// flag stores a boolean as the number 1 or 0 (minidyn cannot query a
+// partition that holds a false BOOL).
+func flag(b bool) types.AttributeValue {
+	if b {
+		return n(1)
+	}
+	return n(0)
+}
+
+// getBool reads a flag (false when absent).
+func getBool(item map[string]types.AttributeValue, name string) bool { return getN(item, name) == 1 }
+
+// answerItem is the item of a recipient's answer to alert id: one per
+// recipient (answer#<user>), or with first answer wins the alert's one
+// answer (answer), which the first recipient to answer puts.
+func answerItem(id im.MessageID, a im.Answer, firstWins bool) map[string]types.AttributeValue {
+	sk := "answer#" + string(a.User)
+	if firstWins {
+		sk = "answer"
+	}
+	return map[string]types.AttributeValue{
+		"pk": s("msg#" + string(id)), attrSK: s(sk), attrUser: s(string(a.User)),
+		"opt": s(a.Option), "dev": s(string(a.Device)), attrAt: n(a.At.UnixMilli()),
+	}
+}
+
+func answerFrom(it map[string]types.AttributeValue) im.Answer {
+	return im.Answer{User: im.UserID(getS(it, attrUser)), Device: im.DeviceID(getS(it, "dev")), Option: getS(it, "opt"), At: time.UnixMilli(getN(it, attrAt)).UTC()}
+}
+
+// Answer records recipient a.User's answer to alert id, once: a repeat of
+// the same answer returns the recorded one (recorded false), another
+// option is refused with im.ErrAlreadyAnswered — an answer is
+// forward-only. With firstWins the alert has one answer item, which the
+// first recipient to answer puts on condition that it is absent: of
+// recipients answering at once exactly one wins and the others are
+// refused. One conditional put either way.
+func (st *Store) Answer(ctx context.Context, id im.MessageID, a im.Answer, firstWins bool) (im.Answer, bool, error) {
+	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(st.tables.Alerts), Item: answerItem(id, a, firstWins),
+		ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+	})
+	if isConditionFailed(err) {
+		return st.answeredBefore(ctx, id, a)
+	}
+	if err != nil {
+		return im.Answer{}, false, fmt.Errorf("answer %s by %s: %w", id, a.User, err)
+	}
+	return a, true, nil
+}
+
+// answeredBefore resolves an answer whose write found one there: the same
+// user's same option is that answer again; anything else is refused,
+// naming the answer that stands.
+func (st *Store) answeredBefore(ctx context.Context, id im.MessageID, a im.Answer) (im.Answer, bool, error) {
+	answers, err := st.Answers(ctx, id)
+	if err != nil {
+		return im.Answer{}, false, err
+	}
+	for _, b := range answers {
+		if b.User == a.User && b.Option == a.Option {
+			return b, false, nil
+		}
+	}
+	for _, b := range answers {
+		if b.User == a.User {
+			return b, false, fmt.Errorf("%s answered %q already: %w", b.User, b.Option, im.ErrAlreadyAnswered)
+		}
+	}
+	if len(answers) > 0 {
+		return answers[0], false, fmt.Errorf("%s answered %q first: %w", answers[0].User, answers[0].Option, im.ErrAlreadyAnswered)
+	}
+	return im.Answer{}, false, fmt.Errorf("answer %s by %s: %w", id, a.User, im.ErrContention)
+}
+
+// Answers lists the answers to alert id, oldest first.
+func (st *Store) Answers(ctx context.Context, id im.MessageID) ([]im.Answer, error) {
+	var out []im.Answer
+	err := st.queryUntil(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Alerts),
+		KeyConditionExpression:    aws.String("pk = :pk AND begins_with(#sk, :a)"),
+		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s("msg#" + string(id)), ":a": s("answer")},
+		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) bool {
+		out = append(out, answerFrom(it))
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("answers of %s: %w", id, err)
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out, nil
 }
 
 // AppendInbox puts message m into user u's inbox exactly once (a dedup item

@@ -57,7 +57,7 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"]}
+	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"], Alerts: names["AlertsTable"]}
 	// SIGNET_TEST_SEND_MODE runs the suite with a 1:1 send mode other
 	// than the default (make test-send-transaction).
 	newStore := func(db *dynamodb.Client) *dynamo.Store {

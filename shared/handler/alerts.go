@@ -23,12 +23,33 @@ const MaxAlertTitle = 200
 
 // alertRequest is the body of POST /v1/messages (validated by the OpenAPI schema).
 type alertRequest struct {
-	To         []string `json:"to"`
-	Group      string   `json:"group"`
-	Title      string   `json:"title"`
-	Body       string   `json:"body"`
-	Priority   string   `json:"priority"`
-	TTLSeconds int      `json:"ttlSeconds"`
+	To         []string    `json:"to"`
+	Group      string      `json:"group"`
+	Title      string      `json:"title"`
+	Body       string      `json:"body"`
+	Priority   string      `json:"priority"`
+	TTLSeconds int         `json:"ttlSeconds"`
+	Ack        *ackRequest `json:"ack"`
+}
+
+// ackRequest asks the recipients of an alert for an answer (issue 16).
+type ackRequest struct {
+	Required        *bool    `json:"required"`
+	Options         []string `json:"options"`
+	FirstAnswerWins bool     `json:"firstAnswerWins"`
+}
+
+// spec is the AckSpec an ack request asks for, its defaults filled in:
+// required, and the one option "ack".
+func (r *ackRequest) spec() *im.AckSpec {
+	if r == nil {
+		return nil
+	}
+	s := &im.AckSpec{Required: r.Required == nil || *r.Required, Options: r.Options, FirstWins: r.FirstAnswerWins}
+	if len(s.Options) == 0 {
+		s.Options = []string{im.DefaultAckOption}
+	}
+	return s
 }
 
 // decodeAlert reads a POST /v1/messages body that passed the schema: the
@@ -46,6 +67,18 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 	}
 	if ar.Priority == "" {
 		ar.Priority = "normal"
+	}
+	if ar.Ack != nil {
+		seen := map[string]bool{}
+		for i, o := range ar.Ack.Options {
+			if !wire.AckOptionPattern.MatchString(o) || seen[o] {
+				return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "ack.options[%d] must be a new option of 1-32 characters of [a-z0-9_-], starting with a letter", i)
+			}
+			seen[o] = true
+		}
+		if len(ar.Ack.Options) > im.MaxAckOptions {
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "ack.options may name at most %d options", im.MaxAckOptions)
+		}
 	}
 	recipients := make([]im.UserID, len(ar.To))
 	for i, u := range ar.To {
@@ -104,6 +137,10 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 	if ar.TTLSeconds > 0 {
 		fields["ttlSeconds"] = ar.TTLSeconds
 	}
+	ack := ar.Ack.spec()
+	if ack != nil {
+		fields["ack"] = map[string]any{"options": ack.Options, "required": ack.Required, "firstAnswerWins": ack.FirstWins}
+	}
 	body, _ := json.Marshal(fields)
 	if len(body) > im.MaxBodyBytes {
 		return 0, nil, wire.Problemf(wire.CodeTooLarge, "alert is %d bytes encoded; the limit is %d", len(body), im.MaxBodyBytes)
@@ -130,6 +167,7 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 			Title:      ar.Title,
 			Priority:   ar.Priority,
 			Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
+			Ack:        ack,
 		}
 		start, err = h.AlertStore.BeginAlert(ctx, p.app.ID, key, fingerprint, alert, h.now())
 	}
@@ -285,6 +323,20 @@ type alertStatus struct {
 	SentAt     string            `json:"sentAt"`
 	Recipients []recipientStatus `json:"recipients"`
 	Counts     map[string]int    `json:"counts"`
+	Ack        *ackStatus        `json:"ack,omitempty"`
+}
+
+// ackStatus is the answer an alert asks for and where it stands.
+type ackStatus struct {
+	Options         []string `json:"options"`
+	Required        bool     `json:"required"`
+	FirstAnswerWins bool     `json:"firstAnswerWins"`
+	// Answered counts the recipients who answered.
+	Answered int `json:"answered"`
+	// Answer is the alert's answer when the first answer wins, and FirstBy
+	// who gave it.
+	Answer  string `json:"answer,omitempty"`
+	FirstBy string `json:"answeredBy,omitempty"`
 }
 
 // recipientStatus is one recipient's state in an alert's status answer.
@@ -297,6 +349,9 @@ type recipientStatus struct {
 	PushedAt    string `json:"pushedAt,omitempty"`
 	DeliveredAt string `json:"deliveredAt,omitempty"`
 	ReadAt      string `json:"readAt,omitempty"`
+	// Answer is the recipient's answer to an alert that asks for one.
+	Answer     string `json:"answer,omitempty"`
+	AnsweredAt string `json:"answeredAt,omitempty"`
 }
 
 // ts renders t for the HTTP API (empty for the zero time).
@@ -347,9 +402,28 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 		ds = append(ds, d)
 	}
 	out := alertStatus{MessageID: string(a.Message.ID), App: a.App, Title: a.Title, Priority: a.Priority, SentAt: wire.Timestamp(a.Message.SentAt), Counts: map[string]int{"stored": 0, "pushed": 0, "delivered": 0, "read": 0}}
+	answers := map[im.UserID]im.Answer{}
+	if a.Ack != nil {
+		list, err := h.AlertStore.Answers(ctx, a.Message.ID)
+		if err != nil {
+			return 0, nil, err
+		}
+		out.Ack = &ackStatus{Options: a.Ack.Options, Required: a.Ack.Required, FirstAnswerWins: a.Ack.FirstWins, Answered: len(list)}
+		for _, x := range list {
+			answers[x.User] = x
+		}
+		if a.Ack.FirstWins && len(list) > 0 {
+			out.Ack.Answer, out.Ack.FirstBy = list[0].Option, string(list[0].User)
+		}
+		out.Counts["answered"] = len(list)
+	}
 	for _, d := range ds {
-		out.Recipients = append(out.Recipients, recipientStatus{UserID: string(d.User), State: d.State, Seq: d.Seq, Pushes: d.Pushes,
-			StoredAt: ts(d.StoredAt), PushedAt: ts(d.PushedAt), DeliveredAt: ts(d.DeliveredAt), ReadAt: ts(d.ReadAt)})
+		rs := recipientStatus{UserID: string(d.User), State: d.State, Seq: d.Seq, Pushes: d.Pushes,
+			StoredAt: ts(d.StoredAt), PushedAt: ts(d.PushedAt), DeliveredAt: ts(d.DeliveredAt), ReadAt: ts(d.ReadAt)}
+		if x, ok := answers[d.User]; ok {
+			rs.Answer, rs.AnsweredAt = x.Option, ts(x.At)
+		}
+		out.Recipients = append(out.Recipients, rs)
 		for _, st := range im.StatesUpTo(d.State) {
 			out.Counts[st]++
 		}

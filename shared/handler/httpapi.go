@@ -32,6 +32,8 @@ type AlertStore interface {
 	InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
+	Answer(ctx context.Context, id im.MessageID, a im.Answer, firstWins bool) (im.Answer, bool, error)
+	Answers(ctx context.Context, id im.MessageID) ([]im.Answer, error)
 }
 
 // Validator checks a request body against a named OpenAPI schema.

@@ -3,12 +3,16 @@ package handler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/ratelimit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -29,6 +33,9 @@ type Reads interface {
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
 func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	if req.RequestContext.RouteKey == wire.ActionAnswer {
+		return h.Answer(ctx, req) // the same function serves both routes
+	}
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
@@ -76,6 +83,74 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 		}
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// Answers is the storage of people's answers to alerts.
+type Answers interface {
+	Alert(ctx context.Context, id im.MessageID) (im.Alert, error)
+	Answer(ctx context.Context, id im.MessageID, a im.Answer, firstWins bool) (im.Answer, bool, error)
+}
+
+// Answer records a person's answer to an alert that asks for one
+// ({"action":"answer","messageId":…,"option":…}) and answers with the
+// answer that stands ({"type":"answer",…}): once per recipient and
+// forward-only (the same answer again is answered as before; another
+// option is conflict), only by a recipient (forbidden), only with one of
+// the alert's options (bad_request); with first answer wins, the first
+// recipient's answer is the alert's and the others are refused (conflict,
+// naming it). A new answer is traced ("answered") and synced to the
+// user's other devices.
+func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	f, err := wire.DecodeAnswer(req.Body)
+	c.useRef(f.Query)
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	if h.Answers == nil {
+		return h.fail(ctx, c, wire.ActionAnswer, wire.Problemf(wire.CodeBadRequest, "this deployment has no alerts"), "")
+	}
+	id := im.MessageID(f.MessageID)
+	a, err := h.Answers.Alert(ctx, id)
+	if errors.Is(err, im.ErrNotFound) || (err == nil && !slices.Contains(a.Recipients, c.User)) {
+		// Whether the alert exists is not told to users it was not for.
+		return h.fail(ctx, c, wire.ActionAnswer, wire.Problemf(wire.CodeForbidden, "no alert %s for you", id), "")
+	}
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	if a.Ack == nil || !a.Ack.Allows(f.Option) {
+		var opts []string
+		if a.Ack != nil {
+			opts = a.Ack.Options
+		}
+		return h.fail(ctx, c, wire.ActionAnswer, wire.Problemf(wire.CodeBadRequest, "alert %s takes the answers %v, not %q", id, opts, f.Option), "")
+	}
+	got, recorded, err := h.Answers.Answer(ctx, id, im.Answer{User: c.User, Device: c.Device, Option: f.Option, At: h.now()}, a.Ack.FirstWins)
+	if errors.Is(err, im.ErrAlreadyAnswered) {
+		return h.fail(ctx, c, wire.ActionAnswer, wire.Problemf(wire.CodeConflict, "%s", strings.TrimSuffix(err.Error(), ": "+im.ErrAlreadyAnswered.Error())), "")
+	}
+	if err != nil {
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	res := wire.AnswerResult{Type: wire.TypeAnswer, Ref: c.Ref, MessageID: string(id), UserID: string(got.User), Option: got.Option, AnsweredAt: wire.Timestamp(got.At)}
+	if recorded {
+		h.log().InfoContext(ctx, "answered", "messageId", id, "userId", c.User, "deviceId", c.Device, "option", f.Option)
+		tr := h.trail("answer", c.RequestID)
+		tr.add(im.Event{Message: id, Type: im.EventAnswered, User: c.User, Device: c.Device, Detail: f.Option})
+		tr.flush(ctx)
+		sync := res
+		sync.Ref = ""
+		frame, _ := json.Marshal(sync)
+		h.pushAll(ctx, "answer sync", c.User, c.Connection, frame)
+	}
+	return reply(res)
 }
 
 // syncRead pushes the new watermark to the user's other connections.

@@ -62,6 +62,9 @@ type GroupRoutes struct {
 type ReadRoutes struct {
 	*delivery
 	Reads Reads
+	// Answers records answers to alerts (the answer route); nil where
+	// there is no alerts table.
+	Answers Answers
 }
 
 // HistoryRoutes serves history.
@@ -168,7 +171,11 @@ func (d *Deps) GroupRoutes() *GroupRoutes {
 
 // ReadRoutes is the read route's use case.
 func (d *Deps) ReadRoutes() *ReadRoutes {
-	return &ReadRoutes{delivery: d.delivery(), Reads: d.Reads}
+	rr := &ReadRoutes{delivery: d.delivery(), Reads: d.Reads}
+	if d.AlertStore != nil {
+		rr.Answers = d.AlertStore
+	}
+	return rr
 }
 
 // HistoryRoutes is the history route's use case.

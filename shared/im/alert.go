@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 )
@@ -91,6 +92,38 @@ type Alert struct {
 	// Expiry, when positive, is how long the alert stays in recipient
 	// inboxes (the DynamoDB TTL of its entries) if shorter than retention.
 	Expiry time.Duration
+	// Ack, when set, asks the recipients for an answer (issue 16).
+	Ack *AckSpec
+}
+
+// AckSpec is the answer an alert asks of its recipients: a person's
+// acknowledgement, distinct from a device's ack of delivery.
+type AckSpec struct {
+	// Required: the alert is not done until someone answers (escalation
+	// stops at the first answer).
+	Required bool
+	// Options are the answers a recipient may give (e.g. ack, decline).
+	Options []string
+	// FirstWins: the first recipient's answer is the alert's; later
+	// answers are refused (approvals).
+	FirstWins bool
+}
+
+// DefaultAckOption is the only option of an ack that names none.
+const DefaultAckOption = "ack"
+
+// MaxAckOptions bounds the options of one alert.
+const MaxAckOptions = 5
+
+// Allows reports whether option is one of s's options.
+func (s AckSpec) Allows(option string) bool { return slices.Contains(s.Options, option) }
+
+// Answer is one recipient's answer to an alert.
+type Answer struct {
+	User   UserID
+	Device DeviceID
+	Option string
+	At     time.Time
 }
 
 // Delivery is one recipient's progress, derived from the inbox, the device

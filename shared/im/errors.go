@@ -45,6 +45,9 @@ var (
 	ErrGroupFull = errors.New("group is full")
 	// ErrLastOwner: the operation would leave the group without an owner.
 	ErrLastOwner = errors.New("a group needs an owner")
+	// ErrAlreadyAnswered: the recipient answered this alert with another
+	// option, or (first answer wins) another recipient answered first.
+	ErrAlreadyAnswered = errors.New("already answered")
 	// ErrNoSuchGroup: the group does not exist.
 	ErrNoSuchGroup = errors.New("no such group")
 	// ErrGroupExists: a group with that id exists.

@@ -16,6 +16,7 @@ const (
 	EventAcked               EventType = "acked"                // a device persisted it (User, Device, Seq)
 	EventRead                EventType = "read"                 // the user read it
 	EventAwaitingPull        EventType = "awaiting_pull"        // pushing stopped; the next sync delivers it
+	EventAnswered            EventType = "answered"             // a recipient answered an alert (User, Device; Detail: the option)
 )
 
 // Event is one entry of a message's append-only trace.

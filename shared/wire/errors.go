@@ -142,6 +142,7 @@ var domainCodes = []struct {
 	{im.ErrGroupExists, CodeBadRequest, "a group with this conversationId exists"},
 	{im.ErrRateLimited, CodeRateLimited, "too many requests; retry later"},
 	{im.ErrIdempotencyConflict, CodeConflict, "the Idempotency-Key was used with a different payload"},
+	{im.ErrAlreadyAnswered, CodeConflict, "this alert was already answered"},
 	{im.ErrAppExists, CodeConflict, "an app with this name exists"},
 }
 

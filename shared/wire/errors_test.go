@@ -50,7 +50,7 @@ func TestEveryDomainErrorHasACodeAndAStatus(t *testing.T) {
 		"ErrCursorBeyondHead": im.ErrCursorBeyondHead, "ErrContention": im.ErrContention, "ErrRateLimited": im.ErrRateLimited,
 		"ErrNotFound": im.ErrNotFound, "ErrIdempotencyConflict": im.ErrIdempotencyConflict, "ErrAppExists": im.ErrAppExists,
 		"ErrGone": im.ErrGone, "ErrForbidden": im.ErrForbidden, "ErrGroupFull": im.ErrGroupFull, "ErrLastOwner": im.ErrLastOwner,
-		"ErrNoSuchGroup": im.ErrNoSuchGroup, "ErrGroupExists": im.ErrGroupExists,
+		"ErrNoSuchGroup": im.ErrNoSuchGroup, "ErrGroupExists": im.ErrGroupExists, "ErrAlreadyAnswered": im.ErrAlreadyAnswered,
 	}
 	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true} // see domainCodes
 	for _, name := range declared(t, "../im/errors.go", "Err") {

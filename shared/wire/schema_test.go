@@ -101,6 +101,8 @@ func schemaFrames() map[string]any {
 		"PongFrame":           Pong{Type: TypePong, Head: 57, Epoch: "m3x1k2-a9f"},
 		"NotifyFrame":         Notify{Type: TypeNotify, Head: 57, Epoch: "m3x1k2-a9f"},
 		"ErrorFrame":          errFrame,
+		"AnswerFrame":         Answer{Action: ActionAnswer, Query: Query{Ref: "q1"}, MessageID: string(m.ID), Option: "approve"},
+		"AnswerResultFrame":   AnswerResult{Type: TypeAnswer, Ref: "q1", MessageID: string(m.ID), UserID: "bob", Option: "approve", AnsweredAt: Timestamp(m.SentAt)},
 	}
 }
 
@@ -164,7 +166,7 @@ func decodeFor(body string) (any, error) {
 }
 
 func isClientFrame(def string) bool {
-	return slices.Contains([]string{"SendFrame", "AckFrame", "SyncFrame", "ReadFrame", "HistoryFrame", "GroupFrame", "ReceiptsFrame", "PresenceFrame", "PresenceQueryFrame", "SummaryFrame", "PingFrame", "KeepaliveFrame"}, def)
+	return slices.Contains([]string{"SendFrame", "AckFrame", "SyncFrame", "ReadFrame", "HistoryFrame", "GroupFrame", "ReceiptsFrame", "PresenceFrame", "PresenceQueryFrame", "SummaryFrame", "PingFrame", "KeepaliveFrame", "AnswerFrame"}, def)
 }
 
 // jsonFields lists the JSON names of a struct's fields, embedded ones included.

@@ -1,7 +1,7 @@
 import type {
   Body, ClientFrame, ConversationSummary, Entry, ErrorCode, ErrorFrame, GroupFrame, GroupInfoFrame, HistoryPageFrame,
   MembershipFrame, ReceiptFrame, ReceiptsAnswerFrame, SendFrame, SentFrame, ServerFrame, SyncPageFrame, SummaryPageFrame,
-  PresenceAnswerFrame, Role,
+  PresenceAnswerFrame, Role, AnswerResultFrame,
 } from "./frames.js";
 import type { DeviceStore, OutboxItem } from "./store.js";
 
@@ -86,6 +86,8 @@ export interface ClientOptions {
   onRead?: (conversationId: string, upTo: number) => void;
   onPresence?: (userId: string, status: string) => void;
   onMembership?: (m: MembershipFrame) => void;
+  /** Called when another device of this user answered an alert. */
+  onAnswer?: (a: AnswerResultFrame) => void;
   /** Called with every ACK of a send, also of sends queued before a restart (which no promise waits for). */
   onSent?: (sent: SentFrame) => void;
   /** Called when the connection state changes. */
@@ -163,7 +165,7 @@ type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
  * and honour retryAfterMs. See the README and docs/protocol.md.
  */
 export class SignetClient {
-  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
+  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onAnswer" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
   private readonly store: DeviceStore;
   private session?: Session;
   private serial: Promise<void> = Promise.resolve();
@@ -319,6 +321,17 @@ export class SignetClient {
   /** Moves this user's read watermark of a conversation to upTo (a convSeq). */
   async markRead(conversationId: string, upTo: number): Promise<void> {
     await this.write({ action: "read", conversationId, upTo });
+  }
+
+  /**
+   * Answers an alert that asks for one (its body's ack.options): once,
+   * forward-only. Resolves with the answer that stands (the same answer
+   * again resolves as the first did); another option, or another
+   * recipient's first answer where the first answer wins, rejects with a
+   * ServerError conflict naming it.
+   */
+  answer(messageId: string, option: string): Promise<AnswerResultFrame> {
+    return this.request<AnswerResultFrame>({ action: "answer", messageId, option });
   }
 
   /** Who has message convSeq of a conversation delivered and read. */
@@ -656,6 +669,9 @@ export class SignetClient {
         return;
       case "read":
         this.o.onRead?.(f.conversationId, f.upTo);
+        return;
+      case "answer":
+        this.o.onAnswer?.(f);
         return;
       case "pong":
       case "notify":

@@ -5,10 +5,10 @@
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 
 /** A frame a client sends; API Gateway routes it by action. */
-export type ClientFrame = SendFrame | AckFrame | SyncFrame | ReadFrame | HistoryFrame | GroupFrame | ReceiptsFrame | PresenceFrame | PresenceQueryFrame | SummaryFrame | PingFrame | KeepaliveFrame;
+export type ClientFrame = SendFrame | AckFrame | SyncFrame | ReadFrame | HistoryFrame | GroupFrame | ReceiptsFrame | PresenceFrame | PresenceQueryFrame | SummaryFrame | PingFrame | KeepaliveFrame | AnswerFrame;
 
 /** A frame the server sends: an answer (with the request's clientMsgId or ref) or a push. */
-export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | GatewayErrorFrame;
+export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | AnswerResultFrame | GatewayErrorFrame;
 
 export type UserId = string;
 
@@ -143,6 +143,16 @@ export interface SummaryFrame {
   limit?: number;
 }
 
+/** A person's answer to an alert whose body asks for one (ack.options). */
+export interface AnswerFrame {
+  action: "answer";
+  ref?: Ref;
+  messageId: string;
+  option: AckOption;
+}
+
+export type AckOption = string;
+
 export interface PingFrame {
   action: "ping";
 }
@@ -274,6 +284,16 @@ export interface ErrorFrame {
   epoch?: string;
 }
 
+/** The answer that stands for the caller; pushed (without ref) to the caller's other devices when it is new. */
+export interface AnswerResultFrame {
+  type: "answer";
+  ref?: Ref;
+  messageId: string;
+  userId: UserId;
+  option: AckOption;
+  answeredAt: Timestamp;
+}
+
 /** API Gateway's own answer when an invocation failed before it could answer: retry what was in flight. */
 export interface GatewayErrorFrame {
   message: string;
@@ -282,7 +302,7 @@ export interface GatewayErrorFrame {
 }
 
 /** The actions a client frame may name. */
-export const clientActions = ["send","ack","sync","read","history","group","receipts","presence","presence.query","summary","ping","keepalive"] as const;
+export const clientActions = ["send","ack","sync","read","history","group","receipts","presence","presence.query","summary","ping","keepalive","answer"] as const;
 
 /** The types of the frames the server sends. */
-export const serverTypes = ["sent","message","sync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error"] as const;
+export const serverTypes = ["sent","message","sync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error","answer"] as const;

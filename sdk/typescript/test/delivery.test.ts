@@ -305,6 +305,29 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
   }
 });
 
+test("an alert that asks for an answer: answer() once, forward-only; the user's other device hears of it", async () => {
+  const admin = { Authorization: "Bearer local-admin-key" };
+  const app = await (await fetch(`${stack.httpUrl}/v1/apps`, { method: "POST", headers: admin, body: JSON.stringify({ name: "deploys", allowUsers: ["bob-answer"] }) })).json();
+  const phone = await dial("bob-answer", new MemoryStore(), { device: "phone" });
+  const heard: string[] = [];
+  const laptop = await dial("bob-answer", new MemoryStore(), { device: "laptop", onAnswer: (a) => heard.push(`${a.userId}:${a.option}`) });
+  const r = await fetch(`${stack.httpUrl}/v1/messages`, {
+    method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": "d-7" },
+    body: JSON.stringify({ to: ["bob-answer"], title: "Deploy 7?", body: "", ack: { options: ["approve", "reject"] } }),
+  });
+  assert.equal(r.status, 202);
+  const m = (await phone.messages().next()).value as StoredMessage;
+  assert.deepEqual((m.body as { ack: unknown }).ack, { options: ["approve", "reject"], required: true, firstAnswerWins: false });
+  const a = await phone.answer(m.messageId, "approve");
+  assert.equal(a.option, "approve");
+  assert.equal((await phone.answer(m.messageId, "approve")).answeredAt, a.answeredAt, "the same answer again is the first");
+  await assert.rejects(phone.answer(m.messageId, "reject"), (e: unknown) => e instanceof ServerError && e.code === "conflict");
+  await assert.rejects(phone.answer(m.messageId, "maybe"), (e: unknown) => e instanceof ServerError && e.code === "bad_request");
+  await eventually("the laptop hears of the answer", () => heard.length === 1, 30000);
+  assert.deepEqual(heard, ["bob-answer:approve"]);
+  await Promise.all([phone.close(), laptop.close()]);
+});
+
 test("no frame of the run broke the protocol schema", () => {
   assert.deepEqual(invalidFrames, []);
 });

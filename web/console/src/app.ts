@@ -104,6 +104,7 @@ async function signIn(user: string, device: string): Promise<void> {
       renderHeader();
     },
     onMembership: () => void loadSummary(),
+    onAnswer: (a) => answered(a.messageId, `you answered ${a.option} (on another device)`),
     onSent: (s) => {
       const o = outgoing.get(s.clientMsgId);
       if (o) o.sent = s;
@@ -223,11 +224,32 @@ interface Alert {
   title: string;
   body: string;
   priority: string;
+  ack?: { options: string[]; required: boolean; firstAnswerWins: boolean };
 }
 
 function alertOf(m: StoredMessage): Alert {
   const b = (m.body ?? {}) as Partial<Alert>;
-  return { app: b.app ?? m.from, title: b.title ?? "", body: b.body ?? "", priority: b.priority ?? "normal" };
+  return { app: b.app ?? m.from, title: b.title ?? "", body: b.body ?? "", priority: b.priority ?? "normal", ack: b.ack };
+}
+
+/** This user's answers to alerts (kept in localStorage: the server has them too, and says so again when asked). */
+const answers = new Map<string, string>(JSON.parse(localStorage.getItem("signet.answers") ?? "[]"));
+
+function answered(messageId: string, text: string): void {
+  answers.set(messageId, text);
+  localStorage.setItem("signet.answers", JSON.stringify([...answers]));
+  if (current.startsWith("a:")) renderMessages();
+}
+
+async function answer(messageId: string, option: string): Promise<void> {
+  try {
+    const r = await client!.answer(messageId, option);
+    answered(messageId, `you answered ${r.option}`);
+  } catch (err) {
+    const e = err as { code?: string; message: string };
+    if (e.code === "conflict") answered(messageId, e.message.replace(/^conflict: /, "").replace(/ \(request .*\)$/, ""));
+    else alert(`Not answered: ${e.message}`);
+  }
 }
 
 function renderMessages(): void {
@@ -278,7 +300,27 @@ function bubble(m: StoredMessage): HTMLLIElement {
     const body = document.createElement("div");
     body.className = "text";
     body.textContent = a.body;
-    li.append(t, body, meta);
+    li.append(t, body);
+    if (a.ack?.options?.length) {
+      const box = document.createElement("div");
+      box.className = "answers";
+      const done = answers.get(m.messageId);
+      if (done) {
+        box.textContent = done;
+        box.dataset.answered = "true";
+      } else {
+        for (const o of a.ack.options) {
+          const b = document.createElement("button");
+          b.textContent = o;
+          b.dataset.option = o;
+          b.onclick = () => void answer(m.messageId, o);
+          box.append(b);
+        }
+        if (a.ack.firstAnswerWins) box.append(Object.assign(document.createElement("small"), { textContent: " the first answer decides" }));
+      }
+      li.append(box);
+    }
+    li.append(meta);
     return li;
   }
   const text = document.createElement("div");

@@ -127,14 +127,21 @@ test("two users chat; a reload loses nothing; marks reach read; alerts and the t
   const app = await (await fetch(`${api}/v1/apps`, { method: "POST", headers: { Authorization: "Bearer local-admin-key" }, body: JSON.stringify({ name: "monitoring", allowUsers: ["bob"] }) })).json();
   const posted = await fetch(`${api}/v1/messages`, {
     method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": "inc-1" },
-    body: JSON.stringify({ to: ["bob"], title: "DB down", body: "primary failed over", priority: "urgent" }),
+    body: JSON.stringify({ to: ["bob"], title: "DB down", body: "primary failed over", priority: "urgent", ack: { options: ["ack", "decline"] } }),
   });
   assert.equal(posted.status, 202, await posted.clone().text());
+  const alertId = (await posted.json()).messageId as string;
   await bob.waitForSelector('#conversations li[data-conversation="a:monitoring"]', { timeout: wait });
   await bob.click('#conversations li[data-conversation="a:monitoring"]');
   await bob.waitForSelector(".msg.alert.urgent .title", { timeout: wait });
   assert.match((await bob.textContent(".msg.alert .title")) ?? "", /DB down\s*urgent/);
   assert.equal(await bob.isHidden("#composer"), true, "no composer in an alert conversation");
+  // The alert asks for an answer (issue 16): bob acknowledges it; the app sees it.
+  await bob.click('.msg.alert .answers button[data-option="ack"]');
+  await bob.waitForSelector('.msg.alert .answers[data-answered="true"]', { timeout: wait });
+  assert.equal(await bob.textContent(".msg.alert .answers"), "you answered ack");
+  const status = await (await fetch(`${api}/v1/messages/${alertId}`, { headers: { Authorization: `Bearer ${app.key}` } })).json();
+  assert.equal(status.recipients[0].answer, "ack", JSON.stringify(status));
 
   // The path of alice's first message, drawn from the trace API.
   await bob.click('#conversations li[data-conversation="d:alice:bob"]');

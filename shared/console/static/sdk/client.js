@@ -184,6 +184,16 @@ export class SignetClient {
     async markRead(conversationId, upTo) {
         await this.write({ action: "read", conversationId, upTo });
     }
+    /**
+     * Answers an alert that asks for one (its body's ack.options): once,
+     * forward-only. Resolves with the answer that stands (the same answer
+     * again resolves as the first did); another option, or another
+     * recipient's first answer where the first answer wins, rejects with a
+     * ServerError conflict naming it.
+     */
+    answer(messageId, option) {
+        return this.request({ action: "answer", messageId, option });
+    }
     /** Who has message convSeq of a conversation delivered and read. */
     receipts(conversationId, convSeq) {
         return this.request({ action: "receipts", conversationId, convSeq });
@@ -516,6 +526,9 @@ export class SignetClient {
                 return;
             case "read":
                 this.o.onRead?.(f.conversationId, f.upTo);
+                return;
+            case "answer":
+                this.o.onAnswer?.(f);
                 return;
             case "pong":
             case "notify":

@@ -1,0 +1,151 @@
+package devstack_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+)
+
+// answer sends c's answer to alert id and returns the frame that answers it.
+func answer(t *testing.T, c *wsClient, ref, id, option string) frame {
+	t.Helper()
+	c.write(map[string]any{"action": "answer", "ref": ref, "messageId": id, "option": option})
+	f := c.nextOf(5*time.Second, "answer", "error")
+	if f.Ref != ref {
+		t.Fatalf("answer to %s: ref %q, want %q", ref, f.Ref, ref)
+	}
+	return f
+}
+
+// postAlert posts an alert with key and returns its messageId.
+func postAlert(t *testing.T, st *devstack.Stack, key, idem, body string) string {
+	t.Helper()
+	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": idem}, body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("post %s: %d %s", body, r.status, r.raw)
+	}
+	return r.body["messageId"].(string)
+}
+
+// Issue 16: an alert may ask its recipients for an answer; each answers
+// once (forward-only, idempotent), only with the alert's options, only if
+// it was for them; the status API and the trace show every answer, and the
+// recipient's other devices hear of it.
+func TestAnAlertAsksEachRecipientForOneAnswer(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "deploys", []string{"ann", "ben", "cid"}, 100)
+	ann, annLaptop, ben, cid := dial(t, st, "ann", "phone"), dial(t, st, "ann", "laptop"), dial(t, st, "ben", "phone"), dial(t, st, "cid", "phone")
+
+	id := postAlert(t, st, key, "d-1", `{"to":["ann","ben"],"title":"Deploy 7 to prod?","body":"","ack":{"options":["approve","reject"]}}`)
+	_, _, body := ann.next("message", 5*time.Second).pushed(t)
+	if !strings.Contains(body, `"ack":{"firstAnswerWins":false,"options":["approve","reject"],"required":true}`) {
+		t.Fatalf("the alert's body does not say what it asks: %s", body)
+	}
+	annLaptop.next("message", 5*time.Second)
+
+	if f := answer(t, ann, "a1", id, "approve"); f.Type != "answer" || f.Option != "approve" || f.UserID != "ann" || f.MessageID != id {
+		t.Fatalf("ann's answer: %+v", f)
+	}
+	if f := annLaptop.next("answer", 5*time.Second); f.Option != "approve" || f.Ref != "" {
+		t.Fatalf("ann's laptop heard %+v", f)
+	}
+	if f := answer(t, ann, "a2", id, "approve"); f.Type != "answer" || f.Option != "approve" {
+		t.Fatalf("the same answer again: %+v", f)
+	}
+	refusals := []struct {
+		who              *wsClient
+		id, option, code string
+	}{
+		{ann, id, "reject", "conflict"},   // an answer cannot change
+		{ben, id, "maybe", "bad_request"}, // not one of the options
+		{ben, id, "Nope!", "bad_request"}, // not an option at all
+		{cid, id, "approve", "forbidden"}, // not a recipient
+		{ben, "m-no-such-alert", "approve", "forbidden"},
+	}
+	for i, r := range refusals {
+		if f := answer(t, r.who, fmt.Sprintf("r%d", i), r.id, r.option); f.Type != "error" || f.Code != r.code {
+			t.Errorf("answer %q to %s: %+v, want %s", r.option, r.id, f, r.code)
+		}
+	}
+	if f := answer(t, ben, "b1", id, "reject"); f.Type != "answer" || f.Option != "reject" {
+		t.Fatalf("ben's answer: %+v", f)
+	}
+	plain := postAlert(t, st, key, "d-2", `{"to":["ben"],"title":"FYI","body":"no answer needed"}`)
+	if f := answer(t, ben, "b2", plain, "ack"); f.Code != "bad_request" {
+		t.Fatalf("an answer to an alert that asks for none: %+v", f)
+	}
+
+	r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+	states := recipientStates(r)
+	ack, _ := r.body["ack"].(map[string]any)
+	counts, _ := r.body["counts"].(map[string]any)
+	if states["ann"]["answer"] != "approve" || states["ben"]["answer"] != "reject" || states["ann"]["answeredAt"] == nil ||
+		ack["answered"] != float64(2) || ack["required"] != true || counts["answered"] != float64(2) {
+		t.Fatalf("status: %s", r.raw)
+	}
+	tr := call(t, st, "GET", "/v1/messages/"+id+"/trace", key, nil, "")
+	var got []string
+	for _, e := range tr.body["events"].([]any) {
+		if ev := e.(map[string]any); ev["type"] == "answered" {
+			got = append(got, fmt.Sprintf("%s:%s", ev["userId"], ev["detail"]))
+		}
+	}
+	if strings.Join(got, ",") != "ann:approve,ben:reject" {
+		t.Fatalf("answered events %v, want ann's and ben's once each", got)
+	}
+}
+
+// Issue 16: with firstAnswerWins (approvals), of recipients answering at
+// once exactly one answer stands; the others are refused, naming it.
+func TestTheFirstAnswerWinsAnApproval(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "approvals", []string{"ann", "ben", "cid"}, 100)
+	clients := []*wsClient{dial(t, st, "ann", "p"), dial(t, st, "ben", "p"), dial(t, st, "cid", "p")}
+	id := postAlert(t, st, key, "po-7", `{"to":["ann","ben","cid"],"title":"Approve PO-7?","body":"$12,400","ack":{"options":["approve","reject"],"firstAnswerWins":true}}`)
+	for _, c := range clients {
+		c.next("message", 5*time.Second)
+	}
+	options := []string{"approve", "reject", "approve"}
+	for i, c := range clients { // all three at once
+		c.write(map[string]any{"action": "answer", "ref": "x", "messageId": id, "option": options[i]})
+	}
+	var won []string
+	var refused []frame
+	for i, c := range clients {
+		f := c.nextOf(5*time.Second, "answer", "error")
+		switch {
+		case f.Type == "answer":
+			won = append(won, fmt.Sprintf("%s:%s", f.UserID, f.Option))
+			if f.Option != options[i] {
+				t.Errorf("%s's answer came back as %q", f.UserID, f.Option)
+			}
+		case f.Code == "conflict":
+			refused = append(refused, f)
+		default:
+			t.Fatalf("answer: %+v", f)
+		}
+	}
+	if len(won) != 1 || len(refused) != 2 {
+		t.Fatalf("won %v, refused %d: exactly one answer must stand", won, len(refused))
+	}
+	winner, opt, _ := strings.Cut(won[0], ":")
+	for _, f := range refused {
+		var msg string
+		_ = json.Unmarshal(f.Message, &msg)
+		if !strings.Contains(msg, winner) || !strings.Contains(msg, opt) {
+			t.Errorf("refusal %q does not name the answer that stands (%s)", msg, won[0])
+		}
+	}
+	r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+	ack, _ := r.body["ack"].(map[string]any)
+	if ack["answer"] != opt || ack["answeredBy"] != winner || ack["answered"] != float64(1) {
+		t.Fatalf("status: %s", r.raw)
+	}
+}
