@@ -14,6 +14,7 @@ var Routes = map[string]string{
 	"sync":           "SyncFunction",
 	"ping":           "PingFunction",
 	"read":           "ReadFunction",
+	"answer":         "ReadFunction",
 	"history":        "HistoryFunction",
 	"group":          "GroupFunction",
 	"receipts":       "ReceiptsFunction",

@@ -149,3 +149,97 @@ func TestTheFirstAnswerWinsAnApproval(t *testing.T) {
 		t.Fatalf("status: %s", r.raw)
 	}
 }
+
+// traceDetails lists "type:user:detail" of an alert's trace events of the given types.
+func traceDetails(t *testing.T, st *devstack.Stack, key, id string, types ...string) []string {
+	t.Helper()
+	tr := call(t, st, "GET", "/v1/messages/"+id+"/trace", key, nil, "")
+	var out []string
+	for _, e := range tr.body["events"].([]any) {
+		ev := e.(map[string]any)
+		for _, typ := range types {
+			if ev["type"] == typ {
+				u, _ := ev["userId"].(string)
+				d, _ := ev["detail"].(string)
+				out = append(out, fmt.Sprintf("%s:%s:%s", typ, u, d))
+			}
+		}
+	}
+	return out
+}
+
+// Issue 16: an alert that requires an answer escalates on schedule to the
+// next step's users while nobody answers, and stops the moment one does.
+func TestAnUnansweredAlertEscalatesAndStopsAtTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "pager", []string{"ann", "ben", "cid"}, 100)
+	ann, ben, cid := dial(t, st, "ann", "p"), dial(t, st, "ben", "p"), dial(t, st, "cid", "p")
+	// Every second: re-notify ann, then ben (step 1), re-notify both,
+	// then cid (step 2), re-notify all three.
+	id := postAlert(t, st, key, "inc-1", `{"to":["ann"],"title":"DB down","body":"","priority":"urgent","ack":{"options":["ack"]},
+		"escalation":{"everySeconds":1,"renotify":1,"steps":[{"to":["ben"]},{"to":["cid"]}]}}`)
+	first := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
+	again := ann.next("message", 10*time.Second) // the re-notification
+	if again.Seq != first.Seq {
+		t.Fatalf("ann's re-notification is seq %d, the alert is %d", again.Seq, first.Seq)
+	}
+	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
+	got := ben.next("message", 10*time.Second) // step 1
+	if mid, _, _ := got.pushed(t); mid != id {
+		t.Fatalf("ben got %s, want the alert %s", mid, id)
+	}
+	if f := answer(t, ben, "b1", id, "ack"); f.Type != "answer" {
+		t.Fatalf("ben's answer: %+v", f)
+	}
+	// Stopped: cid never gets it, and nobody is re-notified after the
+	// answer (two more intervals and the poll would have done both).
+	waitFor(t, "the escalation to end", func() bool {
+		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+		return esc["state"] == "ended"
+	})
+	cid.quiet("message", 3*time.Second)
+	r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+	esc := r.body["escalation"].(map[string]any)
+	if to, _ := esc["escalatedTo"].([]any); len(to) != 1 || to[0] != "ben" || recipientStates(r)["ben"]["answer"] != "ack" {
+		t.Fatalf("status: %s", r.raw)
+	}
+	ended := traceDetails(t, st, key, id, "escalation_ended")
+	if len(ended) != 1 || !strings.Contains(ended[0], "answered (ack by ben)") {
+		t.Fatalf("escalation_ended events: %v", ended)
+	}
+	if esc := traceDetails(t, st, key, id, "escalated"); strings.Join(esc, ",") != "escalated:ann:tick 1: re-notify 1 of 1,escalated:ben:tick 2: step 1" {
+		t.Fatalf("escalated events: %v", esc)
+	}
+}
+
+// Issue 16: when nobody answers, the escalation runs every step and ends.
+func TestAnAlertNobodyAnswersReachesTheLastStepAndEnds(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "pager", []string{"ann", "ben"}, 100)
+	ben := dial(t, st, "ben", "p")
+	id := postAlert(t, st, key, "inc-2", `{"to":["ann"],"title":"Disk full","body":"","ack":{},"escalation":{"everySeconds":1,"steps":[{"to":["ben"]}]}}`)
+	if mid, _, _ := ben.next("message", 10*time.Second).pushed(t); mid != id {
+		t.Fatalf("ben got %s", mid)
+	}
+	waitFor(t, "the escalation to end", func() bool {
+		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+		return esc["state"] == "ended"
+	})
+	if ended := traceDetails(t, st, key, id, "escalation_ended"); len(ended) != 1 || !strings.Contains(ended[0], "nobody answered") {
+		t.Fatalf("escalation_ended events: %v", ended)
+	}
+	// Bad escalations are refused and store nothing.
+	for _, bad := range []string{
+		`{"to":["ann"],"title":"x","body":"","escalation":{"everySeconds":1,"steps":[{"to":["ben"]}]}}`,                          // no ack
+		`{"to":["ann"],"title":"x","body":"","ack":{"required":false},"escalation":{"everySeconds":1,"steps":[{"to":["ben"]}]}}`, // not required
+		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":901,"steps":[{"to":["ben"]}]}}`,               // too slow for one queue delay
+		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":1,"steps":[{"to":["zed"]}]}}`,                 // outside the app's scope
+	} {
+		if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "bad"}, bad); r.status != http.StatusBadRequest && r.status != http.StatusForbidden {
+			t.Errorf("%s: %d %s", bad, r.status, r.raw)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package dynamo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -232,6 +234,11 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 			alert := items[len(items)-1].Put.Item
 			alert["ackOpts"], alert["ackReq"], alert["ackFirst"] = strList(a.Ack.Options), flag(a.Ack.Required), flag(a.Ack.FirstWins)
 		}
+		if e := a.Escalation; e != nil {
+			alert := items[len(items)-1].Put.Item
+			steps, _ := json.Marshal(e.Steps)
+			alert["escEvery"], alert["escRenotify"], alert["escSteps"], alert["escTick"] = n(e.Every.Milliseconds()), n(int64(e.Renotify)), s(string(steps)), n(0)
+		}
 		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
 		if err == nil {
 			a.Message = m
@@ -320,7 +327,78 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 	if opts := getList(it, "ackOpts"); len(opts) > 0 {
 		a.Ack = &im.AckSpec{Options: opts, Required: getBool(it, "ackReq"), FirstWins: getBool(it, "ackFirst")}
 	}
+	if steps := getS(it, "escSteps"); steps != "" {
+		e := &im.Escalation{Every: time.Duration(getN(it, "escEvery")) * time.Millisecond, Renotify: int(getN(it, "escRenotify"))}
+		if err := json.Unmarshal([]byte(steps), &e.Steps); err != nil {
+			return im.Alert{}, fmt.Errorf("alert %s: escalation steps: %w", id, err)
+		}
+		a.Escalation = e
+		if ss, ok := it["esc"].(*types.AttributeValueMemberSS); ok {
+			for _, u := range ss.Value {
+				a.Escalated = append(a.Escalated, im.UserID(u))
+			}
+			slices.Sort(a.Escalated)
+		}
+	}
 	return a, nil
+}
+
+// EscalationTick returns how far alert id's escalation went: the last
+// tick claimed (ClaimTick), or im.EscalationEnded.
+func (st *Store) EscalationTick(ctx context.Context, id im.MessageID) (int, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Alerts), Key: alertKey("msg#"+string(id), "alert"),
+		ProjectionExpression: aws.String("escTick"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, fmt.Errorf("escalation of %s: %w", id, err)
+	}
+	return int(getN(out.Item, "escTick")), nil
+}
+
+// ClaimTick makes job (an SQS message id) the one that runs tick t of
+// alert id's escalation: on condition that tick t-1 was the last claimed,
+// or that this job claimed t already (its own retry). false: another job
+// ran t (a duplicate delivery), or the escalation ended or went past it.
+// t = im.EscalationEnded ends it, after any tick.
+func (st *Store) ClaimTick(ctx context.Context, id im.MessageID, t int, job string) (bool, error) {
+	cond := "(escTick = :prev) OR (escTick = :t AND escJob = :j)"
+	vals := map[string]types.AttributeValue{":t": n(int64(t)), ":j": s(job), ":prev": n(int64(t - 1))}
+	if t == im.EscalationEnded {
+		cond = "escTick <> :t"
+		delete(vals, ":prev")
+		delete(vals, ":j")
+	}
+	upd := "SET escTick = :t, escJob = :j"
+	if t == im.EscalationEnded {
+		upd = "SET escTick = :t"
+	}
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("msg#"+string(id), "alert"),
+		UpdateExpression: aws.String(upd), ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+	})
+	if isConditionFailed(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim tick %d of %s: %w", t, id, err)
+	}
+	return true, nil
+}
+
+// AddEscalated records users an escalation step added to alert id (a
+// string set: adding a user twice changes nothing).
+func (st *Store) AddEscalated(ctx context.Context, id im.MessageID, users []im.UserID) error {
+	set := make([]string, len(users))
+	for i, u := range users {
+		set[i] = string(u)
+	}
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Alerts), Key: alertKey("msg#"+string(id), "alert"),
+		UpdateExpression: aws.String("ADD esc :u"), ExpressionAttributeValues: map[string]types.AttributeValue{":u": &types.AttributeValueMemberSS{Value: set}},
+	})
+	if err != nil {
+		return fmt.Errorf("escalate %s to %v: %w", id, users, err)
+	}
+	return nil
 }
 
 // flag stores a boolean as the number 1 or 0 (minidyn cannot query a

@@ -23,13 +23,23 @@ const MaxAlertTitle = 200
 
 // alertRequest is the body of POST /v1/messages (validated by the OpenAPI schema).
 type alertRequest struct {
-	To         []string    `json:"to"`
-	Group      string      `json:"group"`
-	Title      string      `json:"title"`
-	Body       string      `json:"body"`
-	Priority   string      `json:"priority"`
-	TTLSeconds int         `json:"ttlSeconds"`
-	Ack        *ackRequest `json:"ack"`
+	To         []string           `json:"to"`
+	Group      string             `json:"group"`
+	Title      string             `json:"title"`
+	Body       string             `json:"body"`
+	Priority   string             `json:"priority"`
+	TTLSeconds int                `json:"ttlSeconds"`
+	Ack        *ackRequest        `json:"ack"`
+	Escalation *escalationRequest `json:"escalation"`
+}
+
+// escalationRequest goes on notifying an unanswered alert (issue 16).
+type escalationRequest struct {
+	EverySeconds int `json:"everySeconds"`
+	Renotify     int `json:"renotify"`
+	Steps        []struct {
+		To []string `json:"to"`
+	} `json:"steps"`
 }
 
 // ackRequest asks the recipients of an alert for an answer (issue 16).
@@ -78,6 +88,22 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 		}
 		if len(ar.Ack.Options) > im.MaxAckOptions {
 			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "ack.options may name at most %d options", im.MaxAckOptions)
+		}
+	}
+	if ar.Escalation != nil {
+		if ar.Ack == nil || (ar.Ack.Required != nil && !*ar.Ack.Required) {
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation needs an ack that is required: it stops at the first answer")
+		}
+		every := time.Duration(ar.Escalation.EverySeconds) * time.Second
+		if every < im.MinEscalationEvery || every > im.MaxEscalationEvery {
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.everySeconds must be %d..%d", int(im.MinEscalationEvery.Seconds()), int(im.MaxEscalationEvery.Seconds()))
+		}
+		for i, st := range ar.Escalation.Steps {
+			for j, u := range st.To {
+				if !im.UserID(u).Person() {
+					return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.steps[%d].to[%d] is not a user id", i, j)
+				}
+			}
 		}
 	}
 	recipients := make([]im.UserID, len(ar.To))
@@ -137,6 +163,13 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 	if ar.TTLSeconds > 0 {
 		fields["ttlSeconds"] = ar.TTLSeconds
 	}
+	for _, st := range escalationSteps(ar.Escalation) {
+		for _, u := range st {
+			if !p.app.Allows(u) {
+				return 0, nil, wire.Problemf(wire.CodeForbidden, "app %s may not message %s (escalation)", p.app.ID, u)
+			}
+		}
+	}
 	ack := ar.Ack.spec()
 	if ack != nil {
 		fields["ack"] = map[string]any{"options": ack.Options, "required": ack.Required, "firstAnswerWins": ack.FirstWins}
@@ -168,6 +201,7 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 			Priority:   ar.Priority,
 			Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
 			Ack:        ack,
+			Escalation: escalationOf(ar.Escalation),
 		}
 		start, err = h.AlertStore.BeginAlert(ctx, p.app.ID, key, fingerprint, alert, h.now())
 	}
@@ -217,12 +251,41 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 			accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
 		}
 	}
+	if e := start.Alert.Escalation; e != nil && h.FanoutQueue != nil {
+		// Tick 1, one interval from now (a resumed request enqueues it
+		// again: a tick runs once, whichever job claims it).
+		if err := h.FanoutQueue.Enqueue(ctx, e.Every, im.FanoutJob{Kind: im.FanoutEscalate, Alert: m.ID, Tick: 1}); err != nil {
+			return 0, nil, err
+		}
+	}
 	resp, _ := json.Marshal(accepted)
 	if err := h.AlertStore.FinishAlert(ctx, p.app.ID, key, string(resp)); err != nil {
 		return 0, nil, err
 	}
 	h.log().InfoContext(ctx, "alert accepted", "messageId", m.ID, "app", p.app.ID, "recipients", len(accepted.Recipients), "requestId", req.RequestContext.RequestID)
 	return http.StatusAccepted, json.RawMessage(resp), nil
+}
+
+// escalationSteps lists the users of each step of an escalation request.
+func escalationSteps(r *escalationRequest) [][]im.UserID {
+	if r == nil {
+		return nil
+	}
+	out := make([][]im.UserID, len(r.Steps))
+	for i, st := range r.Steps {
+		for _, u := range st.To {
+			out[i] = append(out[i], im.UserID(u))
+		}
+	}
+	return out
+}
+
+// escalationOf is the Escalation an escalation request asks for.
+func escalationOf(r *escalationRequest) *im.Escalation {
+	if r == nil {
+		return nil
+	}
+	return &im.Escalation{Every: time.Duration(r.EverySeconds) * time.Second, Renotify: r.Renotify, Steps: escalationSteps(r)}
 }
 
 // inboxAlert puts alert a into u's inbox (exactly once) and pushes it,
@@ -324,6 +387,20 @@ type alertStatus struct {
 	Recipients []recipientStatus `json:"recipients"`
 	Counts     map[string]int    `json:"counts"`
 	Ack        *ackStatus        `json:"ack,omitempty"`
+	Escalation *escalationStatus `json:"escalation,omitempty"`
+}
+
+// escalationStatus is where an alert's escalation stands.
+type escalationStatus struct {
+	EverySeconds int `json:"everySeconds"`
+	Renotify     int `json:"renotify"`
+	Steps        int `json:"steps"`
+	// State is running or ended (answered, or past its last tick).
+	State string `json:"state"`
+	// Tick is the last tick run (0: none yet, or ended), of LastTick.
+	Tick        int      `json:"tick"`
+	LastTick    int      `json:"lastTick"`
+	EscalatedTo []string `json:"escalatedTo,omitempty"`
 }
 
 // ackStatus is the answer an alert asks for and where it stands.
@@ -375,8 +452,8 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	if err != nil {
 		return 0, nil, err
 	}
-	ds := make([]im.Delivery, 0, len(a.Recipients))
-	for _, u := range a.Recipients {
+	ds := make([]im.Delivery, 0, len(a.Recipients)+len(a.Escalated))
+	for _, u := range append(slices.Clone(a.Recipients), a.Escalated...) {
 		d := im.Delivery{User: u}
 		seq, err := h.AlertStore.InboxSeq(ctx, u, a.Message.ID)
 		if err != nil && !errors.Is(err, im.ErrNotFound) {
@@ -416,6 +493,20 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 			out.Ack.Answer, out.Ack.FirstBy = list[0].Option, string(list[0].User)
 		}
 		out.Counts["answered"] = len(list)
+	}
+	if e := a.Escalation; e != nil && h.Escalations != nil {
+		tick, err := h.Escalations.EscalationTick(ctx, a.Message.ID)
+		if err != nil {
+			return 0, nil, err
+		}
+		es := &escalationStatus{EverySeconds: int(e.Every / time.Second), Renotify: e.Renotify, Steps: len(e.Steps), State: "running", Tick: tick, LastTick: e.LastTick()}
+		if tick == im.EscalationEnded {
+			es.State, es.Tick = "ended", 0
+		}
+		for _, u := range a.Escalated {
+			es.EscalatedTo = append(es.EscalatedTo, string(u))
+		}
+		out.Escalation = es
 	}
 	for _, d := range ds {
 		rs := recipientStatus{UserID: string(d.User), State: d.State, Seq: d.Seq, Pushes: d.Pushes,

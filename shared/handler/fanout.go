@@ -38,6 +38,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 		err = h.presence.pushPresence(ctx, job.User)
 	case im.FanoutAlert:
 		err = h.alerts.fanoutAlert(ctx, job)
+	case im.FanoutEscalate:
+		err = h.alerts.escalate(ctx, id, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}

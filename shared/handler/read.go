@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -118,7 +117,7 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 	}
 	id := im.MessageID(f.MessageID)
 	a, err := h.Answers.Alert(ctx, id)
-	if errors.Is(err, im.ErrNotFound) || (err == nil && !slices.Contains(a.Recipients, c.User)) {
+	if errors.Is(err, im.ErrNotFound) || (err == nil && !a.IsRecipient(c.User)) {
 		// Whether the alert exists is not told to users it was not for.
 		return h.fail(ctx, c, wire.ActionAnswer, wire.Problemf(wire.CodeForbidden, "no alert %s for you", id), "")
 	}

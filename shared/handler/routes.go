@@ -100,6 +100,9 @@ type AlertsAPI struct {
 	Reads        Reads
 	FanoutQueue  FanoutQueue
 	FanoutBatch  int
+	// Escalations drives alert escalation (nil: the alert's store when it
+	// implements it).
+	Escalations Escalations
 }
 
 // FanoutWorker runs the fan-out and presence queues' jobs.
@@ -196,8 +199,12 @@ func (d *Deps) SummaryRoutes() *SummaryRoutes {
 
 // AlertsAPI is the HTTP alerts API's use case.
 func (d *Deps) AlertsAPI() *AlertsAPI {
-	return &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
+	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
 		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch}
+	if e, ok := d.AlertStore.(Escalations); ok {
+		a.Escalations = e
+	}
+	return a
 }
 
 // FanoutWorker is the fan-out queues' use case.

@@ -94,6 +94,64 @@ type Alert struct {
 	Expiry time.Duration
 	// Ack, when set, asks the recipients for an answer (issue 16).
 	Ack *AckSpec
+	// Escalation, when set (with a required Ack), goes on notifying while
+	// nobody answers.
+	Escalation *Escalation
+	// Escalated are the users escalation steps added (they may answer).
+	Escalated []UserID
+}
+
+// Escalation re-notifies an alert that requires an answer, and widens its
+// audience, until someone answers: every Every, the recipients notified so
+// far are pushed it again (Renotify times per stage), then the next step's
+// users get it; after the last step's re-notifications it ends. Tick 0 is
+// the post; tick t is stage t / (Renotify+1), round t % (Renotify+1):
+// round 0 of stage s ≥ 1 notifies Steps[s-1], other rounds re-notify.
+type Escalation struct {
+	Every    time.Duration
+	Renotify int
+	Steps    [][]UserID
+}
+
+// Escalation bounds (docs/openapi.yaml).
+const (
+	MaxEscalationSteps    = 5
+	MaxEscalationRenotify = 10
+	MinEscalationEvery    = time.Second
+	MaxEscalationEvery    = 15 * time.Minute // an SQS message's longest delay
+)
+
+// EscalationEnded is the tick of an escalation that stopped (answered) or
+// ran its last tick.
+const EscalationEnded = 1 << 30
+
+// LastTick is the last tick of e: after it, the escalation has ended.
+func (e Escalation) LastTick() int { return (len(e.Steps)+1)*(e.Renotify+1) - 1 }
+
+// At says what tick t does: the step whose users it notifies (0: none, a
+// re-notification of those notified so far).
+func (e Escalation) At(t int) (stage, round int) { return t / (e.Renotify + 1), t % (e.Renotify + 1) }
+
+// Notified lists the users an alert has reached by the start of stage:
+// its recipients and the users of the steps before.
+func (a Alert) Notified(stage int) []UserID {
+	out := slices.Clone(a.Recipients)
+	if a.Escalation == nil {
+		return out
+	}
+	for _, step := range a.Escalation.Steps[:min(stage, len(a.Escalation.Steps))] {
+		for _, u := range step {
+			if !slices.Contains(out, u) {
+				out = append(out, u)
+			}
+		}
+	}
+	return out
+}
+
+// IsRecipient reports whether u received a (a recipient, or escalated to).
+func (a Alert) IsRecipient(u UserID) bool {
+	return slices.Contains(a.Recipients, u) || slices.Contains(a.Escalated, u)
 }
 
 // AckSpec is the answer an alert asks of its recipients: a person's

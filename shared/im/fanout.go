@@ -12,6 +12,8 @@ const (
 	// FanoutAlert puts an accepted alert into the inboxes of Members (one
 	// batch of its recipients) and pushes it.
 	FanoutAlert FanoutKind = "a"
+	// FanoutEscalate runs tick Tick of alert Alert's escalation.
+	FanoutEscalate FanoutKind = "e"
 )
 
 // FanoutJob is one message on the fan-out queue.
@@ -28,6 +30,8 @@ type FanoutJob struct {
 	User UserID
 	// Alert is the message id of a FanoutAlert job's alert.
 	Alert MessageID
+	// Tick is the escalation tick of a FanoutEscalate job.
+	Tick int
 }
 
 // DefaultFanoutBatch is how many members one fan-out invocation fills.

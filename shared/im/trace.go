@@ -17,6 +17,8 @@ const (
 	EventRead                EventType = "read"                 // the user read it
 	EventAwaitingPull        EventType = "awaiting_pull"        // pushing stopped; the next sync delivers it
 	EventAnswered            EventType = "answered"             // a recipient answered an alert (User, Device; Detail: the option)
+	EventEscalated           EventType = "escalated"            // an unanswered alert was re-notified or reached a new step's user (User; Detail: tick and what)
+	EventEscalationEnded     EventType = "escalation_ended"     // escalation stopped: answered, or its last step done (Detail)
 )
 
 // Event is one entry of a message's append-only trace.

@@ -27,7 +27,7 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
 // c conversation, s convSeq up to, m members of a batch, u presence user,
-// a alert message id.
+// a alert message id, t escalation tick.
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
@@ -35,11 +35,12 @@ type fanoutBody struct {
 	Members []string `json:"m,omitempty"`
 	User    string   `json:"u,omitempty"`
 	Alert   string   `json:"a,omitempty"`
+	Tick    int      `json:"t,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
-	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert)}
+	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick}
 	for _, m := range j.Members {
 		b.Members = append(b.Members, string(m))
 	}
@@ -53,7 +54,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	if err := json.Unmarshal([]byte(s), &b); err != nil {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
-	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert)}
+	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick}
 	for _, m := range b.Members {
 		j.Members = append(j.Members, im.UserID(m))
 	}
@@ -69,6 +70,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	case im.FanoutAlert:
 		if j.Alert == "" || len(j.Members) == 0 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or recipients", s)
+		}
+	case im.FanoutEscalate:
+		if j.Alert == "" || j.Tick < 1 {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or tick", s)
 		}
 	default:
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)

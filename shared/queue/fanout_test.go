@@ -15,6 +15,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, Members: []im.UserID{"a", "b"}},
 		{Kind: im.FanoutPresence, User: "alice"},
 		{Kind: im.FanoutAlert, Alert: "m01", Members: []im.UserID{"ann", "ben"}},
+		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 3},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
@@ -25,13 +26,15 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		}
 	}
 	for name, body := range map[string]string{
-		"not json":        `{`,
-		"unknown kind":    `{"k":"x","c":"g:ops","s":1}`,
-		"1:1 conv":        `{"k":"m","c":"d:a:b","s":1}`,
-		"no seq":          `{"k":"m","c":"g:ops"}`,
-		"presence nobody": `{"k":"p"}`,
-		"alert nobody":    `{"k":"a","a":"m01"}`,
-		"alert no id":     `{"k":"a","m":["ann"]}`,
+		"not json":         `{`,
+		"unknown kind":     `{"k":"x","c":"g:ops","s":1}`,
+		"1:1 conv":         `{"k":"m","c":"d:a:b","s":1}`,
+		"no seq":           `{"k":"m","c":"g:ops"}`,
+		"presence nobody":  `{"k":"p"}`,
+		"alert nobody":     `{"k":"a","a":"m01"}`,
+		"alert no id":      `{"k":"a","m":["ann"]}`,
+		"escalate no tick": `{"k":"e","a":"m01"}`,
+		"escalate no id":   `{"k":"e","t":1}`,
 	} {
 		if _, err := DecodeJob(body); err == nil {
 			t.Errorf("%s: accepted", name)

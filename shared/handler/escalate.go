@@ -1,0 +1,112 @@
+package handler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Escalations is the storage side of alert escalation.
+type Escalations interface {
+	ClaimTick(ctx context.Context, id im.MessageID, t int, job string) (bool, error)
+	AddEscalated(ctx context.Context, id im.MessageID, users []im.UserID) error
+	EscalationTick(ctx context.Context, id im.MessageID) (int, error)
+}
+
+// escalate runs tick job.Tick of an alert's escalation (job id: its queue
+// message's id), driven by delayed fan-out jobs, one per tick — no polling:
+// if anyone answered, the escalation ends (traced once); otherwise the
+// tick is claimed (a duplicate delivery of the job, or a stale one, finds
+// it claimed and does nothing), its users are notified — a new step's
+// users get the alert in their inbox and pushed, a re-notification pushes
+// it again to everyone notified so far — and the next tick is enqueued,
+// Every later, until the last.
+func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob) error {
+	if h.AlertStore == nil || h.Escalations == nil {
+		return fmt.Errorf("escalation of %s: alerts are not configured", job.Alert)
+	}
+	a, err := h.AlertStore.Alert(ctx, job.Alert)
+	if err != nil {
+		return err
+	}
+	e := a.Escalation
+	if e == nil || job.Tick > e.LastTick() {
+		return nil
+	}
+	tr := h.trail("escalate", jobID)
+	defer tr.flush(ctx)
+	id := a.Message.ID
+	answers, err := h.AlertStore.Answers(ctx, id)
+	if err != nil {
+		return err
+	}
+	if len(answers) > 0 {
+		ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID)
+		if ended {
+			tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, User: answers[0].User, Detail: fmt.Sprintf("answered (%s by %s) before tick %d", answers[0].Option, answers[0].User, job.Tick)})
+		}
+		return err
+	}
+	claimed, err := h.Escalations.ClaimTick(ctx, id, job.Tick, jobID)
+	if err != nil || !claimed {
+		if !claimed {
+			h.log().DebugContext(ctx, "escalation tick already run or ended", "messageId", id, "tick", job.Tick)
+		}
+		return err
+	}
+	cs := &checks{}
+	defer h.scheduleChecks(ctx, tr, cs) // before the flush: defers run last first
+	stage, round := e.At(job.Tick)
+	if round == 0 {
+		before := a.Notified(stage - 1)
+		var added []im.UserID
+		for _, u := range e.Steps[stage-1] {
+			if !slices.Contains(before, u) {
+				added = append(added, u)
+			}
+		}
+		if len(added) > 0 {
+			if err := h.Escalations.AddEscalated(ctx, id, added); err != nil {
+				return err
+			}
+		}
+		for _, u := range added {
+			tr.add(im.Event{Message: id, Type: im.EventEscalated, User: u, Detail: fmt.Sprintf("tick %d: step %d", job.Tick, stage)})
+			if err := h.inboxAlert(ctx, tr, cs, u, a); err != nil {
+				return err
+			}
+		}
+		h.log().InfoContext(ctx, "alert escalated", "messageId", id, "tick", job.Tick, "step", stage, "users", strings.Join(userStrings(added), ","))
+	} else {
+		for _, u := range a.Notified(stage) {
+			seq, err := h.AlertStore.InboxSeq(ctx, u, id)
+			if err != nil {
+				h.log().WarnContext(ctx, "re-notify skipped: not in the inbox", "messageId", id, "userId", u, "err", err.Error())
+				continue
+			}
+			tr.add(im.Event{Message: id, Type: im.EventEscalated, User: u, Seq: seq, Detail: fmt.Sprintf("tick %d: re-notify %d of %d", job.Tick, round, e.Renotify)})
+			h.deliver(ctx, tr, cs, u, im.Entry{Seq: seq, Message: a.Message}, "")
+		}
+	}
+	if job.Tick < e.LastTick() {
+		next := job
+		next.Tick++
+		return h.FanoutQueue.Enqueue(ctx, e.Every, next)
+	}
+	if ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID); err != nil || !ended {
+		return err
+	}
+	tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, Detail: fmt.Sprintf("nobody answered by the last step (tick %d)", job.Tick)})
+	return nil
+}
+
+func userStrings(us []im.UserID) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		out[i] = string(u)
+	}
+	return out
+}
