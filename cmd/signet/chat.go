@@ -59,6 +59,7 @@ conversation; commands:
   /receipts [#N]             who has message #N (default: your last) delivered/read
   /status <online|away|dnd|invisible>   what others see of you
   /who <user>...             what those users show (online, away, dnd, offline)
+  /answer <option>           answer the latest alert here that asks for one (e.g. /answer ack)
   /history                   the current conversation's last 20 messages
   /quit                      leave (also Ctrl-D)
 Your messages show "…" until the server ACKs them (✓: stored in the
@@ -79,7 +80,7 @@ unsent ones are retried.
 	if err := cf.parse(fs, args, stderr); err != nil {
 		return err
 	}
-	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}, seen: map[string]bool{}, lastSent: map[string]int64{}}
+	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}, seen: map[string]bool{}, lastSent: map[string]int64{}, asks: map[string]askingAlert{}}
 	c, err := cf.dial(ctx, func(o *client.Options) {
 		o.OnReceipt = func(r client.Receipt) {
 			mark := "✓✓ delivered to"
@@ -106,7 +107,7 @@ unsent ones are retried.
 	ch.sends = sends
 	ch.printf("Connected as %s (device %s) to %s\n", cf.user, cf.device, cf.url)
 	ch.list(ctx)
-	ch.printf("Commands: /to, /group, /add, /remove, /leave, /members, /list, /receipts, /status, /who, /history, /quit. Anything else is sent to the current conversation.\n")
+	ch.printf("Commands: /to, /group, /add, /remove, /leave, /members, /list, /receipts, /status, /who, /answer, /history, /quit. Anything else is sent to the current conversation.\n")
 	if *to != "" {
 		ch.switchTo(ctx, *to)
 	}
@@ -186,6 +187,16 @@ type chat struct {
 	lastSent map[string]int64
 	// inFlight counts sends not yet ACKed or refused.
 	inFlight int
+	// asks is, per app conversation, the latest alert that asks for an
+	// answer (/answer answers it).
+	asks map[string]askingAlert
+}
+
+// askingAlert is an alert that asks for an answer.
+type askingAlert struct {
+	id      string
+	title   string
+	options []string
 }
 
 // printf prints a line of the chat (one writer at a time).
@@ -322,6 +333,16 @@ func (ch *chat) incoming(ctx context.Context, m client.Message) {
 	ch.mu.Unlock()
 	if im.ConversationID(m.ConversationID).AppConversation() {
 		ch.printf("%s [%s] %s\n", at, label, alertText(m.Body))
+		var a struct {
+			Title string
+			Ack   *struct{ Options []string }
+		}
+		if json.Unmarshal(m.Body, &a) == nil && a.Ack != nil && len(a.Ack.Options) > 0 {
+			ch.mu.Lock()
+			ch.asks[m.ConversationID] = askingAlert{id: m.MessageID, title: a.Title, options: a.Ack.Options}
+			ch.mu.Unlock()
+			ch.printf("         it asks for an answer: /to %s, then /answer %s\n", m.ConversationID, strings.Join(a.Ack.Options, "|"))
+		}
 	} else {
 		ch.printf("%s [%s] %s: %s\n", at, label, m.From, text(m.Body))
 	}
@@ -379,6 +400,8 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 			}
 			return err
 		})
+	case fields[0] == "/answer":
+		ch.answer(ctx, arg())
 	case fields[0] == "/who":
 		ch.async(ctx, func(qctx context.Context) error {
 			p, err := ch.c.QueryPresence(qctx, fields[1:]...)
@@ -394,11 +417,34 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 	case ch.current() == "":
 		ch.printf("choose a conversation first: /to <user>, /to #group or /to g:<id>\n")
 	case im.ConversationID(ch.current()).AppConversation():
-		ch.printf("an app's alerts are read here, not answered: /to <user> to write\n")
+		ch.printf("an app's alerts are read here, not written to: /answer <option> answers one that asks; /to <user> to write\n")
 	default:
 		ch.send(ch.current(), line)
 	}
 	return false
+}
+
+// answer gives this user's answer to the latest alert of the current app
+// conversation that asks for one.
+func (ch *chat) answer(ctx context.Context, option string) {
+	ch.mu.Lock()
+	a, ok := ch.asks[ch.conv]
+	ch.mu.Unlock()
+	switch {
+	case !ok:
+		ch.printf("no alert here asks for an answer (/to a:<app> opens an app's alerts)\n")
+		return
+	case option == "":
+		ch.printf("usage: /answer %s\n", strings.Join(a.options, "|"))
+		return
+	}
+	ch.async(ctx, func(qctx context.Context) error {
+		r, err := ch.c.Answer(qctx, a.id, option)
+		if err == nil {
+			ch.printf("Answered %s to %q.\n", r.Option, a.title)
+		}
+		return err
+	})
 }
 
 // async runs one server query in the background with a timeout (a query

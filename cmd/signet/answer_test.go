@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 16: `signet chat` shows that an alert asks for an answer, and
+// /answer gives it; a second, different answer is refused in the server's
+// words.
+func TestChatAnswersAnAlert(t *testing.T) {
+	st := startLocal(t)
+	var keyOut, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"apps", "create", "--name", "pager", "--allow-user", "bob", "--api", st.HTTPURL}, &keyOut, &errOut); code != 0 {
+		t.Fatalf("apps create: %d %s", code, errOut.String())
+	}
+	key := strings.TrimSpace(keyOut.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	in, inW := io.Pipe()
+	stdin = in
+	var out syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"chat", "--user", "bob", "--url", st.URL, "--data", t.TempDir()}, &out, &out)
+	}()
+	waitText(t, &out, "Commands:")
+	req, _ := http.NewRequest("POST", st.HTTPURL+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"Deploy 7?","body":"","ack":{"options":["approve","reject"]}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", "d7")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	waitText(t, &out, "it asks for an answer: /to a:pager, then /answer approve|reject")
+	fmt.Fprintln(inW, "/answer approve") // not in the conversation yet
+	waitText(t, &out, "no alert here asks for an answer")
+	fmt.Fprintln(inW, "/to a:pager")
+	fmt.Fprintln(inW, "/answer approve")
+	waitText(t, &out, `Answered approve to "Deploy 7?".`)
+	fmt.Fprintln(inW, "/answer reject")
+	waitText(t, &out, "answered \"approve\" already")
+	fmt.Fprintln(inW, "/quit")
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("chat exit %d:\n%s", code, out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("chat did not quit")
+	}
+}
