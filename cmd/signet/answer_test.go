@@ -11,9 +11,9 @@ import (
 	"time"
 )
 
-// Issue 16: `signet chat` shows that an alert asks for an answer, and
-// /answer gives it; a second, different answer is refused in the server's
-// words.
+// Issue 16: `signet chat` shows that an alert asks for an answer and its
+// escalation's re-notification, and /answer gives the answer; a second,
+// different answer is refused in the server's words.
 func TestChatAnswersAnAlert(t *testing.T) {
 	st := startLocal(t)
 	var keyOut, errOut bytes.Buffer
@@ -31,7 +31,7 @@ func TestChatAnswersAnAlert(t *testing.T) {
 		done <- run(ctx, []string{"chat", "--user", "bob", "--url", st.URL, "--data", t.TempDir()}, &out, &out)
 	}()
 	waitText(t, &out, "Commands:")
-	req, _ := http.NewRequest("POST", st.HTTPURL+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"Deploy 7?","body":"","ack":{"options":["approve","reject"]}}`))
+	req, _ := http.NewRequest("POST", st.HTTPURL+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"Deploy 7?","body":"","priority":"urgent","ack":{"options":["approve","reject"]},"escalation":{"everySeconds":1,"renotify":1,"steps":[{"to":["bob"]}]}}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Idempotency-Key", "d7")
 	resp, err := http.DefaultClient.Do(req)
@@ -40,7 +40,8 @@ func TestChatAnswersAnAlert(t *testing.T) {
 	}
 	resp.Body.Close()
 	waitText(t, &out, "it asks for an answer: /to a:pager, then /answer approve|reject")
-	fmt.Fprintln(inW, "/answer approve") // not in the conversation yet
+	waitText(t, &out, "again: URGENT ⚑ Deploy 7?") // the escalation's re-notification
+	fmt.Fprintln(inW, "/answer approve")           // not in the conversation yet
 	waitText(t, &out, "no alert here asks for an answer")
 	fmt.Fprintln(inW, "/to a:pager")
 	fmt.Fprintln(inW, "/answer approve")

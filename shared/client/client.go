@@ -97,6 +97,10 @@ type Options struct {
 	// OnPresence is called when a peer of one of this user's 1:1
 	// conversations changes what they show (online, away, dnd, offline).
 	OnPresence func(userID, status string)
+	// OnRenotify is called (from the client's goroutine) when an
+	// escalation pushes again an alert this device already has: show it to
+	// the user again (it is not emitted twice by Messages).
+	OnRenotify func(Message)
 	// OnMembership is called when someone else added this user to a group
 	// (or created one with them) or removed them from one, while this
 	// device is connected (a notice: offline, the summary has the group).

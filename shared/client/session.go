@@ -355,6 +355,11 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &p); err != nil {
 			return nil
 		}
+		if p.Renotify > 0 && p.Seq <= s.cursor && s.c.opts.OnRenotify != nil {
+			if es, err := s.c.store.entries(p.Seq-1, 1); err == nil && len(es) == 1 && es[0].Seq == p.Seq {
+				s.c.opts.OnRenotify(toMessage(es[0]))
+			}
+		}
 		return s.receive(ctx, p.Entry)
 	case wire.TypeSync:
 		var p wire.SyncPage

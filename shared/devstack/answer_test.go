@@ -182,8 +182,9 @@ func TestAnUnansweredAlertEscalatesAndStopsAtTheFirstAnswer(t *testing.T) {
 	first := ann.next("message", 5*time.Second)
 	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
 	again := ann.next("message", 10*time.Second) // the re-notification
-	if again.Seq != first.Seq {
-		t.Fatalf("ann's re-notification is seq %d, the alert is %d", again.Seq, first.Seq)
+	if again.Seq != first.Seq || again.Renotify != 1 || !again.Urgent || !first.Urgent || first.Renotify != 0 {
+		t.Fatalf("ann's re-notification is seq %d (renotify %d, urgent %v), the alert seq %d (renotify %d, urgent %v): want the same seq, flagged",
+			again.Seq, again.Renotify, again.Urgent, first.Seq, first.Renotify, first.Urgent)
 	}
 	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
 	got := ben.next("message", 10*time.Second) // step 1

@@ -48,6 +48,8 @@ type frame struct {
 	Ref          string `json:"ref"`
 	Option       string `json:"option"`
 	UserID       string `json:"userId"`
+	Urgent       bool   `json:"urgent"`
+	Renotify     int    `json:"renotify"`
 }
 
 // pushed decodes the message of a "message" frame.

@@ -296,8 +296,17 @@ func (h *AlertsAPI) inboxAlert(ctx context.Context, tr *trail, cs *checks, u im.
 		return err
 	}
 	tr.add(im.Event{Message: a.Message.ID, Type: im.EventInboxed, User: u, Seq: seq})
-	h.deliver(ctx, tr, cs, u, im.Entry{Seq: seq, Message: a.Message}, "")
+	h.deliverAlert(ctx, tr, cs, u, a, seq, 0)
 	return nil
+}
+
+// deliverAlert pushes alert a (at u's inbox seq) to u's devices, flagged
+// urgent when it is and with its re-notification number (0: none).
+func (h *AlertsAPI) deliverAlert(ctx context.Context, tr *trail, cs *checks, u im.UserID, a im.Alert, seq int64, renotify int) {
+	e := im.Entry{Seq: seq, Message: a.Message}
+	push := wire.NewPush(e)
+	push.Urgent, push.Renotify = a.Priority == "urgent", renotify
+	h.deliverPush(ctx, tr, cs, u, e, "", push)
 }
 
 // fanoutAlert runs one batch of a group alert's fan-out: each member of

@@ -88,7 +88,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 				continue
 			}
 			tr.add(im.Event{Message: id, Type: im.EventEscalated, User: u, Seq: seq, Detail: fmt.Sprintf("tick %d: re-notify %d of %d", job.Tick, round, e.Renotify)})
-			h.deliver(ctx, tr, cs, u, im.Entry{Seq: seq, Message: a.Message}, "")
+			h.deliverAlert(ctx, tr, cs, u, a, seq, job.Tick)
 		}
 	}
 	if job.Tick < e.LastTick() {

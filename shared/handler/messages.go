@@ -127,6 +127,12 @@ func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clie
 // and adds the first redelivery check of each push to cs. Failures are
 // logged: the entry is durable and a check or the next sync delivers it.
 func (h *delivery) deliver(ctx context.Context, tr *trail, cs *checks, user im.UserID, e im.Entry, skip im.ConnectionID) {
+	h.deliverPush(ctx, tr, cs, user, e, skip, wire.NewPush(e))
+}
+
+// deliverPush is deliver with the push frame given (an alert's carries
+// its urgency and re-notification count).
+func (h *delivery) deliverPush(ctx context.Context, tr *trail, cs *checks, user im.UserID, e im.Entry, skip im.ConnectionID, push wire.Push) {
 	conns, err := h.Connections.Connections(ctx, user)
 	if err != nil {
 		h.log().ErrorContext(ctx, "push skipped: listing connections failed", "err", err.Error(), "userId", user, "seq", e.Seq, "messageId", e.Message.ID)
@@ -134,7 +140,7 @@ func (h *delivery) deliver(ctx context.Context, tr *trail, cs *checks, user im.U
 	}
 	carried := slices.ContainsFunc(conns, func(c im.Connection) bool { return c.ID == skip })
 	conns = slices.DeleteFunc(conns, func(c im.Connection) bool { return c.ID == skip })
-	frame, _ := json.Marshal(wire.NewPush(e))
+	frame, _ := json.Marshal(push)
 	if len(conns) == 0 && !carried {
 		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
 	}

@@ -88,7 +88,7 @@ func schemaFrames() map[string]any {
 		"PingFrame":           Envelope{Action: ActionPing},
 		"KeepaliveFrame":      Envelope{Action: ActionKeepalive},
 		"SentFrame":           NewSentEntry("7f3c-01", e),
-		"MessageFrame":        NewPush(e),
+		"MessageFrame":        Push{Type: TypeMessage, Entry: FromEntry(e), Urgent: true, Renotify: 2},
 		"SyncPageFrame":       page,
 		"ReceiptFrame":        Receipt{Type: TypeReceipt, Kind: ReceiptDelivered, ConversationID: "d:alice:bob", UserID: "bob", UpTo: 12},
 		"GroupInfoFrame":      GroupInfo{Type: TypeGroup, Ref: "q1", Op: GroupMembers, ConversationID: "g:oncall", Name: "On-call", Head: 12, Count: 2, Members: []Member{{UserID: "carol", Role: "member", Removed: true, Left: 7}}, Changed: []string{"carol"}},

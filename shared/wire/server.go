@@ -129,6 +129,13 @@ type Push struct {
 	// Type is "message".
 	Type string `json:"type"`
 	Entry
+	// Urgent marks an urgent alert: clients alert the user even in
+	// do-not-disturb (issue 16).
+	Urgent bool `json:"urgent,omitempty"`
+	// Renotify numbers an escalation's re-notification of an alert the
+	// device may have already: show it again (a device that has the entry
+	// would otherwise drop it as a duplicate).
+	Renotify int `json:"renotify,omitempty"`
 }
 
 // SyncPage is the server's answer to a sync.

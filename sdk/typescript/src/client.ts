@@ -86,6 +86,8 @@ export interface ClientOptions {
   onRead?: (conversationId: string, upTo: number) => void;
   onPresence?: (userId: string, status: string) => void;
   onMembership?: (m: MembershipFrame) => void;
+  /** Called when an escalation pushes again an alert this device already has: show it to the user again (messages() does not emit it twice). */
+  onRenotify?: (m: StoredMessage) => void;
   /** Called when another device of this user answered an alert. */
   onAnswer?: (a: AnswerResultFrame) => void;
   /** Called with every ACK of a send, also of sends queued before a restart (which no promise waits for). */
@@ -165,7 +167,7 @@ type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
  * and honour retryAfterMs. See the README and docs/protocol.md.
  */
 export class SignetClient {
-  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onAnswer" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
+  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onAnswer" | "onRenotify" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
   private readonly store: DeviceStore;
   private session?: Session;
   private serial: Promise<void> = Promise.resolve();
@@ -650,6 +652,10 @@ export class SignetClient {
         for (const u of f.users) this.o.onPresence?.(u.userId, u.status);
         return;
       case "message":
+        if (f.renotify && f.seq <= s.cursor && this.o.onRenotify) {
+          const [e] = await this.store.entries(f.seq - 1, 1);
+          if (e?.seq === f.seq) this.o.onRenotify(toStored(e));
+        }
         return this.apply(s, { seq: f.seq, message: f.message }, "pushed");
       case "sync":
         return this.page(s, f);

@@ -177,6 +177,10 @@ export interface MessageFrame {
   type: "message";
   seq: number;
   message: Message;
+  /** an urgent alert: alert the user even in do-not-disturb */
+  urgent?: boolean;
+  /** an escalation's re-notification (its tick) of an alert the device may have: show it again */
+  renotify?: number;
 }
 
 export interface SyncPageFrame {

@@ -328,6 +328,26 @@ test("an alert that asks for an answer: answer() once, forward-only; the user's 
   await Promise.all([phone.close(), laptop.close()]);
 });
 
+test("an escalation's re-notification of an alert the device has calls onRenotify, and messages() emits it once", async () => {
+  const admin = { Authorization: "Bearer local-admin-key" };
+  const app = await (await fetch(`${stack.httpUrl}/v1/apps`, { method: "POST", headers: admin, body: JSON.stringify({ name: "pager", allowUsers: ["bob-renotify", "carol-renotify"] }) })).json();
+  const again: StoredMessage[] = [];
+  const shown: StoredMessage[] = [];
+  const bob = await dial("bob-renotify", new MemoryStore(), { onRenotify: (m) => again.push(m) });
+  bob.onMessage((m) => shown.push(m));
+  const r = await fetch(`${stack.httpUrl}/v1/messages`, {
+    method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": "inc-9" },
+    body: JSON.stringify({ to: ["bob-renotify"], title: "DB down", body: "", priority: "urgent", ack: {}, escalation: { everySeconds: 1, renotify: 1, steps: [{ to: ["carol-renotify"] }] } }),
+  });
+  assert.equal(r.status, 202);
+  const id = (await r.json()).messageId;
+  await eventually("the re-notification", () => again.length >= 1, 60000);
+  assert.equal(again[0].messageId, id);
+  await bob.answer(id, "ack"); // stops the escalation
+  assert.deepEqual(shown.map((m) => m.messageId), [id], "emitted once");
+  await bob.close();
+});
+
 test("no frame of the run broke the protocol schema", () => {
   assert.deepEqual(invalidFrames, []);
 });

@@ -85,6 +85,13 @@ async function signIn(user, device) {
         },
         onMembership: () => void loadSummary(),
         onAnswer: (a) => answered(a.messageId, `you answered ${a.option} (on another device)`),
+        onRenotify: (m) => {
+            // An escalation pushed this alert again: bring it back to the user.
+            const title = m.conversationId.startsWith("a:") ? alertOf(m).title : textOf(m.body);
+            $("conn").textContent = `⚑ again: ${title}`;
+            document.title = `⚑ ${title}`;
+            void open(m.conversationId);
+        },
         onSent: (s) => {
             const o = outgoing.get(s.clientMsgId);
             if (o)

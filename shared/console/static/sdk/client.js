@@ -507,6 +507,11 @@ export class SignetClient {
                     this.o.onPresence?.(u.userId, u.status);
                 return;
             case "message":
+                if (f.renotify && f.seq <= s.cursor && this.o.onRenotify) {
+                    const [e] = await this.store.entries(f.seq - 1, 1);
+                    if (e?.seq === f.seq)
+                        this.o.onRenotify(toStored(e));
+                }
                 return this.apply(s, { seq: f.seq, message: f.message }, "pushed");
             case "sync":
                 return this.page(s, f);
