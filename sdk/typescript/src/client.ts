@@ -290,8 +290,10 @@ export class SignetClient {
    * server's ACK, or rejects with a ServerError refusal. The send stays in
    * the outbox until ACKed — across reconnects and restarts — and is
    * retried with the same clientMsgId, so the recipient gets it once.
+   * opts.onQueued is called once the draft is durable in the outbox (a UI
+   * shows it as pending from then on: it survives a reload).
    */
-  async sendDraft(d: Draft): Promise<SentFrame> {
+  async sendDraft(d: Draft, opts: { onQueued?: (clientMsgId: string) => void } = {}): Promise<SentFrame> {
     if (this.closed) throw new ClosedError();
     // Drafts reach the outbox in the order send was called (the
     // fingerprint's digest is asynchronous): the outbox order is the
@@ -315,6 +317,7 @@ export class SignetClient {
     } else if (prev) {
       this.resolveSend(clientMsgId, prev.sent);
     } else {
+      opts.onQueued?.(clientMsgId);
       this.run(async (s) => this.flushOutbox(s));
     }
     return result;

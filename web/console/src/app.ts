@@ -78,14 +78,18 @@ async function signIn(user: string, device: string): Promise<void> {
   };
   await token(); // a bad user id is refused here, with the server's words
   me = user;
+  loadAnswers();
   localStorage.setItem("signet.user", user);
   localStorage.setItem("signet.device", device);
   $("me").textContent = `${user} · ${device}`;
   $("signin").hidden = true;
   $("app").hidden = false;
   const store = await IndexedDBStore.open(`signet:${user}:${device}`);
+  const debug = new URLSearchParams(location.search).has("debug");
   client = await SignetClient.connect({
     url: cfg.webSocketUrl, token, device, store,
+    log: debug ? (level, msg, fields) => console.log(`sdk ${level}: ${msg} ${fields ? JSON.stringify(fields) : ""}`) : undefined,
+    onFrame: debug ? (dir, f) => console.log(`frame ${dir}: ${JSON.stringify(f).slice(0, 300)}`) : undefined,
     onState: ({ connected, synced }) => {
       const el = $("conn");
       el.textContent = connected ? (synced ? "connected" : "syncing…") : "reconnecting…";
@@ -239,12 +243,16 @@ function alertOf(m: StoredMessage): Alert {
   return { app: b.app ?? m.from, title: b.title ?? "", body: b.body ?? "", priority: b.priority ?? "normal", ack: b.ack };
 }
 
-/** This user's answers to alerts (kept in localStorage: the server has them too, and says so again when asked). */
-const answers = new Map<string, string>(JSON.parse(localStorage.getItem("signet.answers") ?? "[]"));
+/** This user's answers to alerts (kept in localStorage per user: the server has them too, and says so again when asked). */
+const answers = new Map<string, string>();
+
+function loadAnswers(): void {
+  for (const [id, text] of JSON.parse(localStorage.getItem(`signet.answers.${me}`) ?? "[]") as [string, string][]) answers.set(id, text);
+}
 
 function answered(messageId: string, text: string): void {
   answers.set(messageId, text);
-  localStorage.setItem("signet.answers", JSON.stringify([...answers]));
+  localStorage.setItem(`signet.answers.${me}`, JSON.stringify([...answers]));
   if (current.startsWith("a:")) renderMessages();
 }
 
@@ -416,10 +424,16 @@ async function send(): Promise<void> {
   if (!text || !client || !current) return;
   ta.value = "";
   const clientMsgId = crypto.randomUUID();
-  outgoing.set(clientMsgId, { clientMsgId, conversationId: current, text });
-  renderMessages();
+  const conversationId = current;
   try {
-    await client.sendDraft({ clientMsgId, conversationId: current, body: { text } });
+    // "…" once the draft is durable in the outbox (IndexedDB): from then
+    // on it survives a reload and is sent until the server ACKs it.
+    await client.sendDraft({ clientMsgId, conversationId, body: { text } }, {
+      onQueued: () => {
+        if (!outgoing.get(clientMsgId)?.sent) outgoing.set(clientMsgId, { clientMsgId, conversationId, text });
+        renderMessages();
+      },
+    });
   } catch (err) {
     outgoing.delete(clientMsgId);
     renderMessages();

@@ -69,13 +69,28 @@ after(async () => {
   stack?.kill("SIGINT");
 });
 
+/** Runs step; when it fails, writes a screenshot and the page's log (the SDK's, with ?debug) to test-results/ and prints the log. */
+async function diagnose<T>(page: Page, name: string, step: () => Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (err) {
+    await page.screenshot({ path: join(results, `${name}.png`) }).catch(() => {});
+    const logs = (page as Page & { logs?: string[] }).logs ?? [];
+    console.error(`--- ${name}: page log (last 80 lines)\n${logs.slice(-80).join("\n")}\n--- stack log\n${out.slice(-3000)}`);
+    throw err;
+  }
+}
+
 async function signIn(user: string): Promise<Page> {
   const context = await browser.newContext({ viewport: { width: 1200, height: 760 } });
   const page = await context.newPage();
   const errors: string[] = [];
   page.on("pageerror", (e) => errors.push(String(e)));
   (page as Page & { errors?: string[] }).errors = errors;
-  await page.goto(`${base}?user=${user}&device=web`);
+  const logs: string[] = [];
+  page.on("console", (m) => logs.push(`${new Date().toISOString()} ${m.text()}`));
+  (page as Page & { logs?: string[] }).logs = logs;
+  await page.goto(`${base}?user=${user}&device=web&debug`);
   await page.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
   return page;
 }
@@ -190,7 +205,8 @@ test("a send the server never got waits in the outbox (…) and is sent after a 
   dropSends = false;
   await erin.reload();
   // After the reload the outbox (IndexedDB) still has it, shows it, and sends it.
-  await erin.waitForFunction(() => ["sent", "delivered"].includes(document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") ?? ""), null, { timeout: wait });
+  await diagnose(erin, "erin-after-reload", () =>
+    erin.waitForFunction(() => ["sent", "delivered"].includes(document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") ?? ""), null, { timeout: wait }));
   const frank = await signIn("frank");
   await frank.waitForSelector('#conversations li[data-conversation="d:erin:frank"] .badge[data-unread="1"]', { timeout: wait });
   await frank.click('#conversations li[data-conversation="d:erin:frank"]');

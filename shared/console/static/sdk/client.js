@@ -148,8 +148,10 @@ export class SignetClient {
      * server's ACK, or rejects with a ServerError refusal. The send stays in
      * the outbox until ACKed — across reconnects and restarts — and is
      * retried with the same clientMsgId, so the recipient gets it once.
+     * opts.onQueued is called once the draft is durable in the outbox (a UI
+     * shows it as pending from then on: it survives a reload).
      */
-    async sendDraft(d) {
+    async sendDraft(d, opts = {}) {
         if (this.closed)
             throw new ClosedError();
         // Drafts reach the outbox in the order send was called (the
@@ -176,6 +178,7 @@ export class SignetClient {
             this.resolveSend(clientMsgId, prev.sent);
         }
         else {
+            opts.onQueued?.(clientMsgId);
             this.run(async (s) => this.flushOutbox(s));
         }
         return result;
