@@ -31,6 +31,15 @@ func TestChatAnswersAnAlert(t *testing.T) {
 		done <- run(ctx, []string{"chat", "--user", "bob", "--url", st.URL, "--data", t.TempDir()}, &out, &out)
 	}()
 	waitText(t, &out, "Commands:")
+	// bob's laptop, a second chat session, hears of the phone's answer.
+	laptopIn, laptopW := io.Pipe()
+	stdin = laptopIn
+	var laptop syncBuffer
+	laptopDone := make(chan int)
+	go func() {
+		laptopDone <- run(ctx, []string{"chat", "--user", "bob", "--device", "laptop", "--url", st.URL, "--data", t.TempDir()}, &laptop, &laptop)
+	}()
+	waitText(t, &laptop, "Commands:")
 	req, _ := http.NewRequest("POST", st.HTTPURL+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"Deploy 7?","body":"","priority":"urgent","ack":{"options":["approve","reject"]},"escalation":{"everySeconds":1,"renotify":1,"steps":[{"to":["bob"]}]}}`))
 	req.Header.Set("Authorization", "Bearer "+key)
 	req.Header.Set("Idempotency-Key", "d7")
@@ -46,8 +55,13 @@ func TestChatAnswersAnAlert(t *testing.T) {
 	fmt.Fprintln(inW, "/to a:pager")
 	fmt.Fprintln(inW, "/answer approve")
 	waitText(t, &out, `Answered approve to "Deploy 7?".`)
+	waitText(t, &laptop, "You answered approve on another device")
 	fmt.Fprintln(inW, "/answer reject")
 	waitText(t, &out, "answered \"approve\" already")
+	fmt.Fprintln(laptopW, "/quit")
+	if code := <-laptopDone; code != 0 {
+		t.Fatalf("laptop chat exit %d:\n%s", code, laptop.String())
+	}
 	fmt.Fprintln(inW, "/quit")
 	select {
 	case code := <-done:

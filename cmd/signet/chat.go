@@ -82,6 +82,9 @@ unsent ones are retried.
 	}
 	ch := &chat{me: cf.user, out: stdout, titles: map[string]string{}, seen: map[string]bool{}, lastSent: map[string]int64{}, asks: map[string]askingAlert{}}
 	c, err := cf.dial(ctx, func(o *client.Options) {
+		o.OnAnswer = func(a client.AnswerResult) {
+			ch.printf("You answered %s on another device (%s).\n", a.Option, a.MessageID)
+		}
 		o.OnRenotify = func(m client.Message) {
 			ch.printf("%s [%s] again: %s\n", time.Now().Format("15:04:05"), ch.label(m.ConversationID), alertText(m.Body))
 		}

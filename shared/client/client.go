@@ -97,6 +97,9 @@ type Options struct {
 	// OnPresence is called when a peer of one of this user's 1:1
 	// conversations changes what they show (online, away, dnd, offline).
 	OnPresence func(userID, status string)
+	// OnAnswer is called when another device of this user answered an
+	// alert (the answer that stands).
+	OnAnswer func(AnswerResult)
 	// OnRenotify is called (from the client's goroutine) when an
 	// escalation pushes again an alert this device already has: show it to
 	// the user again (it is not emitted twice by Messages).

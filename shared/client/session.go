@@ -398,6 +398,11 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnRead != nil {
 			s.c.opts.OnRead(r.ConversationID, r.UpTo)
 		}
+	case wire.TypeAnswer:
+		var a wire.AnswerResult
+		if err := json.Unmarshal(data, &a); err == nil && s.c.opts.OnAnswer != nil {
+			s.c.opts.OnAnswer(a)
+		}
 	case wire.TypePong, wire.TypeNotify:
 		var h wire.Notify
 		if err := json.Unmarshal(data, &h); err != nil {
