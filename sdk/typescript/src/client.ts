@@ -413,6 +413,7 @@ export class SignetClient {
       await this.run(async (s) => this.ack(s, true)).catch(() => {});
     }
     await this.shutdown(new ClosedError("client closed; sends stay in the outbox"));
+    await this.serial; // a store step under way (a session starting or ending) finishes first
     await this.store.close();
   }
 

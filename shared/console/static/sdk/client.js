@@ -261,6 +261,7 @@ export class SignetClient {
             await this.run(async (s) => this.ack(s, true)).catch(() => { });
         }
         await this.shutdown(new ClosedError("client closed; sends stay in the outbox"));
+        await this.serial; // a store step under way (a session starting or ending) finishes first
         await this.store.close();
     }
     /** Stops everything at once, as a killed process would: nothing more is written. */
