@@ -113,11 +113,19 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
   signet apps list [--json]
   signet apps rotate-key <app>
   signet apps revoke <app>
+  signet apps webhook <app> <https-url> | --remove
+  signet apps events <app> [--state undelivered|pending|dead|delivered|all] [--json]
+  signet apps retry <app> [eventId]...
 
-Manages the enterprise apps that post alerts over HTTPS (admin key needed).
-create prints the app's key once; only its hash is stored. --allow-user '*'
-lets the app message every user. rotate-key prints a new key once; the old
-one stops working at once. A revoked app's name may be created again.
+Manages the enterprise apps that post alerts over HTTPS (admin key needed;
+webhook, events and retry take the app's own key too). create prints the
+app's key once; only its hash is stored. --allow-user '*' lets the app
+message every user. rotate-key prints a new key once; the old one stops
+working at once. A revoked app's name may be created again. webhook sends
+the app's status callbacks (delivered, read, answered, escalated, expired)
+to the URL and prints their signing secret once; events lists them with
+how their delivery stands; retry delivers dead ones again (all, or those
+named). See docs/webhooks.md.
 Run 'signet apps <command> --help' for flags.
 `)
 	}
@@ -175,6 +183,62 @@ Run 'signet apps <command> --help' for flags.
 		fmt.Fprintf(stderr, "App %s has a new key; the old one no longer works. It is shown only now; store it safely:\n", out.AppID)
 		fmt.Fprintln(stdout, out.Key)
 		return nil
+	case "webhook":
+		fs := flag.NewFlagSet("signet apps webhook", flag.ContinueOnError)
+		url, key := apiFlags(fs)
+		remove := fs.Bool("remove", false, "stop sending status callbacks")
+		flags, pos := interleaved(fs, args[1:])
+		if err := parse(fs, flags, stderr); err != nil {
+			return err
+		}
+		if len(pos) != 2 && !(*remove && len(pos) == 1) {
+			return fmt.Errorf("%w: give an app id and a URL, or an app id and --remove", errUsage)
+		}
+		if *remove {
+			if err := apiCall(ctx, "DELETE", *url+"/v1/apps/"+pos[0]+"/webhook", *key, nil, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "App %s sends no more status callbacks; recorded events stay listed.\n", pos[0])
+			return nil
+		}
+		var out struct{ AppID, URL, Secret string }
+		if err := apiCall(ctx, "PUT", *url+"/v1/apps/"+pos[0]+"/webhook", *key, map[string]string{"url": pos[1]}, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "App %s sends its status callbacks to %s, signed with this secret (shown only now; store it with the receiver):\n", out.AppID, out.URL)
+		fmt.Fprintln(stdout, out.Secret)
+		return nil
+	case "events":
+		fs := flag.NewFlagSet("signet apps events", flag.ContinueOnError)
+		url, key := apiFlags(fs)
+		state := fs.String("state", "undelivered", "undelivered (pending and dead), pending, dead, delivered or all")
+		asJSON := fs.Bool("json", false, "print the events as JSON lines")
+		flags, pos := interleaved(fs, args[1:])
+		if err := parse(fs, flags, stderr); err != nil {
+			return err
+		}
+		if len(pos) != 1 {
+			return fmt.Errorf("%w: give one app id", errUsage)
+		}
+		return printEvents(ctx, stdout, *url+"/v1/apps/"+pos[0]+"/events?state="+*state, *key, *asJSON)
+	case "retry":
+		fs := flag.NewFlagSet("signet apps retry", flag.ContinueOnError)
+		url, key := apiFlags(fs)
+		flags, pos := interleaved(fs, args[1:])
+		if err := parse(fs, flags, stderr); err != nil {
+			return err
+		}
+		if len(pos) < 1 {
+			return fmt.Errorf("%w: give an app id (and event ids, or none for every dead event)", errUsage)
+		}
+		var out struct {
+			Retried []string `json:"retried"`
+		}
+		if err := apiCall(ctx, "POST", *url+"/v1/apps/"+pos[0]+"/events/retry", *key, map[string]any{"eventIds": append([]string{}, pos[1:]...)}, &out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%d dead events will be delivered again.\n", len(out.Retried))
+		return nil
 	case "list":
 		fs := flag.NewFlagSet("signet apps list", flag.ContinueOnError)
 		url, key := adminFlags(fs)
@@ -192,7 +256,73 @@ Run 'signet apps <command> --help' for flags.
 		}
 		return printApps(stdout, out)
 	}
-	return fmt.Errorf("%w: unknown apps command %q (create, list, rotate-key, revoke)", errUsage, args[0])
+	return fmt.Errorf("%w: unknown apps command %q (create, list, rotate-key, revoke, webhook, events, retry)", errUsage, args[0])
+}
+
+// callbackEvent mirrors one event of GET /v1/apps/{appId}/events.
+type callbackEvent struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	MessageID string `json:"messageId"`
+	UserID    string `json:"userId"`
+	At        string `json:"at"`
+	Answer    string `json:"answer"`
+	Delivery  struct {
+		State         string `json:"state"`
+		Attempts      int    `json:"attempts"`
+		NextAttemptAt string `json:"nextAttemptAt"`
+		LastError     string `json:"lastError"`
+	} `json:"delivery"`
+}
+
+// printEvents prints every page of the events at url: a table, or the
+// API's events as JSON lines.
+func printEvents(ctx context.Context, w io.Writer, url, key string, asJSON bool) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if !asJSON {
+		fmt.Fprintln(tw, "EVENT\tTYPE\tUSER\tAT\tDELIVERY\tTRIES\tLAST ERROR")
+	}
+	after, n := "", 0
+	for {
+		var page struct {
+			Events []json.RawMessage `json:"events"`
+			Next   string            `json:"next"`
+		}
+		u := url
+		if after != "" {
+			u += "&after=" + after
+		}
+		if err := apiCall(ctx, "GET", u, key, nil, &page); err != nil {
+			return err
+		}
+		for _, raw := range page.Events {
+			n++
+			if asJSON {
+				fmt.Fprintln(w, string(raw))
+				continue
+			}
+			var e callbackEvent
+			if err := json.Unmarshal(raw, &e); err != nil {
+				return err
+			}
+			state := e.Delivery.State
+			if e.Delivery.NextAttemptAt != "" {
+				state += " (next " + e.Delivery.NextAttemptAt + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", e.ID, e.Type, e.UserID, e.At, state, e.Delivery.Attempts, e.Delivery.LastError)
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	if asJSON {
+		return nil
+	}
+	if n == 0 {
+		fmt.Fprintln(w, "No events.")
+		return nil
+	}
+	return tw.Flush()
 }
 
 // traceEvent mirrors one event of GET /v1/messages/{id}/trace.

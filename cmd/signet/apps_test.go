@@ -4,10 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/webhook"
 )
 
 // The issue's done-when from the command line: an app created with
@@ -132,5 +138,91 @@ func TestAppsListRotateAndRecreate(t *testing.T) {
 	}
 	if code, _, errs := apps("create", "--name", "other", "--key", "wrong"); code == 0 || !strings.Contains(errs, "neither the admin key nor an app key") {
 		t.Fatalf("create with a wrong --key: exit %d %q", code, errs)
+	}
+}
+
+// `signet apps webhook | events | retry`: the secret is printed once, the
+// events of an escalation nobody answered reach the receiver signed, and
+// are listed with their delivery.
+func TestAppsWebhookEventsAndRetry(t *testing.T) {
+	st := startLocal(t)
+	var (
+		mu   sync.Mutex
+		got  []string
+		sigs []http.Header
+	)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got, sigs = append(got, string(b)), append(sigs, r.Header.Clone())
+		mu.Unlock()
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer rcv.Close()
+	api := []string{"--api", st.HTTPURL}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), append([]string{"apps", "create", "--name", "noc", "--allow-user", "bob", "--allow-user", "carol"}, api...), &out, &errOut); code != 0 {
+		t.Fatalf("apps create: %d %s", code, errOut.String())
+	}
+	key := strings.TrimSpace(out.String())
+	out.Reset()
+	if code := run(context.Background(), append([]string{"apps", "webhook", "noc", rcv.URL + "/hook", "--key", key}, api...), &out, &errOut); code != 0 {
+		t.Fatalf("apps webhook: %d %s", code, errOut.String())
+	}
+	secret := strings.TrimSpace(out.String())
+	if !strings.HasPrefix(secret, "whsec_") || !strings.Contains(errOut.String(), "shown only now") {
+		t.Fatalf("apps webhook printed %q / %q", secret, errOut.String())
+	}
+	if code := run(context.Background(), append([]string{"apps", "webhook", "noc"}, api...), &out, &errOut); code != 2 {
+		t.Fatalf("apps webhook without a URL: exit %d", code)
+	}
+	req, _ := http.NewRequest("POST", st.HTTPURL+"/v1/messages", strings.NewReader(`{"to":["bob"],"title":"Cert","body":"","ack":{},"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["carol"]}]}}`))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Idempotency-Key", "c-1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("post: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		mu.Lock()
+		n := len(got)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver got %d events", n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	mu.Lock()
+	for i, b := range got {
+		if err := webhook.Verify(secret, sigs[i], []byte(b), time.Now(), 0); err != nil {
+			t.Errorf("delivery %s: %v", b, err)
+		}
+	}
+	mu.Unlock()
+	out.Reset()
+	if code := run(context.Background(), append([]string{"apps", "events", "noc", "--state", "delivered", "--key", key}, api...), &out, &errOut); code != 0 {
+		t.Fatalf("apps events: %d %s", code, errOut.String())
+	}
+	for _, want := range []string{"EVENT", ":escalated:carol", "escalated", "carol", ":expired", "expired", "delivered"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("apps events lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run(context.Background(), append([]string{"apps", "events", "noc"}, api...), &out, &errOut); code != 0 || !strings.Contains(out.String(), "No events.") {
+		t.Fatalf("undelivered events: %d %q %s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), append([]string{"apps", "retry", "noc"}, api...), &out, &errOut); code != 0 || !strings.Contains(out.String(), "0 dead events") {
+		t.Fatalf("apps retry: %d %q %s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), append([]string{"apps", "webhook", "noc", "--remove"}, api...), &out, &errOut); code != 0 || !strings.Contains(out.String(), "no more status callbacks") {
+		t.Fatalf("apps webhook --remove: %d %q %s", code, out.String(), errOut.String())
 	}
 }

@@ -65,6 +65,12 @@ type Config struct {
 	CompressBodies bool
 	// SendMode is how a 1:1 message is stored (dynamo.Store.SendMode).
 	SendMode string
+	// CallbackBackoff is the wait before each retry of a status callback
+	// that failed (its length + 1 tries, then the event is dead).
+	CallbackBackoff []time.Duration
+	// WebhookAllowPrivate admits http:// webhook URLs and lets callbacks
+	// reach loopback and private addresses (the local stack only).
+	WebhookAllowPrivate bool
 	// LogLevel is the lowest level logged: info keeps one line per stored
 	// message and every failure; debug adds a line per push, redelivery
 	// check and ack (the trace table records those either way).
@@ -112,6 +118,8 @@ const (
 	EnvLogLevel         = "SIGNET_LOG_LEVEL"
 	EnvBodyCompression  = "SIGNET_BODY_COMPRESSION"
 	EnvSendMode         = "SIGNET_SEND_MODE"
+	EnvCallbackBackoff  = "SIGNET_CALLBACK_BACKOFF"
+	EnvWebhookPrivate   = "SIGNET_WEBHOOK_ALLOW_PRIVATE"
 )
 
 // Vars lists every variable Signet reads, with its default.
@@ -147,6 +155,8 @@ var Vars = []Var{
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
 	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
 	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},
+	{EnvCallbackBackoff, "10s,1m,5m,15m,1h,2h,4h,8h", "waits before each retry of a status callback the app's webhook did not take (2xx); after the last the event is dead until the app replays it"},
+	{EnvWebhookPrivate, "off", "on: webhook URLs may be http:// and reach loopback and private addresses (signet local); off: https only, public addresses only"},
 	{EnvLogLevel, "info", "lowest level logged: debug (adds a line per push, redelivery check and ack), info (a line per stored message, every failure), warn or error"},
 }
 
@@ -248,6 +258,22 @@ func Load(getenv func(string) string) (Config, error) {
 	default:
 		return Config{}, fmt.Errorf("%s: %q is not transaction or claim", EnvSendMode, c.SendMode)
 	}
+	for _, part := range strings.Split(get(EnvCallbackBackoff), ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		d, err := duration(EnvCallbackBackoff, part)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("%s=%q: want positive durations like 10s,1m,5m", EnvCallbackBackoff, get(EnvCallbackBackoff))
+		}
+		c.CallbackBackoff = append(c.CallbackBackoff, d)
+	}
+	switch v := get(EnvWebhookPrivate); v {
+	case "on", "off":
+		c.WebhookAllowPrivate = v == "on"
+	default:
+		return Config{}, fmt.Errorf("%s: %q is not on or off", EnvWebhookPrivate, v)
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(get(EnvLogLevel))); err != nil {
 		return Config{}, fmt.Errorf("%s: %q is not debug, info, warn or error", EnvLogLevel, get(EnvLogLevel))
 	}
@@ -318,7 +344,7 @@ var Needs = map[string][]string{
 	"SendFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
 		EnvRedeliveryQueue, EnvWebSocketAPI, EnvPushTimeout, EnvBackoff, EnvInboxRetention,
 		EnvFanoutQueue, EnvHistoryRetention},
-	"AckFunction":      {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvWebSocketAPI},
+	"AckFunction":      {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvWebSocketAPI, EnvFanoutQueue},
 	"HistoryFunction":  {EnvMessagesTable, EnvInboxTable, EnvWebSocketAPI},
 	"SyncFunction":     {EnvInboxTable, EnvWebSocketAPI},
 	"PingFunction":     {EnvConnectionsTable, EnvInboxTable, EnvPresenceQueue, EnvWebSocketAPI},
@@ -330,7 +356,7 @@ var Needs = map[string][]string{
 	"FanoutFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
 		EnvRedeliveryQueue, EnvFanoutQueue, EnvWebSocketAPI, EnvPushTimeout, EnvBackoff,
 		EnvInboxRetention, EnvFanoutBatch, EnvPresenceStale, EnvAlertsTable},
-	"ReadFunction":    {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable, EnvAlertsTable, EnvWebSocketAPI},
+	"ReadFunction":    {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable, EnvAlertsTable, EnvWebSocketAPI, EnvFanoutQueue},
 	"DefaultFunction": {},
 	"AlertsFunction": {EnvConnectionsTable, EnvInboxTable, EnvMessagesTable, EnvTraceTable,
 		EnvAlertsTable, EnvAdminKey, EnvRedeliveryQueue, EnvWebSocketAPI, EnvFanoutQueue,

@@ -114,6 +114,9 @@ type Options struct {
 	// HTTPReadTimeout is how long the HTTP API waits for a whole request
 	// (default gateway.HTTPReadTimeout).
 	HTTPReadTimeout time.Duration
+	// CallbackBackoff replaces the waits between status callback retries
+	// (nil: the template's).
+	CallbackBackoff []time.Duration
 	// Configure, when set, adjusts each function's handler (named by its
 	// template logical id) before anything runs (tests wrap a storage
 	// interface to inject faults into one function).
@@ -626,6 +629,11 @@ func withDefaults(o Options) Options {
 	if o.PresenceDebounce > 0 {
 		env[config.EnvPresenceDebounce] = o.PresenceDebounce.String()
 	}
+	if len(o.CallbackBackoff) > 0 {
+		env[config.EnvCallbackBackoff] = joinDurations(o.CallbackBackoff)
+	}
+	// Webhooks of a local stack are local receivers (http://127.0.0.1:…).
+	env[config.EnvWebhookPrivate] = "on"
 	for k, v := range o.Env {
 		env[k] = v
 	}

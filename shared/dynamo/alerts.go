@@ -25,6 +25,8 @@ import (
 //	msg#<id>  / alert         the alert: app, recipients, conversation position, the answer it asks for
 //	msg#<id>  / answer#<user> a recipient's answer: option, device, time
 //	msg#<id>  / answer        first answer wins: the alert's one answer (put by the first to answer)
+//
+// and the status callbacks' webhook and events (callbacks.go).
 
 // IdempotencyRetention is how long an Idempotency-Key is remembered.
 const IdempotencyRetention = 48 * time.Hour
@@ -101,7 +103,7 @@ func (st *Store) App(ctx context.Context, id string) (im.App, error) {
 func appOf(id string, it map[string]types.AttributeValue) im.App {
 	a := im.App{
 		ID: id, KeyHash: getS(it, "keyHash"), AllowUsers: getList(it, "allowUsers"), AllowGroups: getList(it, "allowGroups"),
-		RatePerMinute: int(getN(it, "rate")), CreatedAt: time.UnixMilli(getN(it, "createdAt")).UTC(),
+		RatePerMinute: int(getN(it, "rate")), CreatedAt: time.UnixMilli(getN(it, "createdAt")).UTC(), Webhook: webhookOf(it),
 	}
 	if _, ok := it["revokedAt"]; ok {
 		a.Revoked, a.RevokedAt = true, time.UnixMilli(getN(it, "revokedAt")).UTC()

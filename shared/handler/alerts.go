@@ -397,6 +397,11 @@ type alertStatus struct {
 	Counts     map[string]int    `json:"counts"`
 	Ack        *ackStatus        `json:"ack,omitempty"`
 	Escalation *escalationStatus `json:"escalation,omitempty"`
+	// events, answers and deliveries are what it was derived from, with
+	// their times (for callbacks).
+	events     []im.Event
+	answers    map[im.UserID]im.Answer
+	deliveries []im.Delivery
 }
 
 // escalationStatus is where an alert's escalation stands.
@@ -457,26 +462,36 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	if a.App == "" {
 		return 0, nil, wire.Problemf(wire.CodeNotFound, "no alert %s (chat messages have a trace only)", a.Message.ID)
 	}
-	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
+	out, err := h.status(ctx, a)
 	if err != nil {
 		return 0, nil, err
+	}
+	return http.StatusOK, out, nil
+}
+
+// status is where alert a stands for each recipient: what
+// GET /v1/messages/{id} answers, and what status callbacks report.
+func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error) {
+	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
+	if err != nil {
+		return alertStatus{}, err
 	}
 	ds := make([]im.Delivery, 0, len(a.Recipients)+len(a.Escalated))
 	for _, u := range append(slices.Clone(a.Recipients), a.Escalated...) {
 		d := im.Delivery{User: u}
 		seq, err := h.AlertStore.InboxSeq(ctx, u, a.Message.ID)
 		if err != nil && !errors.Is(err, im.ErrNotFound) {
-			return 0, nil, err
+			return alertStatus{}, err
 		}
 		devs, err := h.AlertStore.Devices(ctx, u)
 		if err != nil {
-			return 0, nil, err
+			return alertStatus{}, err
 		}
 		d = im.Progress(d, seq, devs, evs)
 		if h.Reads != nil && seq > 0 {
 			upTo, at, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
 			if err != nil {
-				return 0, nil, err
+				return alertStatus{}, err
 			}
 			if upTo >= a.Message.ConvSeq {
 				d.State = "read"
@@ -492,7 +507,7 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	if a.Ack != nil {
 		list, err := h.AlertStore.Answers(ctx, a.Message.ID)
 		if err != nil {
-			return 0, nil, err
+			return alertStatus{}, err
 		}
 		out.Ack = &ackStatus{Options: a.Ack.Options, Required: a.Ack.Required, FirstAnswerWins: a.Ack.FirstWins, Answered: len(list)}
 		for _, x := range list {
@@ -506,7 +521,7 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	if e := a.Escalation; e != nil && h.Escalations != nil {
 		tick, err := h.Escalations.EscalationTick(ctx, a.Message.ID)
 		if err != nil {
-			return 0, nil, err
+			return alertStatus{}, err
 		}
 		es := &escalationStatus{EverySeconds: int(e.Every / time.Second), Renotify: e.Renotify, Steps: len(e.Steps), State: "running", Tick: tick, LastTick: e.LastTick()}
 		if tick == im.EscalationEnded {
@@ -528,7 +543,8 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 			out.Counts[st]++
 		}
 	}
-	return http.StatusOK, out, nil
+	out.events, out.answers, out.deliveries = evs, answers, ds
+	return out, nil
 }
 
 // traceEvent is one event of a trace answer (GET /v1/messages/{id}/trace).

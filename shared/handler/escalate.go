@@ -36,9 +36,15 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	if e == nil || job.Tick > e.LastTick() {
 		return nil
 	}
+	id := a.Message.ID
+	changed := false // someone was escalated to, or it ended: a status callback job
+	defer func() {
+		if changed {
+			callbacksLater(ctx, h.core, h.FanoutQueue, id)
+		}
+	}() // deferred first, so it runs after the trace's flush
 	tr := h.trail("escalate", jobID)
 	defer tr.flush(ctx)
-	id := a.Message.ID
 	answers, err := h.AlertStore.Answers(ctx, id)
 	if err != nil {
 		return err
@@ -46,6 +52,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	if len(answers) > 0 {
 		ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID)
 		if ended {
+			changed = true
 			tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, User: answers[0].User, Detail: fmt.Sprintf("answered (%s by %s) before tick %d", answers[0].Option, answers[0].User, job.Tick)})
 		}
 		return err
@@ -72,6 +79,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 			if err := h.Escalations.AddEscalated(ctx, id, added); err != nil {
 				return err
 			}
+			changed = true
 		}
 		for _, u := range added {
 			tr.add(im.Event{Message: id, Type: im.EventEscalated, User: u, Detail: fmt.Sprintf("tick %d: step %d", job.Tick, stage)})
@@ -99,6 +107,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	if ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID); err != nil || !ended {
 		return err
 	}
+	changed = true
 	tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, Detail: fmt.Sprintf("nobody answered by the last step (tick %d)", job.Tick)})
 	return nil
 }

@@ -40,6 +40,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 		err = h.alerts.fanoutAlert(ctx, job)
 	case im.FanoutEscalate:
 		err = h.alerts.escalate(ctx, id, job)
+	case im.FanoutCallback:
+		err = h.alerts.runCallbacks(ctx, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}

@@ -133,6 +133,11 @@ type Deps struct {
 	PushDeadline time.Duration
 	// SyncInterval admits one new sync per user per interval (default 2s).
 	SyncInterval time.Duration
+	// CallbackBackoff is the wait before each retry of a failed status
+	// callback (default im.DefaultCallbackBackoff); WebhookPrivate lets
+	// webhooks be http:// and reach private addresses (local stack only).
+	CallbackBackoff []time.Duration
+	WebhookPrivate  bool
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Log receives structured logs (slog.Default when nil).

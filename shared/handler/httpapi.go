@@ -58,8 +58,9 @@ type httpErrorBody struct {
 
 // Alerts serves the HTTP API (API Gateway HTTP API, payload format 2.0):
 // POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
-// GET and POST /v1/apps, DELETE /v1/apps/{appId} and
-// POST /v1/apps/{appId}/key.
+// GET and POST /v1/apps, DELETE /v1/apps/{appId},
+// POST /v1/apps/{appId}/key, PUT and DELETE /v1/apps/{appId}/webhook,
+// GET /v1/apps/{appId}/events and POST /v1/apps/{appId}/events/retry.
 func (h *AlertsAPI) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	reqID := req.RequestContext.RequestID
 	status, body, err := h.routeAlerts(ctx, req)
@@ -109,6 +110,14 @@ func (h *AlertsAPI) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTP
 		return h.revokeApp(ctx, req)
 	case "GET /v1/apps":
 		return h.listApps(ctx, req)
+	case "PUT /v1/apps/{appId}/webhook":
+		return h.setWebhook(ctx, req)
+	case "DELETE /v1/apps/{appId}/webhook":
+		return h.removeWebhook(ctx, req)
+	case "GET /v1/apps/{appId}/events":
+		return h.listEvents(ctx, req)
+	case "POST /v1/apps/{appId}/events/retry":
+		return h.retryEvents(ctx, req)
 	case "POST /v1/apps/{appId}/key":
 		return h.rotateAppKey(ctx, req)
 	}

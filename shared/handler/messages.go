@@ -304,8 +304,9 @@ const maxAckTrace = 200
 // afterAck records the ack in the traces of the messages it covered — one
 // ack range for every 1:1 message (their "acked" events are derived from
 // it), an "acked" event per alert (an app's delivery status reads them) —
-// and moves this user's delivered watermark of each conversation the ack
-// reached (one write per conversation, never per message). In 1:1 the
+// and a status callback job per alert (for its app's webhook), and moves
+// this user's delivered watermark of each conversation the ack reached
+// (one write per conversation, never per message). In 1:1 the
 // sender gets a delivered receipt; group senders ask with "receipts".
 func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	from := max(old, upTo-maxAckTrace)
@@ -317,6 +318,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 	tr := h.trail("ack", c.RequestID)
 	delivered := map[im.ConversationID]int64{}
 	direct := false
+	var alerts []im.MessageID
 	for _, r := range refs {
 		// Group messages get no "acked" event at all: at a login that
 		// would be one trace write per message per member, while the
@@ -326,6 +328,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 		case r.Conversation.IsGroup():
 		case r.Conversation.AppConversation():
 			tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+			alerts = append(alerts, r.ID)
 		default:
 			direct = true
 		}
@@ -334,6 +337,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 		}
 	}
 	tr.flush(ctx)
+	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) // after the flush: the job reads the trace
 	if direct && h.Tracer != nil {
 		a := im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, From: old, UpTo: upTo, At: h.now()}
 		if err := h.Tracer.AppendAck(ctx, a); err != nil {

@@ -73,12 +73,17 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 			h.log().WarnContext(ctx, "read trace not recorded", "err", err.Error())
 		} else {
 			tr := h.trail("read", c.RequestID)
+			var alerts []im.MessageID
 			for seq := from + 1; seq <= upTo; seq++ {
 				if id, ok := ids[seq]; ok {
 					tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
+					if conv.AppConversation() {
+						alerts = append(alerts, id)
+					}
 				}
 			}
 			tr.flush(ctx)
+			callbacksLater(ctx, h.core, h.FanoutQueue, alerts...)
 		}
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
@@ -144,6 +149,7 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 		tr := h.trail("answer", c.RequestID)
 		tr.add(im.Event{Message: id, Type: im.EventAnswered, User: c.User, Device: c.Device, Detail: f.Option})
 		tr.flush(ctx)
+		callbacksLater(ctx, h.core, h.FanoutQueue, id)
 		sync := res
 		sync.Ref = ""
 		frame, _ := json.Marshal(sync)

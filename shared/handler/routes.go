@@ -8,6 +8,7 @@ import (
 	"github.com/signet-im/signet/shared/auth"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/ratelimit"
+	"github.com/signet-im/signet/shared/webhook"
 )
 
 // The use cases: each route's handler methods live on a small struct that
@@ -62,6 +63,9 @@ type GroupRoutes struct {
 type ReadRoutes struct {
 	*delivery
 	Reads Reads
+	// FanoutQueue carries the status callback jobs of alerts read or
+	// answered (nil: none).
+	FanoutQueue FanoutQueue
 	// Answers records answers to alerts (the answer route); nil where
 	// there is no alerts table.
 	Answers Answers
@@ -103,6 +107,14 @@ type AlertsAPI struct {
 	// Escalations drives alert escalation (nil: the alert's store when it
 	// implements it).
 	Escalations Escalations
+	// Callbacks stores webhooks and callback events (nil: the alert's
+	// store when it implements it); Webhooks posts them, retried after
+	// CallbackBackoff; WebhookPrivate admits http:// and private
+	// addresses (the local stack).
+	Callbacks       Callbacks
+	Webhooks        *webhook.Client
+	CallbackBackoff []time.Duration
+	WebhookPrivate  bool
 }
 
 // FanoutWorker runs the fan-out and presence queues' jobs.
@@ -174,7 +186,7 @@ func (d *Deps) GroupRoutes() *GroupRoutes {
 
 // ReadRoutes is the read route's use case.
 func (d *Deps) ReadRoutes() *ReadRoutes {
-	rr := &ReadRoutes{delivery: d.delivery(), Reads: d.Reads}
+	rr := &ReadRoutes{delivery: d.delivery(), Reads: d.Reads, FanoutQueue: d.FanoutQueue}
 	if d.AlertStore != nil {
 		rr.Answers = d.AlertStore
 	}
@@ -200,9 +212,13 @@ func (d *Deps) SummaryRoutes() *SummaryRoutes {
 // AlertsAPI is the HTTP alerts API's use case.
 func (d *Deps) AlertsAPI() *AlertsAPI {
 	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
-		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch}
+		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
+		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate}
 	if e, ok := d.AlertStore.(Escalations); ok {
 		a.Escalations = e
+	}
+	if c, ok := d.AlertStore.(Callbacks); ok {
+		a.Callbacks = c
 	}
 	return a
 }

@@ -26,6 +26,8 @@ type App struct {
 	// RevokedAt and KeyRotatedAt are when it was revoked and when its key
 	// was last replaced (zero if never).
 	RevokedAt, KeyRotatedAt time.Time
+	// Webhook, when set, receives the app's status callbacks.
+	Webhook *Webhook
 }
 
 // Sender is the user id alerts of the app are sent from.

@@ -14,6 +14,9 @@ const (
 	FanoutAlert FanoutKind = "a"
 	// FanoutEscalate runs tick Tick of alert Alert's escalation.
 	FanoutEscalate FanoutKind = "e"
+	// FanoutCallback brings alert Alert's status callbacks up to date:
+	// records the state changes not yet recorded and delivers those due.
+	FanoutCallback FanoutKind = "c"
 )
 
 // FanoutJob is one message on the fan-out queue.

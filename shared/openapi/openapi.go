@@ -20,7 +20,8 @@ import (
 var document []byte
 
 // Alerts returns the validator of the HTTP alerts API's request bodies
-// (AlertRequest, AppRequest of docs/openapi.yaml). Only the alerts
+// (AlertRequest, AppRequest, WebhookRequest, RetryEventsRequest of
+// docs/openapi.yaml). Only the alerts
 // function (and the local stack) builds it. The validator is this
 // package's own, of the subset of JSON Schema the document uses: a full
 // implementation (santhosh-tekuri/jsonschema) took 7–10 ms of a cold
@@ -28,7 +29,7 @@ var document []byte
 // put it over issue 13's 9 MB; the tests hold the two to the same
 // verdicts.
 func Alerts() (*Validator, error) {
-	return Load(document, "AlertRequest", "AppRequest")
+	return Load(document, "AlertRequest", "AppRequest", "WebhookRequest", "RetryEventsRequest")
 }
 
 // Validator validates JSON values against named component schemas.

@@ -75,6 +75,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		if j.Alert == "" || j.Tick < 1 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or tick", s)
 		}
+	case im.FanoutCallback:
+		if j.Alert == "" {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert", s)
+		}
 	default:
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)
 	}

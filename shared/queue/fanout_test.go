@@ -16,6 +16,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutPresence, User: "alice"},
 		{Kind: im.FanoutAlert, Alert: "m01", Members: []im.UserID{"ann", "ben"}},
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 3},
+		{Kind: im.FanoutCallback, Alert: "m01"},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
@@ -35,6 +36,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		"alert no id":      `{"k":"a","m":["ann"]}`,
 		"escalate no tick": `{"k":"e","a":"m01"}`,
 		"escalate no id":   `{"k":"e","t":1}`,
+		"callback no id":   `{"k":"c"}`,
 	} {
 		if _, err := DecodeJob(body); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -30,6 +30,8 @@ func Deps(cfg config.Config, log *slog.Logger) *handler.Deps {
 		TokenPolicy:      auth.Policy{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, MaxLifetime: cfg.MaxTokenLifetime},
 		Redelivery:       cfg.Redelivery,
 		SyncInterval:     cfg.SyncInterval,
+		CallbackBackoff:  cfg.CallbackBackoff,
+		WebhookPrivate:   cfg.WebhookAllowPrivate,
 		Log:              log,
 	}
 	if cfg.OIDCIssuer != "" {

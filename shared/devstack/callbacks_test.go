@@ -1,0 +1,326 @@
+package devstack_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/webhook"
+)
+
+// delivery is one POST a webhook receiver got.
+type delivery struct {
+	header http.Header
+	body   []byte
+	status int
+}
+
+// receiver is an app's webhook endpoint that can be down (503).
+type receiver struct {
+	srv  *httptest.Server
+	down atomic.Bool
+	mu   sync.Mutex
+	got  []delivery
+}
+
+func newReceiver(t *testing.T) *receiver {
+	r := &receiver{}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		status := http.StatusNoContent
+		if r.down.Load() {
+			status = http.StatusServiceUnavailable
+		}
+		r.mu.Lock()
+		r.got = append(r.got, delivery{header: req.Header.Clone(), body: body, status: status})
+		r.mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// deliveries returns a copy of every POST so far.
+func (r *receiver) deliveries() []delivery {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// accepted dedupes the deliveries the receiver took (2xx) by event id, as
+// a receiver should: id → body. It fails the test on a delivery whose
+// signature does not verify or whose id header and body disagree.
+func (r *receiver) accepted(t *testing.T, secret string) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, d := range r.deliveries() {
+		if err := webhook.Verify(secret, d.header, d.body, time.Now(), 0); err != nil {
+			t.Fatalf("delivery %s: %v", d.body, err)
+		}
+		var ev map[string]any
+		if err := json.Unmarshal(d.body, &ev); err != nil || ev["id"] != d.header.Get(webhook.HeaderEventID) {
+			t.Fatalf("delivery %s with id header %q", d.body, d.header.Get(webhook.HeaderEventID))
+		}
+		if d.status/100 == 2 {
+			out[ev["id"].(string)] = ev
+		}
+	}
+	return out
+}
+
+// setWebhook points app's callbacks at url and returns the signing secret.
+func setWebhook(t *testing.T, st *devstack.Stack, key, app, url string) string {
+	t.Helper()
+	r := call(t, st, "PUT", "/v1/apps/"+app+"/webhook", key, nil, `{"url":"`+url+`"}`)
+	if r.status != http.StatusOK || !strings.HasPrefix(r.raw, `{"appId":"`+app) {
+		t.Fatalf("set webhook: %d %s", r.status, r.raw)
+	}
+	return r.body["secret"].(string)
+}
+
+// events lists app's callback events in state.
+func callbackEvents(t *testing.T, st *devstack.Stack, key, app, state string) []map[string]any {
+	t.Helper()
+	r := call(t, st, "GET", "/v1/apps/"+app+"/events?state="+state, key, nil, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("events: %d %s", r.status, r.raw)
+	}
+	var out []map[string]any
+	for _, e := range r.body["events"].([]any) {
+		out = append(out, e.(map[string]any))
+	}
+	return out
+}
+
+// Issue 16's "Done when": a webhook receiver that is down for a while
+// still ends with every state change exactly once after dedupe by event
+// id, and a tampered signature is detectable.
+func TestStatusCallbacksReachAReceiverThatWasDownOnceEachAndSigned(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{CallbackBackoff: []time.Duration{time.Second, time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second, 2 * time.Second}})
+	key := createApp(t, st, "pager", []string{"ann", "ben"}, 100)
+	rcv := newReceiver(t)
+	rcv.down.Store(true)
+	secret := setWebhook(t, st, key, "pager", rcv.srv.URL+"/signet")
+
+	ann := dial(t, st, "ann", "phone")
+	// Every 3 s: re-notify ann, then escalate to ben, then re-notify both
+	// and end — unless ann answered first, which she does after ben was
+	// escalated to (under load perhaps after the end: then it expired too).
+	id := postAlert(t, st, key, "cb-1", `{"to":["ann"],"title":"Disk full","body":"","ack":{"options":["ack","decline"]},
+		"escalation":{"everySeconds":3,"renotify":1,"steps":[{"to":["ben"]}]}}`)
+	push := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": push.Seq})
+	var pm struct {
+		ConvSeq        int64  `json:"convSeq"`
+		ConversationID string `json:"conversationId"`
+	}
+	_ = json.Unmarshal(push.Message, &pm)
+	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	waitFor(t, "ben escalated to", func() bool {
+		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+		to, _ := esc["escalatedTo"].([]any)
+		return len(to) == 1
+	})
+	if f := answer(t, ann, "a1", id, "decline"); f.Type != "answer" {
+		t.Fatalf("ann's answer: %+v", f)
+	}
+	want := []string{id + ":answered:ann", id + ":delivered:ann", id + ":escalated:ben", id + ":read:ann"}
+	waitFor(t, "the escalation to end", func() bool {
+		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+		return esc["state"] == "ended"
+	})
+	if ended := traceDetails(t, st, key, id, "escalation_ended"); len(ended) == 1 && strings.Contains(ended[0], "nobody answered") {
+		want = slices.Insert(want, 3, id+":expired")
+	}
+	// While the receiver is down every change is recorded, tried and
+	// waiting for its retry.
+	waitFor(t, "every change recorded and tried", func() bool {
+		evs := callbackEvents(t, st, key, "pager", "pending")
+		var ids []string
+		for _, e := range evs {
+			if e["delivery"].(map[string]any)["attempts"].(float64) >= 1 {
+				ids = append(ids, e["id"].(string))
+			}
+		}
+		if !slices.Equal(ids, want) {
+			t.Logf("tried so far: %v", ids)
+		}
+		return slices.Equal(ids, want)
+	})
+	if got := rcv.accepted(t, secret); len(got) != 0 {
+		t.Fatalf("a down receiver accepted %v", got)
+	}
+	rcv.down.Store(false)
+	waitFor(t, "every event delivered", func() bool { return len(callbackEvents(t, st, key, "pager", "undelivered")) == 0 })
+
+	got := rcv.accepted(t, secret)
+	var ids []string
+	for eid := range got {
+		ids = append(ids, eid)
+	}
+	slices.Sort(ids)
+	if !slices.Equal(ids, want) {
+		t.Fatalf("after dedupe the receiver has %v, want %v", ids, want)
+	}
+	if e := got[id+":answered:ann"]; e["answer"] != "decline" || e["userId"] != "ann" || e["app"] != "pager" || e["messageId"] != id || e["type"] != "answered" {
+		t.Fatalf("answered event: %v", e)
+	}
+	failed := 0
+	for _, d := range rcv.deliveries() {
+		if d.status/100 != 2 {
+			failed++
+		}
+	}
+	if failed < len(want) {
+		t.Fatalf("%d tries failed while the receiver was down, want one per event at least", failed)
+	}
+	// Every try of one event carries the same body (and id): a receiver's
+	// dedupe never sees two versions of a change.
+	bodies := map[string]string{}
+	for _, d := range rcv.deliveries() {
+		eid := d.header.Get(webhook.HeaderEventID)
+		if b, ok := bodies[eid]; ok && b != string(d.body) {
+			t.Fatalf("event %s was sent as %s and as %s", eid, b, d.body)
+		}
+		bodies[eid] = string(d.body)
+	}
+	// A tampered delivery is detectable: another body, or another
+	// signature, under the same headers.
+	d := rcv.deliveries()[0]
+	tampered := []byte(strings.Replace(string(d.body), `"type":"`, `"type":"x`, 1))
+	if err := webhook.Verify(secret, d.header, tampered, time.Now(), 0); err == nil {
+		t.Fatal("a tampered body verified")
+	}
+	forged := d.header.Clone()
+	forged.Set(webhook.HeaderSignature, webhook.Sign("whsec_guess", time.Now(), d.body))
+	if err := webhook.Verify(secret, forged, d.body, time.Now(), 0); err == nil {
+		t.Fatal("a signature under another secret verified")
+	}
+	// The events stay listed as delivered, with their tries.
+	for _, e := range callbackEvents(t, st, key, "pager", "delivered") {
+		if dl := e["delivery"].(map[string]any); dl["attempts"].(float64) < 2 || dl["deliveredAt"] == nil {
+			t.Fatalf("delivered event %v", e)
+		}
+	}
+}
+
+// A receiver down past the last try: the events are dead, listed with
+// the last error, and delivered when the app asks for them again; an
+// escalation nobody answered ends in an expired event. Only the app
+// itself (or the admin) reads or replays them.
+func TestDeadCallbacksAreListedAndReplayedByTheApp(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{CallbackBackoff: []time.Duration{time.Second}})
+	key := createApp(t, st, "noc", []string{"ann", "ben"}, 100)
+	other := createApp(t, st, "crm", []string{"ann"}, 100)
+	rcv := newReceiver(t)
+	rcv.down.Store(true)
+
+	// Bad webhooks are refused and store nothing.
+	for body, code := range map[string]int{`{"url":"ftp://x.example/hook"}`: 400, `{"url":"https://u:p@x.example/"}`: 400, `{}`: 400, `{"url":"https://x.example","extra":1}`: 400} {
+		if r := call(t, st, "PUT", "/v1/apps/noc/webhook", key, nil, body); r.status != code {
+			t.Fatalf("PUT %s: %d %s", body, r.status, r.raw)
+		}
+	}
+	if r := call(t, st, "PUT", "/v1/apps/noc/webhook", other, nil, `{"url":"https://x.example/"}`); r.status != http.StatusForbidden {
+		t.Fatalf("another app set noc's webhook: %d %s", r.status, r.raw)
+	}
+	apps := call(t, st, "GET", "/v1/apps", devstack.DefaultAdminKey, nil, "")
+	if strings.Contains(apps.raw, "webhookUrl") {
+		t.Fatalf("a refused webhook was stored: %s", apps.raw)
+	}
+	secret := setWebhook(t, st, devstack.DefaultAdminKey, "noc", rcv.srv.URL)
+	if apps := call(t, st, "GET", "/v1/apps", devstack.DefaultAdminKey, nil, ""); !strings.Contains(apps.raw, `"webhookUrl":"`+rcv.srv.URL+`"`) || strings.Contains(apps.raw, secret) {
+		t.Fatalf("apps: %s", apps.raw)
+	}
+
+	id := postAlert(t, st, key, "exp-1", `{"to":["ann"],"title":"Cert expires","body":"","ack":{},
+		"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]}]}}`)
+	want := []string{id + ":escalated:ben", id + ":expired"}
+	waitFor(t, "both events dead", func() bool {
+		var ids []string
+		for _, e := range callbackEvents(t, st, key, "noc", "dead") {
+			ids = append(ids, e["id"].(string))
+		}
+		return slices.Equal(ids, want)
+	})
+	dead := callbackEvents(t, st, key, "noc", "dead")
+	for _, e := range dead {
+		dl := e["delivery"].(map[string]any)
+		if dl["attempts"].(float64) != 2 || !strings.Contains(dl["lastError"].(string), "503") {
+			t.Fatalf("dead event %v: want 2 tries, the last answered 503", e)
+		}
+	}
+	if exp := dead[1]; exp["type"] != "expired" || exp["userId"] != nil || !strings.Contains(exp["detail"].(string), "nobody answered") {
+		t.Fatalf("expired event %v", exp)
+	}
+	for _, c := range []struct {
+		method, path, key, body string
+		status                  int
+	}{
+		{"GET", "/v1/apps/noc/events", other, "", 403},
+		{"POST", "/v1/apps/noc/events/retry", other, "{}", 403},
+		{"GET", "/v1/apps/noc/events?state=lost", key, "", 400},
+		{"GET", "/v1/apps/noc/events?limit=0", key, "", 400},
+		{"POST", "/v1/apps/noc/events/retry", key, `{"eventIds":"all"}`, 400},
+		{"GET", "/v1/apps/noc/events", "", "", 401},
+	} {
+		if r := call(t, st, c.method, c.path, c.key, nil, c.body); r.status != c.status {
+			t.Fatalf("%s %s: %d %s, want %d", c.method, c.path, r.status, r.raw, c.status)
+		}
+	}
+	if got := rcv.accepted(t, secret); len(got) != 0 {
+		t.Fatalf("a down receiver accepted %v", got)
+	}
+	// Paging: one event a page, in order.
+	r := call(t, st, "GET", "/v1/apps/noc/events?state=all&limit=1", key, nil, "")
+	if evs := r.body["events"].([]any); len(evs) != 1 || evs[0].(map[string]any)["id"] != want[0] || r.body["next"] != want[0] {
+		t.Fatalf("page 1: %s", r.raw)
+	}
+	r = call(t, st, "GET", "/v1/apps/noc/events?state=all&limit=1&after="+want[0], key, nil, "")
+	if evs := r.body["events"].([]any); len(evs) != 1 || evs[0].(map[string]any)["id"] != want[1] {
+		t.Fatalf("page 2: %s", r.raw)
+	}
+
+	rcv.down.Store(false)
+	r = call(t, st, "POST", "/v1/apps/noc/events/retry", key, nil, "")
+	if retried, _ := r.body["retried"].([]any); r.status != http.StatusOK || len(retried) != 2 {
+		t.Fatalf("retry: %d %s", r.status, r.raw)
+	}
+	waitFor(t, "the replayed events delivered", func() bool { return len(callbackEvents(t, st, key, "noc", "undelivered")) == 0 })
+	got := rcv.accepted(t, secret)
+	if len(got) != 2 || got[want[0]] == nil || got[want[1]] == nil {
+		t.Fatalf("receiver has %v", got)
+	}
+	if r := call(t, st, "POST", "/v1/apps/noc/events/retry", key, nil, `{"eventIds":["`+want[0]+`"]}`); len(r.body["retried"].([]any)) != 0 {
+		t.Fatalf("a delivered event was retried: %s", r.raw)
+	}
+	// Without a webhook nothing more is recorded.
+	if r := call(t, st, "DELETE", "/v1/apps/noc/webhook", key, nil, ""); r.status != http.StatusNoContent {
+		t.Fatalf("remove webhook: %d %s", r.status, r.raw)
+	}
+	if apps := call(t, st, "GET", "/v1/apps", devstack.DefaultAdminKey, nil, ""); strings.Contains(apps.raw, "webhookUrl") {
+		t.Fatalf("removed webhook still listed: %s", apps.raw)
+	}
+	ann := dial(t, st, "ann", "p")
+	ann.write(map[string]any{"action": "sync", "cursor": 0})
+	page := ann.next("sync", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": page.Messages[len(page.Messages)-1].Seq})
+	waitFor(t, "ann delivered", func() bool {
+		return recipientStates(call(t, st, "GET", "/v1/messages/"+id, key, nil, ""))["ann"]["state"] == "delivered"
+	})
+	// A negative check: on a slow machine it may pass before the job ran.
+	time.Sleep(2 * time.Second)
+	if evs := callbackEvents(t, st, key, "noc", "all"); len(evs) != 2 {
+		t.Fatalf("events after the webhook was removed: %v", evs)
+	}
+}

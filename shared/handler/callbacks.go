@@ -1,0 +1,259 @@
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/webhook"
+)
+
+// Status callbacks (issue 16): an app with a webhook is told every state
+// change of its alerts' recipients — delivered, read, answered, escalated
+// — and an escalation that ran out unanswered (expired), at least once,
+// signed, with a stable event id.
+//
+// Nothing on a message's path waits for a webhook. Where a state changes
+// (an ack, a read, an answer, an escalation tick) the function enqueues a
+// callback job for the alert on the fan-out queue; the job derives the
+// alert's changes from its status — the same derivation as
+// GET /v1/messages/{id}, so a job that runs twice, late or for a change
+// another job already saw records nothing twice (one conditional put per
+// stable event id) — and POSTs the events that are due. A failed POST is
+// retried after CallbackBackoff; after the last try the event is dead and
+// waits for the app (GET /v1/apps/{appId}/events, POST .../events/retry).
+
+// Callbacks is the storage of webhooks and callback events.
+type Callbacks interface {
+	SetWebhook(ctx context.Context, appID string, w im.Webhook) error
+	RemoveWebhook(ctx context.Context, appID string) error
+	RecordCallbackEvent(ctx context.Context, e im.CallbackEvent) (bool, error)
+	AlertCallbackEvents(ctx context.Context, app string, id im.MessageID) ([]im.CallbackEvent, error)
+	CallbackEvents(ctx context.Context, app, after string, limit int, states ...string) ([]im.CallbackEvent, string, error)
+	UpdateCallbackEvent(ctx context.Context, e im.CallbackEvent, prevAttempts int) (bool, error)
+	RetryCallbackEvent(ctx context.Context, app, id string, now time.Time) (im.CallbackEvent, bool, error)
+	ScheduleCallbackRun(ctx context.Context, id im.MessageID, at, now time.Time) (bool, error)
+}
+
+// maxJobDelay is the longest delay of a queued job (SQS's DelaySeconds).
+const maxJobDelay = 15 * time.Minute
+
+// callbackPostTimeout bounds one POST to a webhook; callbackReserve is
+// the time an invocation must have left to start one.
+const (
+	callbackPostTimeout = 4 * time.Second
+	callbackReserve     = callbackPostTimeout + time.Second
+)
+
+// callbacksLater enqueues a callback job for each alert in ids (best
+// effort: a change whose job is lost is still recorded by the alert's next
+// job, and the app can read every alert's status). q nil: no fan-out queue.
+func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.MessageID) {
+	if q == nil || len(ids) == 0 {
+		return
+	}
+	jobs := make([]im.FanoutJob, len(ids))
+	for i, id := range ids {
+		jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id}
+	}
+	if err := q.Enqueue(ctx, 0, jobs...); err != nil {
+		h.log().WarnContext(ctx, "status callback job not queued", "err", err.Error(), "alerts", len(ids))
+	}
+}
+
+// callbackBody is what a webhook receives for one event (and what
+// GET /v1/apps/{appId}/events lists, with its delivery).
+type callbackBody struct {
+	ID        string `json:"id"`
+	Type      string `json:"type"`
+	App       string `json:"app"`
+	MessageID string `json:"messageId"`
+	UserID    string `json:"userId,omitempty"`
+	At        string `json:"at"`
+	Answer    string `json:"answer,omitempty"`
+	Detail    string `json:"detail,omitempty"`
+}
+
+// bodyOf renders event e as its webhook body: the same bytes on every try.
+func bodyOf(e im.CallbackEvent) callbackBody {
+	return callbackBody{ID: e.ID, Type: string(e.Type), App: e.App, MessageID: string(e.Message), UserID: string(e.User),
+		At: ts(e.At), Answer: e.Answer, Detail: e.Detail}
+}
+
+// changes lists the state changes status st of alert a shows: per
+// recipient delivered, read and answered; per user an escalation step
+// added, escalated; and expired once an escalation ended unanswered.
+func changes(a im.Alert, st alertStatus) []im.CallbackEvent {
+	var out []im.CallbackEvent
+	add := func(typ im.CallbackType, u im.UserID, at time.Time, answer, detail string) {
+		out = append(out, im.CallbackEvent{ID: im.CallbackEventID(a.Message.ID, typ, u), App: a.App, Type: typ, Message: a.Message.ID,
+			User: u, At: at, Answer: answer, Detail: detail})
+	}
+	escalatedAt := map[im.UserID]im.Event{}
+	var ended *im.Event
+	for i, e := range st.events {
+		switch e.Type {
+		case im.EventEscalated:
+			if _, ok := escalatedAt[e.User]; !ok && e.User != "" {
+				escalatedAt[e.User] = e
+			}
+		case im.EventEscalationEnded:
+			ended = &st.events[i]
+		}
+	}
+	for _, d := range st.deliveries {
+		if d.State == "delivered" || d.State == "read" {
+			at := d.DeliveredAt
+			if at.IsZero() {
+				at = d.ReadAt // read on a device whose ack is not in yet
+			}
+			add(im.CallbackDelivered, d.User, at, "", "")
+		}
+		if d.State == "read" {
+			add(im.CallbackRead, d.User, d.ReadAt, "", "")
+		}
+		if x, ok := st.answers[d.User]; ok {
+			add(im.CallbackAnswered, d.User, x.At, x.Option, "")
+		}
+	}
+	for _, u := range a.Escalated {
+		e, ok := escalatedAt[u]
+		if !ok {
+			continue // the step's trace is not in yet: the next job sees it
+		}
+		add(im.CallbackEscalated, u, e.At, "", e.Detail)
+	}
+	if ended != nil && ended.User == "" {
+		// Ended with nobody answering (an answer ends it naming who):
+		// expired, even if someone answers later.
+		add(im.CallbackExpired, "", ended.At, "", ended.Detail)
+	}
+	return out
+}
+
+// runCallbacks runs one callback job: records alert job.Alert's state
+// changes not yet recorded, then delivers the events due.
+func (h *AlertsAPI) runCallbacks(ctx context.Context, job im.FanoutJob) error {
+	if h.AlertStore == nil || h.Callbacks == nil {
+		return fmt.Errorf("callbacks of %s: alerts are not configured", job.Alert)
+	}
+	a, err := h.AlertStore.Alert(ctx, job.Alert)
+	if err != nil {
+		return err
+	}
+	app, err := h.AlertStore.App(ctx, a.App)
+	if errors.Is(err, im.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if app.Webhook == nil {
+		return nil // no webhook: nothing is recorded (GET status still tells)
+	}
+	st, err := h.status(ctx, a)
+	if err != nil {
+		return err
+	}
+	now := h.now()
+	for _, e := range changes(a, st) {
+		e.State, e.NextAt, e.CreatedAt = im.CallbackPending, now, now
+		added, err := h.Callbacks.RecordCallbackEvent(ctx, e)
+		if err != nil {
+			return err
+		}
+		if added {
+			h.log().DebugContext(ctx, "callback event recorded", "eventId", e.ID, "app", app.ID)
+		}
+	}
+	return h.deliverCallbacks(ctx, app, a.Message.ID)
+}
+
+// deliverCallbacks POSTs alert id's pending events that are due to the
+// app's webhook, one try each, and schedules the next run for the first
+// still pending.
+func (h *AlertsAPI) deliverCallbacks(ctx context.Context, app im.App, id im.MessageID) error {
+	evs, err := h.Callbacks.AlertCallbackEvents(ctx, app.ID, id)
+	if err != nil {
+		return err
+	}
+	var next time.Time
+	soonest := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
+			next = t
+		}
+	}
+	for _, e := range evs {
+		if e.State != im.CallbackPending {
+			continue
+		}
+		now := h.now()
+		if e.NextAt.After(now) {
+			soonest(e.NextAt)
+			continue
+		}
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < callbackReserve {
+			soonest(now) // out of time: the next run goes on
+			continue
+		}
+		body, _ := json.Marshal(bodyOf(e))
+		prev := e.Attempts
+		e.Attempts++
+		postCtx, cancel := context.WithTimeout(ctx, callbackPostTimeout)
+		err := h.Webhooks.Post(postCtx, app.Webhook.URL, app.Webhook.Secret, e.ID, e.Attempts, body, now)
+		cancel()
+		switch backoff := h.callbackBackoff(); {
+		case err == nil:
+			e.State, e.DeliveredAt, e.LastError = im.CallbackDone, h.now(), ""
+		case e.Attempts > len(backoff):
+			e.State, e.LastError = im.CallbackDead, err.Error()
+			h.log().WarnContext(ctx, "status callback dead after its last try", "eventId", e.ID, "app", app.ID, "attempts", e.Attempts, "err", err.Error())
+		default:
+			e.NextAt, e.LastError = now.Add(backoff[e.Attempts-1]), err.Error()
+			soonest(e.NextAt)
+			h.log().InfoContext(ctx, "status callback failed; retried later", "eventId", e.ID, "app", app.ID, "attempt", e.Attempts, "retryAt", e.NextAt, "err", err.Error())
+		}
+		if _, err := h.Callbacks.UpdateCallbackEvent(ctx, e, prev); err != nil {
+			return err
+		}
+	}
+	if next.IsZero() {
+		return nil
+	}
+	return h.callbackRunAt(ctx, id, next)
+}
+
+// callbackRunAt enqueues a callback job for alert id to run at t (or, t
+// beyond an SQS delay, as far as one reaches: that job enqueues the next),
+// unless one is already due by then: however many jobs saw the same
+// pending events, one chain of delayed jobs waits for them.
+func (h *AlertsAPI) callbackRunAt(ctx context.Context, id im.MessageID, t time.Time) error {
+	now := h.now()
+	at := t
+	if limit := now.Add(maxJobDelay); at.After(limit) {
+		at = limit
+	}
+	if at.Before(now) {
+		at = now
+	}
+	if ok, err := h.Callbacks.ScheduleCallbackRun(ctx, id, at, now); err != nil || !ok {
+		return err
+	}
+	return h.FanoutQueue.Enqueue(ctx, at.Sub(now), im.FanoutJob{Kind: im.FanoutCallback, Alert: id})
+}
+
+// callbackBackoff is the configured retry schedule or the default.
+func (h *AlertsAPI) callbackBackoff() []time.Duration {
+	if len(h.CallbackBackoff) > 0 {
+		return h.CallbackBackoff
+	}
+	return im.DefaultCallbackBackoff
+}
+
+// webhookClient is the client callbacks are posted with.
+func newWebhookClient(private bool) *webhook.Client {
+	return webhook.New(callbackPostTimeout, private)
+}
