@@ -29,7 +29,8 @@ GO ?= go
 FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:DisconnectFunction \
 	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
 	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction history:HistoryFunction \
-	group:GroupFunction receipts:ReceiptsFunction presence:PresenceFunction summary:SummaryFunction fanout:FanoutFunction
+	group:GroupFunction receipts:ReceiptsFunction presence:PresenceFunction summary:SummaryFunction fanout:FanoutFunction \
+	hints:HintsFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 MOTO := $(TOOLS)/moto
@@ -77,6 +78,7 @@ build-ReceiptsFunction: ; $(MAKE) lambda-receipts
 build-PresenceFunction: ; $(MAKE) lambda-presence
 build-SummaryFunction: ; $(MAKE) lambda-summary
 build-FanoutFunction: ; $(MAKE) lambda-fanout
+build-HintsFunction: ; $(MAKE) lambda-hints
 
 test: ## the README's test command: every Go test, then the TypeScript SDK's
 	$(GO) test -race -count=1 ./...
@@ -131,18 +133,20 @@ test-fauxqs: $(TOOLS)/node_modules/.bin/fauxqs
 	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(FAUXQS_PORT) $(GO) test -race -count=1 -skip '$(NOT_SQS)' ./shared/devstack/ ./shared/memsqs/
 
 # The same tests against LocalStack's own SQS, run on the host from PyPI
-# (no Docker: OVERRIDE_IN_DOCKER=0; SQS only; path-style queue URLs).
+# (no Docker: OVERRIDE_IN_DOCKER=0; SQS and SNS — the wake-up tests publish
+# to its platform endpoints, with the v2 provider: v1 needs moto for them;
+# path-style queue URLs).
 LOCALSTACK := $(TOOLS)/localstack
 LOCALSTACK_PORT ?= 4577
 test-localstack: $(LOCALSTACK)/bin/python
 	@rm -rf $(TOOLS)/localstack-root; mkdir -p $(TOOLS)/localstack-root; \
 	OVERRIDE_IN_DOCKER=0 FILESYSTEM_ROOT=$(CURDIR)/$(TOOLS)/localstack-root GATEWAY_LISTEN=127.0.0.1:$(LOCALSTACK_PORT) \
-		LOCALSTACK_HOST=127.0.0.1:$(LOCALSTACK_PORT) SQS_ENDPOINT_STRATEGY=path SERVICES=sqs DNS_ADDRESS=0 \
+		LOCALSTACK_HOST=127.0.0.1:$(LOCALSTACK_PORT) SQS_ENDPOINT_STRATEGY=path SERVICES=sqs,sns PROVIDER_OVERRIDE_SNS=v2 DNS_ADDRESS=0 \
 		$(LOCALSTACK)/bin/python -m localstack.runtime.main > $(TOOLS)/localstack.log 2>&1 & \
 	pid=$$!; trap "kill $$pid" EXIT; \
-	for i in $$(seq 120); do curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q '"sqs": "available"' && break; sleep 0.5; done; \
+	for i in $$(seq 120); do curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q "\"sns\": \"available\"" && break; sleep 0.5; done; \
 	curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q '"sqs": "available"' || { echo "LocalStack did not start:"; tail -20 $(TOOLS)/localstack.log; exit 1; }; \
-	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) $(GO) test -race -count=1 -skip '$(NOT_SQS)' ./shared/devstack/ ./shared/memsqs/
+	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) SIGNET_TEST_SNS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) $(GO) test -race -count=1 -skip '$(NOT_SQS)' ./shared/devstack/ ./shared/memsqs/
 
 $(LOCALSTACK)/bin/python: infra/requirements-localstack.txt
 	python3 -m venv $(LOCALSTACK)

@@ -81,8 +81,8 @@ func TestEveryArtifactStartsWithItsTemplateEnvironmentAndAnswersASampleEvent(t *
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	if len(ids) != 17 {
-		t.Fatalf("the template has %d functions, this test knows 17", len(ids))
+	if len(ids) != 18 {
+		t.Fatalf("the template has %d functions, this test knows 18", len(ids))
 	}
 	for _, id := range ids {
 		f := tmpl.Functions[id]
@@ -94,7 +94,7 @@ func TestEveryArtifactStartsWithItsTemplateEnvironmentAndAnswersASampleEvent(t *
 			bootstrap := filepath.Join(t.TempDir(), "bootstrap")
 			build(t, "./"+dir, bootstrap, "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w")
 			env := []string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
-				"AWS_ENDPOINT_URL_DYNAMODB=" + st.DynamoDBEndpoint, "AWS_ENDPOINT_URL_SQS=" + st.SQSEndpoint}
+				"AWS_ENDPOINT_URL_DYNAMODB=" + st.DynamoDBEndpoint, "AWS_ENDPOINT_URL_SQS=" + st.SQSEndpoint, "AWS_ENDPOINT_URL_SNS=" + st.SNSEndpoint}
 			for k, v := range st.FunctionEnv(id) {
 				env = append(env, k+"="+v)
 			}

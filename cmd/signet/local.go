@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/signet-im/signet/shared/console"
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/memsns"
 )
 
 // runLocal is `signet local`: the whole backend on this machine (the
@@ -64,7 +67,8 @@ local only: its token endpoint signs tokens for anyone who asks.
 Environment:
   AWS_ENDPOINT_URL_DYNAMODB  use this DynamoDB endpoint instead of minidyn
   AWS_ENDPOINT_URL_SQS       use this SQS endpoint instead of goaws
-  AWS_ENDPOINT_URL           both of the above (e.g. LocalStack, http://localhost:4566)
+  AWS_ENDPOINT_URL_SNS       use this SNS endpoint instead of the in-process memsns
+  AWS_ENDPOINT_URL           all of the above (e.g. LocalStack, http://localhost:4566)
   SIGNET_PUSH_TIMEOUT, SIGNET_REDELIVERY_BACKOFF, SIGNET_SYNC_INTERVAL
                              redelivery and sync timings (see README)
   SIGNET_LOG_LEVEL           debug adds a log line per push, redelivery check
@@ -89,10 +93,25 @@ Flags:
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	progress := func(format string, a ...any) { fmt.Fprintf(stdout, "  "+format+"\n", a...) }
 	fmt.Fprintln(stdout, "Starting Signet local stack...")
+	// Offline push is on locally (SNS is memsns): a wake-up is printed, as
+	// what APNs or FCM would have been sent.
+	values := maps.Clone(params.values)
+	if values == nil {
+		values = map[string]string{}
+	}
+	if values["OfflinePush"] == "" {
+		values["OfflinePush"] = "on"
+	}
+	var outMu sync.Mutex
+	onWake := func(m memsns.Message) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(stdout, "  SNS wake-up (not sent: local) → %s\n    %s\n", m.TargetArn, m.Message)
+	}
 	st, err := devstack.Start(ctx, devstack.Options{
 		Addr: *addr, HTTPAddr: *httpAddr, AdminKey: *adminKey, DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Prefix: *prefix, Secret: *secret,
 		Redelivery: &cfg.Redelivery, SyncInterval: cfg.SyncInterval, Log: log, Progress: progress,
-		Concurrency: *concurrency, Parameters: params.values, Emulator: *emulator,
+		Concurrency: *concurrency, Parameters: values, Emulator: *emulator, SNSEndpoint: snsEndpoint(os.Getenv), OnWake: onWake,
 		SQSEmulator: *sqsEmulator, DataDir: *data, DynamoDBAddr: *dynamoAddr, SQSAddr: *sqsAddr,
 	})
 	if err != nil {
@@ -120,6 +139,15 @@ Flags:
 	}
 	fmt.Fprintln(stdout, "Stopped.")
 	return nil
+}
+
+// snsEndpoint is AWS_ENDPOINT_URL_SNS, then AWS_ENDPOINT_URL ("" for the
+// in-process memsns).
+func snsEndpoint(getenv func(string) string) string {
+	if v := strings.TrimSpace(getenv("AWS_ENDPOINT_URL_SNS")); v != "" {
+		return v
+	}
+	return strings.TrimSpace(getenv("AWS_ENDPOINT_URL"))
 }
 
 // The in-process emulators' default ports, beside the API's 3000 and 3001,
@@ -168,6 +196,7 @@ Signet is running.
 	if st.SQSEmulator != "" {
 		fmt.Fprintf(w, "  SQS             %s  (%s)\n", st.SQSEndpoint, st.SQSEmulator)
 	}
+	fmt.Fprintf(w, "  SNS             %s  (offline devices' wake-ups are printed here, not sent)\n", st.SNSEndpoint)
 	switch {
 	case st.DataDir != "":
 		fmt.Fprintf(w, "  Data            %s, kept across restarts (%d items and %d queued messages from before)\n", st.DataDir, st.RestoredItems, st.RestoredMessages)

@@ -38,7 +38,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	store.SendMode = cfg.SendMode
 	h := sdkfree.Deps(cfg, log)
 	h.Inbox, h.Connections, h.Tracer, h.Reads, h.Histories = store, store, store, store, store
-	h.Groups, h.Fanouts, h.Index, h.Presences = store, store, store, store
+	h.Groups, h.Fanouts, h.Index, h.Presences, h.Wakes = store, store, store, store, store
 	h.Limits = &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
 		log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
 	}}
@@ -52,6 +52,9 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 		}
 		if cfg.PresenceQueueURL != "" {
 			h.PresenceQueue = queue.NewFanout(c.SQS, cfg.PresenceQueueURL)
+		}
+		if cfg.OfflinePush && cfg.PresenceQueueURL != "" {
+			h.WakeQueue = h.PresenceQueue // wake jobs share the hints' queue
 		}
 	}
 	if c.Management != nil {

@@ -64,3 +64,20 @@ func endpointOr(endpoint string) *string {
 	}
 	return aws.String(endpoint)
 }
+
+// AWSConfig is the AWS configuration of a function from the environment
+// Lambda sets (for a function's own extra clients: the wake function's
+// SNS), and Endpoint the endpoint override of service (e.g. "SNS":
+// AWS_ENDPOINT_URL_SNS, then AWS_ENDPOINT_URL; nil for the service's own).
+func AWSConfig(getenv func(string) string) (aws.Config, error) {
+	c, err := loadLambdaAWS(getenv)
+	return c.Config, err
+}
+
+// Endpoint is the endpoint override of service from the environment.
+func Endpoint(getenv func(string) string, service string) *string {
+	if v := strings.TrimSpace(getenv("AWS_ENDPOINT_URL_" + service)); v != "" {
+		return aws.String(v)
+	}
+	return endpointOr(strings.TrimSpace(getenv("AWS_ENDPOINT_URL")))
+}

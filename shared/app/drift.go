@@ -21,6 +21,7 @@ var Routes = map[string]string{
 	"presence":       "PresenceFunction",
 	"presence.query": "PresenceFunction",
 	"summary":        "SummaryFunction",
+	"register":       "PresenceFunction",
 }
 
 // OneWay are the routes that answer through @connections, not a route
@@ -53,5 +54,6 @@ var HTTPRoutes = map[string]string{
 // Queue triggers: function logical id → queue logical id it consumes.
 var Triggers = map[string][]string{
 	"RedeliverFunction": {"RedeliveryQueue"},
-	"FanoutFunction":    {"FanoutQueue", "PresenceQueue"},
+	"FanoutFunction":    {"FanoutQueue"},
+	"HintsFunction":     {"PresenceQueue"},
 }

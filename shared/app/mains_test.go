@@ -47,7 +47,7 @@ func TestEveryMainRunsItsFunctionsMethod(t *testing.T) {
 			// The queue consumers: Functions runs app.Redeliver(d) and
 			// app.Fanout(d), each a queue.Consumer's Lambda method, told
 			// apart by their code (instances of one generic method).
-			c, ok := map[string]func(*handler.Deps) any{"Redeliver": Redeliver, "Fanout": Fanout}[consumer]
+			c, ok := map[string]func(*handler.Deps) any{"Redeliver": Redeliver, "Fanout": Fanout, "Hints": Hints}[consumer]
 			if !ok {
 				t.Errorf("%s: app.%s is not a consumer", m, consumer)
 			} else if reflect.ValueOf(c(&handler.Deps{})).Pointer() != reflect.ValueOf(runs).Pointer() {

@@ -51,6 +51,15 @@ func Fanout(d *handler.Deps) any {
 		Reserve: handler.FanoutReserve, Log: w.Logger}.Lambda
 }
 
+// Hints is the presence queue's consumer: queue.Consumer decoding jobs
+// for handler.RunHint — presence pushes and wake-ups (the function's main
+// adds the SNS Waker: package wakeapp, so that no other function links
+// the SNS client).
+func Hints(d *handler.Deps) any {
+	w := d.Hints()
+	return queue.Consumer[im.FanoutJob]{Name: "hint job", Decode: queue.DecodeJob, Handle: w.RunHint, Log: w.Logger}.Lambda
+}
+
 // Functions maps each function logical id of template.yaml to the handler
 // method it runs: the local stack's table (each Lambda main names its own
 // method, the same as here: TestEveryMainRunsItsFunctionsMethod).
@@ -74,5 +83,6 @@ func Functions(d *handler.Deps) map[string]any {
 		"PresenceFunction":   d.Presence().Presence,
 		"SummaryFunction":    summary.Summary,
 		"FanoutFunction":     Fanout(d),
+		"HintsFunction":      Hints(d),
 	}
 }

@@ -219,3 +219,14 @@ func (c *Client) Answer(ctx context.Context, messageID, option string) (AnswerRe
 	err := c.request(ctx, &wire.Answer{Action: wire.ActionAnswer, MessageID: messageID, Option: option}, &a)
 	return a, err
 }
+
+// Register registers this device for wake-ups while it has no connection
+// (issue 16): platform is "apns", "apns_sandbox" or "fcm" and token the
+// device's token there, which the server hands to Amazon SNS. A wake-up
+// carries ids only; the app connects and syncs. An empty token removes the
+// registration (sign-out). A deployment without that platform answers a
+// *ServerError bad_request.
+func (c *Client) Register(ctx context.Context, platform, token string) error {
+	var r wire.Registered
+	return c.request(ctx, &wire.Register{Action: wire.ActionRegister, Platform: platform, Token: &token}, &r)
+}

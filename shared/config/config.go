@@ -65,6 +65,13 @@ type Config struct {
 	CompressBodies bool
 	// SendMode is how a 1:1 message is stored (dynamo.Store.SendMode).
 	SendMode string
+	// OfflinePush turns wake jobs on (on the presence queue; off: no
+	// function enqueues one). PushApps are the SNS platform
+	// application ARNs by platform (apns, apns_sandbox, fcm; "" none);
+	// WakeWindow the shortest time between two wake-ups of a device.
+	OfflinePush bool
+	PushApps    map[string]string
+	WakeWindow  time.Duration
 	// CallbackBackoff is the wait before each retry of a status callback
 	// that failed (its length + 1 tries, then the event is dead).
 	CallbackBackoff []time.Duration
@@ -119,6 +126,11 @@ const (
 	EnvBodyCompression  = "SIGNET_BODY_COMPRESSION"
 	EnvSendMode         = "SIGNET_SEND_MODE"
 	EnvCallbackBackoff  = "SIGNET_CALLBACK_BACKOFF"
+	EnvOfflinePush      = "SIGNET_OFFLINE_PUSH"
+	EnvPushAPNS         = "SIGNET_PUSH_APNS_APP_ARN"
+	EnvPushAPNSSandbox  = "SIGNET_PUSH_APNS_SANDBOX_APP_ARN"
+	EnvPushFCM          = "SIGNET_PUSH_FCM_APP_ARN"
+	EnvWakeWindow       = "SIGNET_WAKE_WINDOW"
 	EnvWebhookPrivate   = "SIGNET_WEBHOOK_ALLOW_PRIVATE"
 )
 
@@ -145,7 +157,7 @@ var Vars = []Var{
 	{EnvInboxRetention, "720h", "how long inbox entries are kept (30 days)"},
 	{EnvSyncInterval, "2s", "one new sync per user per interval"},
 	{EnvFanoutQueue, "", "SQS queue URL of fan-out jobs (group messages, group alerts)"},
-	{EnvPresenceQueue, "", "SQS queue URL of debounced presence pushes"},
+	{EnvPresenceQueue, "", "SQS queue URL of debounced presence pushes and wake jobs (the hints function's)"},
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
 	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
@@ -157,6 +169,11 @@ var Vars = []Var{
 	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},
 	{EnvCallbackBackoff, "10s,1m,5m,15m,1h,2h,4h,8h", "waits before each retry of a status callback the app's webhook did not take (2xx); after the last the event is dead until the app replays it"},
 	{EnvWebhookPrivate, "off", "on: webhook URLs may be http:// and reach loopback and private addresses (signet local); off: https only, public addresses only"},
+	{EnvOfflinePush, "off", "on: a message to a user with no connection (or one redelivery gave up on) wakes their registered devices through SNS mobile push; off: no wake jobs"},
+	{EnvPushAPNS, "", "SNS platform application ARN for APNs (production); empty: devices cannot register apns"},
+	{EnvPushAPNSSandbox, "", "SNS platform application ARN for the APNs sandbox; empty: devices cannot register apns_sandbox"},
+	{EnvPushFCM, "", "SNS platform application ARN for Firebase Cloud Messaging; empty: devices cannot register fcm"},
+	{EnvWakeWindow, "1m", "at most one wake-up per device per window, however many messages arrive"},
 	{EnvLogLevel, "info", "lowest level logged: debug (adds a line per push, redelivery check and ack), info (a line per stored message, every failure), warn or error"},
 }
 
@@ -268,6 +285,16 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 		c.CallbackBackoff = append(c.CallbackBackoff, d)
 	}
+	switch v := get(EnvOfflinePush); v {
+	case "on", "off":
+		c.OfflinePush = v == "on"
+	default:
+		return Config{}, fmt.Errorf("%s: %q is not on or off", EnvOfflinePush, v)
+	}
+	c.PushApps = map[string]string{im.PlatformAPNS: get(EnvPushAPNS), im.PlatformAPNSSandbox: get(EnvPushAPNSSandbox), im.PlatformFCM: get(EnvPushFCM)}
+	if c.WakeWindow, err = duration(EnvWakeWindow, get(EnvWakeWindow)); err != nil {
+		return Config{}, err
+	}
 	switch v := get(EnvWebhookPrivate); v {
 	case "on", "off":
 		c.WebhookAllowPrivate = v == "on"
@@ -363,6 +390,7 @@ var Needs = map[string][]string{
 		EnvPushTimeout, EnvBackoff, EnvInboxRetention},
 	"RedeliverFunction": {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvRedeliveryQueue,
 		EnvWebSocketAPI, EnvPushTimeout, EnvBackoff},
+	"HintsFunction": {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvPresenceQueue, EnvWebSocketAPI, EnvPresenceStale},
 }
 
 // ForFunction reads the configuration of the template function logicalID

@@ -11,6 +11,7 @@ package devstack
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -30,12 +31,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/signet-im/signet"
 	"github.com/signet-im/signet/shared/app"
+	"github.com/signet-im/signet/shared/app/wakeapp"
 	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/eventsource"
@@ -44,6 +47,7 @@ import (
 	"github.com/signet-im/signet/shared/iam"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/journal"
+	"github.com/signet-im/signet/shared/memsns"
 	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/provision"
 	"github.com/signet-im/signet/shared/template"
@@ -61,8 +65,12 @@ type Options struct {
 	// Addr is where the WebSocket API and @connections listen (default
 	// 127.0.0.1:0; `signet local` uses 127.0.0.1:3001).
 	Addr string
-	// DynamoDBEndpoint and SQSEndpoint replace the in-process emulators.
-	DynamoDBEndpoint, SQSEndpoint string
+	// DynamoDBEndpoint and SQSEndpoint replace the in-process emulators;
+	// SNSEndpoint replaces the in-process memsns (e.g. LocalStack's SNS).
+	DynamoDBEndpoint, SQSEndpoint, SNSEndpoint string
+	// OnWake, when set, is told each wake-up the in-process SNS was asked
+	// to send (signet local prints them: what APNs or FCM would get).
+	OnWake func(memsns.Message)
 	// Emulator picks the in-process DynamoDB when no endpoint is given:
 	// "minidyn" (the default) or "memdyn" (see StartDynamoDB); empty reads
 	// EnvEmulator.
@@ -152,8 +160,11 @@ type Stack struct {
 	ManagementURL string
 	// HTTPURL is the HTTP alerts API (http://host:port).
 	HTTPURL string
-	// DynamoDBEndpoint and SQSEndpoint are the endpoints in use.
-	DynamoDBEndpoint, SQSEndpoint string
+	// DynamoDBEndpoint, SQSEndpoint and SNSEndpoint are the endpoints in use.
+	DynamoDBEndpoint, SQSEndpoint, SNSEndpoint string
+	// PushApps are the SNS platform applications the stack made (by
+	// platform: apns, apns_sandbox, fcm), which devices' tokens go under.
+	PushApps map[string]string
 	// DynamoDBEmulator and SQSEmulator name the in-process emulators
 	// started ("" for an endpoint given).
 	DynamoDBEmulator, SQSEmulator string
@@ -226,6 +237,17 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 
 	if st.Resources, err = provision.Apply(ctx, tmpl, st.DynamoDB, st.SQS, o.Prefix, o.Progress); err != nil {
 		return nil, err
+	}
+	// SNS platform applications stand for the deployment's APNs and FCM
+	// credentials (an operator makes them before deploying): their ARNs
+	// are the template's parameters.
+	if st.PushApps, err = platformApps(ctx, wakeapp.SNSClient(adminCfg, aws.String(st.SNSEndpoint)), o.Prefix); err != nil {
+		return nil, err
+	}
+	for p, name := range map[string]string{im.PlatformAPNS: "ApnsPlatformApplicationArn", im.PlatformAPNSSandbox: "ApnsSandboxPlatformApplicationArn", im.PlatformFCM: "FcmPlatformApplicationArn"} {
+		if o.Parameters[name] == "" {
+			params[name] = st.PushApps[p]
+		}
 	}
 
 	ln, err := net.Listen("tcp", o.Addr)
@@ -363,7 +385,80 @@ func (st *Stack) startEmulators(o Options) error {
 	} else {
 		o.Progress("sqs: %s", st.SQSEndpoint)
 	}
+	if st.SNSEndpoint = o.SNSEndpoint; st.SNSEndpoint == "" {
+		sns := memsns.New(o.Region)
+		if o.OnWake != nil {
+			sns.OnPublish(o.OnWake)
+		}
+		endpoint, stop, err := serve(sns, "127.0.0.1:0", func() error { return nil })
+		if err != nil {
+			return fmt.Errorf("start sns: %w", err)
+		}
+		st.stops = append(st.stops, stop)
+		st.SNSEndpoint = endpoint
+		o.Progress("sns: memsns in-process at %s", endpoint)
+	} else {
+		o.Progress("sns: %s", st.SNSEndpoint)
+	}
 	return nil
+}
+
+// platformApps makes the stack's SNS platform applications, one per push
+// platform, with stand-in credentials (no emulator calls APNs or FCM).
+func platformApps(ctx context.Context, c *sns.Client, prefix string) (map[string]string, error) {
+	out := map[string]string{}
+	for p, platform := range map[string]string{im.PlatformAPNS: "APNS", im.PlatformAPNSSandbox: "APNS_SANDBOX", im.PlatformFCM: "GCM"} {
+		// Both attributes for every platform: LocalStack's SNS wants a
+		// principal with a credential even for FCM (AWS does not).
+		attrs := map[string]string{"PlatformCredential": "local-stand-in", "PlatformPrincipal": "local-stand-in"}
+		app, err := c.CreatePlatformApplication(ctx, &sns.CreatePlatformApplicationInput{Name: aws.String(prefix + "-" + p), Platform: aws.String(platform), Attributes: attrs})
+		if err != nil {
+			return nil, fmt.Errorf("sns platform application %s: %w", p, err)
+		}
+		out[p] = aws.ToString(app.PlatformApplicationArn)
+	}
+	return out, nil
+}
+
+// WakeMessages returns what the stack's SNS sent to each of the stack's
+// endpoints — each message's content for the endpoint's platform: the
+// in-process memsns's or LocalStack's record of it (both serve it at
+// memsns.MessagesPath, one SNS perhaps shared by several stacks).
+func (st *Stack) WakeMessages(ctx context.Context) (map[string][]memsns.Message, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, st.SNSEndpoint+memsns.MessagesPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sns messages: %w", err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Messages map[string][]memsns.Message `json:"platform_endpoint_messages"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("sns messages: %w", err)
+	}
+	mine := map[string][]memsns.Message{}
+	for arn, ms := range out.Messages {
+		ours := false
+		for _, app := range st.PushApps {
+			// arn:…:app/APNS/<name> makes arn:…:endpoint/APNS/<name>/<id>.
+			ours = ours || strings.HasPrefix(arn, strings.Replace(app, ":app/", ":endpoint/", 1)+"/")
+		}
+		if !ours {
+			continue
+		}
+		for _, m := range ms {
+			var content string
+			if m.MessageStructure == "json" && json.Unmarshal([]byte(m.Message), &content) == nil {
+				m.Message = content
+			}
+			mine[arn] = append(mine[arn], m)
+		}
+	}
+	return mine, nil
 }
 
 // awsConfig is the SDK configuration of the stack's clients; a non-nil
@@ -441,6 +536,11 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 		if fn.handler.Validator, err = openapi.Alerts(); err != nil {
 			return nil, err
 		}
+	}
+	if id == "HintsFunction" {
+		// What the function's main adds (wakeapp.Configure): its SNS client,
+		// under its role like the others.
+		fn.handler.Waker = wakeapp.Waker(awsCfg, aws.String(st.SNSEndpoint), cfg.PushApps)
 	}
 	if o.Configure != nil {
 		o.Configure(id, fn.handler)

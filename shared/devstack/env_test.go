@@ -8,3 +8,7 @@ import "os"
 func testEndpoints() (dynamoDB, sqsURL string) {
 	return os.Getenv("SIGNET_TEST_DYNAMODB_ENDPOINT"), os.Getenv("SIGNET_TEST_SQS_ENDPOINT")
 }
+
+// testSNSEndpoint is an SNS to run the wake-up tests against instead of
+// the in-process memsns (LocalStack's: make test-localstack).
+func testSNSEndpoint() string { return os.Getenv("SIGNET_TEST_SNS_ENDPOINT") }

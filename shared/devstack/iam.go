@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
@@ -82,6 +83,10 @@ func (e *enforcer) requests(req *http.Request, body []byte) ([]iam.Request, stri
 	case strings.HasPrefix(target, "AmazonSQS."):
 		rs, err := e.sqsRequests(strings.TrimPrefix(target, "AmazonSQS."), body)
 		return rs, "sqs", err
+	}
+	if form, err := url.ParseQuery(string(body)); err == nil && form.Get("Version") == "2010-03-31" && form.Get("Action") != "" {
+		rs, err := snsRequests(form)
+		return rs, "sns", err
 	}
 	if stage, id, ok := connectionPath(req.URL.Path); ok {
 		return []iam.Request{{Action: "execute-api:ManageConnections", Resource: e.arn.connection(stage, req.Method, id)}}, "execute-api", nil
@@ -167,6 +172,27 @@ func (e *enforcer) sqsRequests(op string, body []byte) ([]iam.Request, error) {
 	return []iam.Request{{Action: "sqs:" + action, Resource: e.arn.queue(name)}}, nil
 }
 
+// snsRequests lists what an SNS Query API request needs: its action on
+// the resource it names (platform application, endpoint).
+func snsRequests(form url.Values) ([]iam.Request, error) {
+	action := form.Get("Action")
+	var arn string
+	switch action {
+	case "CreatePlatformEndpoint":
+		arn = form.Get("PlatformApplicationArn")
+	case "Publish":
+		arn = form.Get("TargetArn") + form.Get("TopicArn")
+	case "GetEndpointAttributes", "SetEndpointAttributes", "DeleteEndpoint":
+		arn = form.Get("EndpointArn")
+	default:
+		return nil, fmt.Errorf("sns %s: an action the local stack does not authorize", action)
+	}
+	if arn == "" {
+		return nil, fmt.Errorf("sns %s: no resource ARN", action)
+	}
+	return []iam.Request{{Action: "sns:" + action, Resource: arn}}, nil
+}
+
 // deny answers as the service does when IAM refuses a request.
 func (e *enforcer) deny(req *http.Request, service string, r iam.Request, why string) *http.Response {
 	msg := (&iam.DeniedError{Principal: e.principal, Request: r}).Error()
@@ -185,6 +211,11 @@ func (e *enforcer) deny(req *http.Request, service string, r iam.Request, why st
 		h.Set("Content-Type", "application/x-amz-json-1.0")
 		h.Set("X-Amzn-Query-Error", "AccessDenied;Sender")
 		b, _ = json.Marshal(map[string]string{"__type": "com.amazon.coral.service#AccessDeniedException", "message": msg})
+	case "sns":
+		status = http.StatusForbidden
+		h.Set("Content-Type", "text/xml")
+		b = []byte(`<ErrorResponse xmlns="http://sns.amazonaws.com/doc/2010-03-31/"><Error><Type>Sender</Type><Code>AuthorizationError</Code><Message>` +
+			html.EscapeString(msg) + `</Message></Error><RequestId>` + newRequestID() + `</RequestId></ErrorResponse>`)
 	default:
 		status = http.StatusForbidden
 		h.Set("Content-Type", "application/json")

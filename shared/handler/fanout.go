@@ -35,6 +35,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 	var err error
 	switch job.Kind {
 	case im.FanoutPresence:
+		// Presence pushes run on the presence queue's own function
+		// (Hints); one still found here (queued before an upgrade) runs.
 		err = h.presence.pushPresence(ctx, job.User)
 	case im.FanoutAlert:
 		err = h.alerts.fanoutAlert(ctx, job)

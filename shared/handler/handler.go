@@ -133,6 +133,16 @@ type Deps struct {
 	PushDeadline time.Duration
 	// SyncInterval admits one new sync per user per interval (default 2s).
 	SyncInterval time.Duration
+	// WakeQueue carries wake jobs of offline devices (nil: no offline
+	// push). Waker hands the wake-ups to SNS mobile push and Wakes keeps
+	// the devices' registrations for the platforms in PushPlatforms;
+	// WakeWindow is the shortest time between two wake-ups of a device
+	// (default im.DefaultWakeWindow).
+	WakeQueue     FanoutQueue
+	Waker         Waker
+	Wakes         WakeStore
+	PushPlatforms []string
+	WakeWindow    time.Duration
 	// CallbackBackoff is the wait before each retry of a failed status
 	// callback (default im.DefaultCallbackBackoff); WebhookPrivate lets
 	// webhooks be http:// and reach private addresses (local stack only).

@@ -143,6 +143,7 @@ func (h *delivery) deliverPush(ctx context.Context, tr *trail, cs *checks, user 
 	frame, _ := json.Marshal(push)
 	if len(conns) == 0 && !carried {
 		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
+		h.wake(ctx, user, e, "")
 	}
 	var wg sync.WaitGroup
 	for _, conn := range conns {
@@ -178,6 +179,7 @@ func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, co
 			log.InfoContext(ctx, "push_failed: 410 gone, connection record removed; message waits for pull")
 			event(im.EventPushFailed, "410 gone: connection record removed", 0)
 			event(im.EventAwaitingPull, "", 0)
+			h.wake(ctx, conn.User, e, conn.Device)
 			return
 		}
 		// Too young to be stale: retry like any failed push.
@@ -194,6 +196,7 @@ func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, co
 		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
 		event(im.EventAwaitingPull, fmt.Sprintf("not acked after %d pushes", attempt+1), 0)
 		h.notify(ctx, conn)
+		h.wake(ctx, conn.User, e, conn.Device) // a half-open connection: the device may sleep
 		return
 	}
 	cs.add(im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}, ev)

@@ -27,6 +27,9 @@ type PresenceStore interface {
 // {"action":"presence.query","users":[…]} (what others may see of those
 // users: invisible users and users without a live connection show offline).
 func (h *PresenceRoutes) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
+	if req.RequestContext.RouteKey == wire.ActionRegister {
+		return h.Register(ctx, req) // the same function serves the route
+	}
 	c, err := h.frameCaller(ctx, req)
 	route := req.RequestContext.RouteKey
 	if route == "" {

@@ -65,7 +65,9 @@ func (h *Redeliverer) redeliverOne(ctx context.Context, tr *trail, cs *checks, c
 	if err != nil {
 		return err
 	}
-	frame, _ := json.Marshal(wire.NewPush(e))
+	push := wire.NewPush(e)
+	push.Urgent = urgentEntry(e) // a re-push of an urgent alert is urgent too
+	frame, _ := json.Marshal(push)
 	conn := im.Connection{User: check.User, Device: check.Device, ID: check.Connection}
 	h.pushAndCollect(ctx, tr, cs, conn, e, frame, check.Attempt+1)
 	return nil

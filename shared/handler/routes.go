@@ -35,6 +35,9 @@ type delivery struct {
 	Connections Connections
 	Scheduler   Scheduler
 	Redelivery  im.Redelivery
+	// WakeQueue carries wake jobs for devices that are offline (the
+	// presence queue; nil: no offline push).
+	WakeQueue FanoutQueue
 }
 
 // Sessions serves $connect, $disconnect, ping and $default.
@@ -78,9 +81,14 @@ type HistoryRoutes struct {
 	Histories Histories
 }
 
-// PresenceRoutes serves presence and pushes presence changes.
+// PresenceRoutes serves presence and register, and pushes presence
+// changes.
 type PresenceRoutes struct {
 	*delivery
+	// Wakes stores devices' wake-up registrations for the platforms in
+	// PushPlatforms (nil or none: register is refused).
+	Wakes                           WakeStore
+	PushPlatforms                   []string
 	Presences                       PresenceStore
 	PresenceQueue                   FanoutQueue
 	PresenceStale, PresenceDebounce time.Duration
@@ -127,6 +135,21 @@ type FanoutWorker struct {
 	presence    *PresenceRoutes
 }
 
+// Hints runs the presence queue's jobs: presence pushes to peers and SNS
+// wake-ups of offline devices.
+type Hints struct {
+	*core
+	Waker      Waker
+	Wakes      WakeStore
+	WakeWindow time.Duration
+	presence   *PresenceRoutes
+}
+
+// Hints is the presence queue's use case.
+func (d *Deps) Hints() *Hints {
+	return &Hints{core: d.core(), Waker: d.Waker, Wakes: d.Wakes, WakeWindow: d.WakeWindow, presence: d.Presence()}
+}
+
 // Redeliverer runs the redelivery queue's checks.
 type Redeliverer struct {
 	*delivery
@@ -166,7 +189,8 @@ func (noDisconnect) Disconnect(context.Context, im.ConnectionID) error { return 
 
 // delivery is the part of d the use cases that append or push have.
 func (d *Deps) delivery() *delivery {
-	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery}
+	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery,
+		WakeQueue: d.WakeQueue}
 }
 
 // Sessions is the connection routes' use case.
@@ -201,7 +225,7 @@ func (d *Deps) HistoryRoutes() *HistoryRoutes {
 // Presence is the presence route's use case.
 func (d *Deps) Presence() *PresenceRoutes {
 	return &PresenceRoutes{delivery: d.delivery(), Presences: d.Presences, PresenceQueue: d.PresenceQueue,
-		PresenceStale: d.PresenceStale, PresenceDebounce: d.PresenceDebounce}
+		PresenceStale: d.PresenceStale, PresenceDebounce: d.PresenceDebounce, Wakes: d.Wakes, PushPlatforms: d.PushPlatforms}
 }
 
 // SummaryRoutes is the summary and receipts routes' use case.

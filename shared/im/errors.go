@@ -35,6 +35,9 @@ var (
 	ErrAppExists = errors.New("app exists")
 	// ErrGone: the connection no longer exists.
 	ErrGone = errors.New("connection gone")
+	// ErrEndpointDisabled: a device's push endpoint is disabled (APNs or
+	// FCM refused its token); it must register again.
+	ErrEndpointDisabled = errors.New("push endpoint disabled")
 )
 
 // Group errors.

@@ -17,6 +17,10 @@ const (
 	// FanoutCallback brings alert Alert's status callbacks up to date:
 	// records the state changes not yet recorded and delivers those due.
 	FanoutCallback FanoutKind = "c"
+	// FanoutWake wakes User's devices registered for wake-ups (only Device
+	// when set) about inbox entry UpTo (message Alert of Conversation), on
+	// the wake queue.
+	FanoutWake FanoutKind = "w"
 )
 
 // FanoutJob is one message on the fan-out queue.
@@ -35,6 +39,10 @@ type FanoutJob struct {
 	Alert MessageID
 	// Tick is the escalation tick of a FanoutEscalate job.
 	Tick int
+	// Device and Urgent: the one device a FanoutWake job wakes ("" all of
+	// the user's), and whether the entry is an urgent alert.
+	Device DeviceID
+	Urgent bool
 }
 
 // DefaultFanoutBatch is how many members one fan-out invocation fills.

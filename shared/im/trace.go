@@ -19,6 +19,9 @@ const (
 	EventAnswered            EventType = "answered"             // a recipient answered an alert (User, Device; Detail: the option)
 	EventEscalated           EventType = "escalated"            // an unanswered alert was re-notified or reached a new step's user (User; Detail: tick and what)
 	EventEscalationEnded     EventType = "escalation_ended"     // escalation stopped: answered, or its last step done (Detail)
+	EventWoken               EventType = "woken"                // an offline device was sent an SNS wake-up (Device; Detail: platform, urgent) — not delivery
+	EventWakeHeld            EventType = "wake_held"            // no wake-up: the user is in do-not-disturb and the message is not urgent
+	EventWakeFailed          EventType = "wake_failed"          // the SNS publish failed (Device; Detail: the error)
 )
 
 // Event is one entry of a message's append-only trace.

@@ -27,7 +27,7 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
 // c conversation, s convSeq up to, m members of a batch, u presence user,
-// a alert message id, t escalation tick.
+// a alert message id, t escalation tick, d device, g urgent.
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
@@ -36,11 +36,14 @@ type fanoutBody struct {
 	User    string   `json:"u,omitempty"`
 	Alert   string   `json:"a,omitempty"`
 	Tick    int      `json:"t,omitempty"`
+	Device  string   `json:"d,omitempty"`
+	Urgent  bool     `json:"g,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
-	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick}
+	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick,
+		Device: string(j.Device), Urgent: j.Urgent}
 	for _, m := range j.Members {
 		b.Members = append(b.Members, string(m))
 	}
@@ -54,7 +57,8 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	if err := json.Unmarshal([]byte(s), &b); err != nil {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
-	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick}
+	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick,
+		Device: im.DeviceID(b.Device), Urgent: b.Urgent}
 	for _, m := range b.Members {
 		j.Members = append(j.Members, im.UserID(m))
 	}
@@ -78,6 +82,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	case im.FanoutCallback:
 		if j.Alert == "" {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert", s)
+		}
+	case im.FanoutWake:
+		if !j.User.Valid() || j.Alert == "" || j.UpTo < 1 {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user, message or seq", s)
 		}
 	default:
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)

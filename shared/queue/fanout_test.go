@@ -17,6 +17,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutAlert, Alert: "m01", Members: []im.UserID{"ann", "ben"}},
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 3},
 		{Kind: im.FanoutCallback, Alert: "m01"},
+		{Kind: im.FanoutWake, User: "ann", Device: "phone", Alert: "m01", Conversation: "a:ops", UpTo: 4, Urgent: true},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
@@ -37,6 +38,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		"escalate no tick": `{"k":"e","a":"m01"}`,
 		"escalate no id":   `{"k":"e","t":1}`,
 		"callback no id":   `{"k":"c"}`,
+		"wake no seq":      `{"k":"w","u":"ann","a":"m01"}`,
 	} {
 		if _, err := DecodeJob(body); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -117,11 +117,12 @@ func RateLimited(msg string, ms int64) *Problem {
 }
 
 // domainCodes is the one table mapping domain errors to wire codes — and
-// through the codes to HTTP statuses (HTTPStatus), for both APIs. Two
-// domain errors are not in it, on purpose: im.ErrNotFound and im.ErrGone
-// are conditions the handlers act on where they arise (a missing item, a
-// closed connection); one that escapes is a server fault (internal, which
-// clients retry), never a "not found" a client would take as final.
+// through the codes to HTTP statuses (HTTPStatus), for both APIs. Three
+// domain errors are not in it, on purpose: im.ErrNotFound, im.ErrGone and
+// im.ErrEndpointDisabled are conditions the handlers act on where they
+// arise (a missing item, a closed connection, a device token APNs or FCM
+// refused); one that escapes is a server fault (internal, which clients
+// retry), never a "not found" a client would take as final.
 var domainCodes = []struct {
 	err  error
 	code Code

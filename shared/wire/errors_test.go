@@ -51,8 +51,9 @@ func TestEveryDomainErrorHasACodeAndAStatus(t *testing.T) {
 		"ErrNotFound": im.ErrNotFound, "ErrIdempotencyConflict": im.ErrIdempotencyConflict, "ErrAppExists": im.ErrAppExists,
 		"ErrGone": im.ErrGone, "ErrForbidden": im.ErrForbidden, "ErrGroupFull": im.ErrGroupFull, "ErrLastOwner": im.ErrLastOwner,
 		"ErrNoSuchGroup": im.ErrNoSuchGroup, "ErrGroupExists": im.ErrGroupExists, "ErrAlreadyAnswered": im.ErrAlreadyAnswered,
+		"ErrEndpointDisabled": im.ErrEndpointDisabled,
 	}
-	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true} // see domainCodes
+	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true, "ErrEndpointDisabled": true} // see domainCodes
 	for _, name := range declared(t, "../im/errors.go", "Err") {
 		err, ok := all[name]
 		if !ok {

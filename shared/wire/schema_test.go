@@ -103,6 +103,8 @@ func schemaFrames() map[string]any {
 		"ErrorFrame":          errFrame,
 		"AnswerFrame":         Answer{Action: ActionAnswer, Query: Query{Ref: "q1"}, MessageID: string(m.ID), Option: "approve"},
 		"AnswerResultFrame":   AnswerResult{Type: TypeAnswer, Ref: "q1", MessageID: string(m.ID), UserID: "bob", Option: "approve", AnsweredAt: Timestamp(m.SentAt)},
+		"RegisterFrame":       Register{Action: ActionRegister, Query: Query{Ref: "q1"}, Platform: "apns", Token: new("740f4707bebcf74f9b7c25d48e3358945f6aa01da5ddb387462c7eaf61bb78ad")},
+		"RegisteredFrame":     Registered{Type: TypeRegistered, Ref: "q1", DeviceID: "phone", Platform: "apns", Registered: true},
 	}
 }
 
@@ -166,7 +168,7 @@ func decodeFor(body string) (any, error) {
 }
 
 func isClientFrame(def string) bool {
-	return slices.Contains([]string{"SendFrame", "AckFrame", "SyncFrame", "ReadFrame", "HistoryFrame", "GroupFrame", "ReceiptsFrame", "PresenceFrame", "PresenceQueryFrame", "SummaryFrame", "PingFrame", "KeepaliveFrame", "AnswerFrame"}, def)
+	return slices.Contains([]string{"SendFrame", "AckFrame", "SyncFrame", "ReadFrame", "HistoryFrame", "GroupFrame", "ReceiptsFrame", "PresenceFrame", "PresenceQueryFrame", "SummaryFrame", "PingFrame", "KeepaliveFrame", "AnswerFrame", "RegisterFrame"}, def)
 }
 
 // jsonFields lists the JSON names of a struct's fields, embedded ones included.

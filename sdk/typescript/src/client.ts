@@ -1,7 +1,7 @@
 import type {
   Body, ClientFrame, ConversationSummary, Entry, ErrorCode, ErrorFrame, GroupFrame, GroupInfoFrame, HistoryPageFrame,
   MembershipFrame, ReceiptFrame, ReceiptsAnswerFrame, SendFrame, SentFrame, ServerFrame, SyncPageFrame, SummaryPageFrame,
-  PresenceAnswerFrame, Role, AnswerResultFrame,
+  PresenceAnswerFrame, Role, AnswerResultFrame, RegisteredFrame,
 } from "./frames.js";
 import type { DeviceStore, OutboxItem } from "./store.js";
 
@@ -337,6 +337,17 @@ export class SignetClient {
    */
   answer(messageId: string, option: string): Promise<AnswerResultFrame> {
     return this.request<AnswerResultFrame>({ action: "answer", messageId, option });
+  }
+
+  /**
+   * Registers this device for wake-ups while it has no connection: its
+   * APNs ("apns", "apns_sandbox") or FCM ("fcm") token, which the server
+   * hands to Amazon SNS. A wake-up carries ids only: the app connects and
+   * syncs. An empty token removes the registration (sign-out); a platform
+   * the deployment lacks rejects with a ServerError bad_request.
+   */
+  register(platform: "apns" | "apns_sandbox" | "fcm", token: string): Promise<RegisteredFrame> {
+    return this.request<RegisteredFrame>({ action: "register", platform, token });
   }
 
   /** Who has message convSeq of a conversation delivered and read. */

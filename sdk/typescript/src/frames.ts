@@ -5,10 +5,10 @@
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue };
 
 /** A frame a client sends; API Gateway routes it by action. */
-export type ClientFrame = SendFrame | AckFrame | SyncFrame | ReadFrame | HistoryFrame | GroupFrame | ReceiptsFrame | PresenceFrame | PresenceQueryFrame | SummaryFrame | PingFrame | KeepaliveFrame | AnswerFrame;
+export type ClientFrame = SendFrame | AckFrame | SyncFrame | ReadFrame | HistoryFrame | GroupFrame | ReceiptsFrame | PresenceFrame | PresenceQueryFrame | SummaryFrame | PingFrame | KeepaliveFrame | AnswerFrame | RegisterFrame;
 
 /** A frame the server sends: an answer (with the request's clientMsgId or ref) or a push. */
-export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | AnswerResultFrame | GatewayErrorFrame;
+export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | AnswerResultFrame | GatewayErrorFrame | RegisteredFrame;
 
 export type UserId = string;
 
@@ -152,6 +152,14 @@ export interface AnswerFrame {
 }
 
 export type AckOption = string;
+
+/** Register the calling device for SNS wake-ups while it has no connection (an empty token removes it). */
+export interface RegisterFrame {
+  action: "register";
+  ref?: Ref;
+  platform: "apns" | "apns_sandbox" | "fcm";
+  token: string;
+}
 
 export interface PingFrame {
   action: "ping";
@@ -298,6 +306,15 @@ export interface AnswerResultFrame {
   answeredAt: Timestamp;
 }
 
+/** The device's wake-up registration as it now stands. */
+export interface RegisteredFrame {
+  type: "registered";
+  ref?: Ref;
+  deviceId: string;
+  platform: "apns" | "apns_sandbox" | "fcm";
+  registered: boolean;
+}
+
 /** API Gateway's own answer when an invocation failed before it could answer: retry what was in flight. */
 export interface GatewayErrorFrame {
   message: string;
@@ -306,7 +323,7 @@ export interface GatewayErrorFrame {
 }
 
 /** The actions a client frame may name. */
-export const clientActions = ["send","ack","sync","read","history","group","receipts","presence","presence.query","summary","ping","keepalive","answer"] as const;
+export const clientActions = ["send","ack","sync","read","history","group","receipts","presence","presence.query","summary","ping","keepalive","answer","register"] as const;
 
 /** The types of the frames the server sends. */
-export const serverTypes = ["sent","message","sync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error","answer"] as const;
+export const serverTypes = ["sent","message","sync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error","answer","registered"] as const;

@@ -328,6 +328,14 @@ test("an alert that asks for an answer: answer() once, forward-only; the user's 
   await Promise.all([phone.close(), laptop.close()]);
 });
 
+test("register() records the device's token for SNS wake-ups; an empty token removes it", async () => {
+  const phone = await dial("bob-register", new MemoryStore(), { device: "phone" });
+  const r = await phone.register("fcm", "fcm-token-bob");
+  assert.deepEqual({ deviceId: r.deviceId, platform: r.platform, registered: r.registered }, { deviceId: "phone", platform: "fcm", registered: true });
+  assert.equal((await phone.register("fcm", "")).registered, false);
+  await phone.close();
+});
+
 test("an escalation's re-notification of an alert the device has calls onRenotify, and messages() emits it once", async () => {
   const admin = { Authorization: "Bearer local-admin-key" };
   const app = await (await fetch(`${stack.httpUrl}/v1/apps`, { method: "POST", headers: admin, body: JSON.stringify({ name: "pager", allowUsers: ["bob-renotify", "carol-renotify"] }) })).json();

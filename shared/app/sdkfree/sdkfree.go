@@ -31,12 +31,18 @@ func Deps(cfg config.Config, log *slog.Logger) *handler.Deps {
 		Redelivery:       cfg.Redelivery,
 		SyncInterval:     cfg.SyncInterval,
 		CallbackBackoff:  cfg.CallbackBackoff,
+		WakeWindow:       cfg.WakeWindow,
 		WebhookPrivate:   cfg.WebhookAllowPrivate,
 		Log:              log,
 	}
 	if cfg.OIDCIssuer != "" {
 		d.OIDC = &auth.OIDC{Issuer: cfg.OIDCIssuer, Audience: cfg.OIDCAudience, UserClaim: cfg.OIDCUserClaim, JWKSURL: cfg.OIDCJWKSURL,
 			Policy: auth.Policy{MaxLifetime: cfg.MaxTokenLifetime}}
+	}
+	for _, p := range []string{im.PlatformAPNS, im.PlatformAPNSSandbox, im.PlatformFCM} {
+		if cfg.PushApps[p] != "" {
+			d.PushPlatforms = append(d.PushPlatforms, p)
+		}
 	}
 	if cfg.AdminKey != "" {
 		d.AdminKeyHash = im.HashSecret(cfg.AdminKey)

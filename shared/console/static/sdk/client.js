@@ -197,6 +197,16 @@ export class SignetClient {
     answer(messageId, option) {
         return this.request({ action: "answer", messageId, option });
     }
+    /**
+     * Registers this device for wake-ups while it has no connection: its
+     * APNs ("apns", "apns_sandbox") or FCM ("fcm") token, which the server
+     * hands to Amazon SNS. A wake-up carries ids only: the app connects and
+     * syncs. An empty token removes the registration (sign-out); a platform
+     * the deployment lacks rejects with a ServerError bad_request.
+     */
+    register(platform, token) {
+        return this.request({ action: "register", platform, token });
+    }
     /** Who has message convSeq of a conversation delivered and read. */
     receipts(conversationId, convSeq) {
         return this.request({ action: "receipts", conversationId, convSeq });

@@ -1,0 +1,235 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/memsns"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// startPushStack is a stack with offline push on (OfflinePush=on), its
+// SNS the in-process memsns or SIGNET_TEST_SNS_ENDPOINT's (LocalStack).
+func startPushStack(t *testing.T) *devstack.Stack {
+	t.Helper()
+	return startStack(t, devstack.Options{Parameters: map[string]string{"OfflinePush": "on"}, SNSEndpoint: testSNSEndpoint()})
+}
+
+// register registers c's device for wake-ups and checks the answer.
+func register(t *testing.T, c *wsClient, platform, token string) {
+	t.Helper()
+	var got wire.Registered
+	c.request(map[string]any{"action": "register", "platform": platform, "token": token}, &got)
+	if got.Type != "registered" || got.Platform != platform || got.Registered != (token != "") {
+		t.Fatalf("register answered %+v", got)
+	}
+}
+
+// goOffline closes c and waits until user has no connection record.
+func goOffline(t *testing.T, st *devstack.Stack, c *wsClient, user string) {
+	t.Helper()
+	c.conn.CloseNow()
+	waitFor(t, user+" offline", func() bool {
+		conns, err := st.Store.Connections(context.Background(), im.UserID(user))
+		return err == nil && len(conns) == 0
+	})
+}
+
+// wakes returns every wake-up the stack's SNS was asked to send.
+func wakes(t *testing.T, st *devstack.Stack) []memsns.Message {
+	t.Helper()
+	all, err := st.WakeMessages(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []memsns.Message
+	for _, ms := range all {
+		out = append(out, ms...)
+	}
+	return out
+}
+
+// hintsDrained waits until the presence queue (presence pushes and wake
+// jobs) has nothing visible, delayed or in flight: every wake job ran.
+func hintsDrained(t *testing.T, st *devstack.Stack) {
+	t.Helper()
+	url := st.Resources.Queues["PresenceQueue"]
+	waitFor(t, "the hints queue to drain", func() bool {
+		out, err := st.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
+			AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+				sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range out.Attributes {
+			if n, _ := strconv.Atoi(v); n > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// wakeIDs decodes what a wake-up carries: APNs' {"aps","signet"} or FCM
+// v1's {"fcmV1Message":{"message":{"data","android"}}} — ids only.
+func wakeIDs(t *testing.T, m memsns.Message) (messageID string, urgent bool, content map[string]any) {
+	t.Helper()
+	if err := json.Unmarshal([]byte(m.Message), &content); err != nil {
+		t.Fatalf("wake-up %q: %v", m.Message, err)
+	}
+	if sig, ok := content["signet"].(map[string]any); ok {
+		id, _ := sig["messageId"].(string)
+		return id, sig["urgent"] == true, content
+	}
+	fcm, _ := content["fcmV1Message"].(map[string]any)
+	msg, _ := fcm["message"].(map[string]any)
+	data, _ := msg["data"].(map[string]any)
+	id, _ := data["messageId"].(string)
+	if id == "" {
+		t.Fatalf("wake-up %q names no message", m.Message)
+	}
+	return id, data["urgent"] == "true", content
+}
+
+// Issue 16's "Done when": a device that is offline gets one SNS
+// notification (seen in the emulator) and then syncs the alert — here
+// three messages in a burst: one wake-up, ids only, then all three.
+func TestAnOfflineDeviceGetsOneWakeUpThenSyncs(t *testing.T) {
+	t.Parallel()
+	st := startPushStack(t)
+	key := createApp(t, st, "pager", []string{"bob"}, 100)
+	phone := dialNoCleanup(t, st, "bob", "phone")
+	phone.t = t
+	register(t, phone, "apns", "a1b2c3d4e5f6")
+	goOffline(t, st, phone, "bob")
+
+	var ids []string
+	for i, title := range []string{"Disk 91%", "Disk 95%", "Disk full"} {
+		ids = append(ids, postAlert(t, st, key, "d-"+strconv.Itoa(i), `{"to":["bob"],"title":"`+title+`","body":"secret runbook text"}`))
+	}
+	waitFor(t, "a wake-up", func() bool { return len(wakes(t, st)) > 0 })
+	hintsDrained(t, st)
+	got := wakes(t, st)
+	if len(got) != 1 {
+		t.Fatalf("%d wake-ups for a burst of 3 to one offline device, want 1: %+v", len(got), got)
+	}
+	if strings.Contains(got[0].Message, "secret runbook") || strings.Contains(got[0].Message, "Disk") {
+		t.Fatalf("a wake-up carries the message: %s", got[0].Message)
+	}
+	// Which of the three wakes the phone is a race (their jobs run at
+	// once); the one that does is traced.
+	woke, urgent, apns := wakeIDs(t, got[0])
+	if sig, _ := apns["signet"].(map[string]any); !slices.Contains(ids, woke) || urgent || sig["conversationId"] != "a:pager" {
+		t.Fatalf("wake-up %v, want one of the alerts %v, not urgent", apns, ids)
+	}
+	if aps, _ := apns["aps"].(map[string]any); aps["content-available"] != float64(1) || aps["interruption-level"] != nil {
+		t.Fatalf("APNs payload %v", apns)
+	}
+	if !strings.Contains(got[0].TargetArn, ":endpoint/APNS/") {
+		t.Fatalf("published to %s, not an APNs endpoint", got[0].TargetArn)
+	}
+	var traced []string
+	waitFor(t, "the wake-up traced", func() bool {
+		return len(traceDetails(t, st, devstack.DefaultAdminKey, woke, "woken")) > 0
+	})
+	for _, id := range ids {
+		traced = append(traced, traceDetails(t, st, devstack.DefaultAdminKey, id, "woken", "wake_held", "wake_failed")...)
+	}
+	if len(traced) != 1 || traced[0] != "woken:bob:apns" {
+		t.Fatalf("wake-up events in the three traces: %v", traced)
+	}
+	// A wake-up is not delivery: the alert is still only stored for bob.
+	if s := recipientStates(call(t, st, "GET", "/v1/messages/"+woke, key, nil, ""))["bob"]["state"]; s != "stored" {
+		t.Fatalf("bob's state after the wake-up: %v", s)
+	}
+
+	// The phone wakes, connects and syncs all three.
+	phone = dial(t, st, "bob", "phone")
+	phone.write(map[string]any{"action": "sync", "cursor": 0})
+	page := phone.next("sync", 10*time.Second)
+	if len(page.Messages) != 3 || page.Messages[0].Message.MessageID != ids[0] || page.Messages[2].Message.MessageID != ids[2] {
+		t.Fatalf("bob's sync: %+v", page)
+	}
+	phone.write(map[string]any{"action": "ack", "upTo": page.Messages[2].Seq})
+	waitFor(t, "bob delivered", func() bool {
+		return recipientStates(call(t, st, "GET", "/v1/messages/"+ids[2], key, nil, ""))["bob"]["state"] == "delivered"
+	})
+	// Unregistered, the device is not woken again.
+	register(t, phone, "apns", "")
+	goOffline(t, st, phone, "bob")
+	last := postAlert(t, st, key, "d-9", `{"to":["bob"],"title":"Recovered","body":""}`)
+	waitFor(t, "the alert stored", func() bool {
+		return len(traceDetails(t, st, devstack.DefaultAdminKey, last, "inboxed")) == 1
+	})
+	hintsDrained(t, st)
+	if n := len(wakes(t, st)); n != 1 {
+		t.Fatalf("%d wake-ups after the device unregistered, want still 1", n)
+	}
+}
+
+// Issue 16's "Done when": an urgent alert reaches a DND user and a normal
+// one is held from offline push.
+func TestDoNotDisturbHoldsNormalWakeUpsButNotUrgentAlerts(t *testing.T) {
+	t.Parallel()
+	st := startPushStack(t)
+	key := createApp(t, st, "noc", []string{"ann"}, 100)
+	phone := dialNoCleanup(t, st, "ann", "phone")
+	phone.t = t
+	register(t, phone, "fcm", "fcm-token-ann")
+	phone.request(map[string]any{"action": "presence", "status": "dnd"}, nil)
+	for _, bad := range []map[string]any{
+		{"action": "register", "platform": "webpush", "token": "x"},
+		{"action": "register", "platform": "fcm", "token": "has space"},
+		{"action": "register", "platform": "fcm"},
+	} {
+		phone.request(bad, nil, wire.CodeBadRequest)
+	}
+	goOffline(t, st, phone, "ann")
+
+	normal := postAlert(t, st, key, "n-1", `{"to":["ann"],"title":"Weekly report","body":"","priority":"normal"}`)
+	waitFor(t, "the normal alert held", func() bool {
+		return len(traceDetails(t, st, devstack.DefaultAdminKey, normal, "wake_held")) == 1
+	})
+	hintsDrained(t, st)
+	if got := wakes(t, st); len(got) != 0 {
+		t.Fatalf("a normal alert woke a user in do-not-disturb: %+v", got)
+	}
+	urgent := postAlert(t, st, key, "u-1", `{"to":["ann"],"title":"DB primary down","body":"","priority":"urgent"}`)
+	waitFor(t, "the urgent wake-up", func() bool { return len(wakes(t, st)) == 1 })
+	got := wakes(t, st)[0]
+	if !strings.Contains(got.TargetArn, ":endpoint/GCM/") {
+		t.Fatalf("published to %s, not an FCM endpoint", got.TargetArn)
+	}
+	if id, isUrgent, _ := wakeIDs(t, got); id != urgent || !isUrgent || !strings.Contains(got.Message, `"priority":"high"`) {
+		t.Fatalf("urgent wake-up %s", got.Message)
+	}
+	waitFor(t, "the urgent wake-up traced", func() bool {
+		return len(traceDetails(t, st, devstack.DefaultAdminKey, urgent, "woken")) > 0
+	})
+	if w := traceDetails(t, st, devstack.DefaultAdminKey, urgent, "woken"); len(w) != 1 || w[0] != "woken:ann:fcm, urgent" {
+		t.Fatalf("urgent alert's trace: %v", w)
+	}
+	// Back online she syncs both, the urgent one flagged when pushed.
+	phone = dial(t, st, "ann", "phone")
+	phone.write(map[string]any{"action": "sync", "cursor": 0})
+	page := phone.next("sync", 10*time.Second)
+	if len(page.Messages) != 2 || page.Messages[0].Message.MessageID != normal || page.Messages[1].Message.MessageID != urgent {
+		t.Fatalf("ann's sync: %+v", page)
+	}
+	again := postAlert(t, st, key, "u-2", `{"to":["ann"],"title":"DB still down","body":"","priority":"urgent"}`)
+	f := phone.next("message", 10*time.Second)
+	if mid, _, _ := f.pushed(t); mid != again || !f.Urgent {
+		t.Fatalf("the urgent push to a DND user: %s, urgent %v", mid, f.Urgent)
+	}
+}
