@@ -233,3 +233,59 @@ func TestDoNotDisturbHoldsNormalWakeUpsButNotUrgentAlerts(t *testing.T) {
 		t.Fatalf("the urgent push to a DND user: %s, urgent %v", mid, f.Urgent)
 	}
 }
+
+// Issue 16: an urgent alert is re-pushed on its own schedule until each
+// recipient reads (or answers) it — flagged urgent and numbered — and a
+// schedule is refused where it makes no sense.
+func TestAnUrgentAlertIsRepushedUntilReadOrAnswered(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "oncall", []string{"ann", "ben", "cid"}, 100)
+	for body, want := range map[string]string{
+		`{"to":["ann"],"title":"x","body":"","repeat":{"everySeconds":5,"times":2}}`:                                                                                       "repeat is for urgent alerts",
+		`{"to":["ann"],"title":"x","body":"","priority":"urgent","repeat":{"everySeconds":0,"times":2}}`:                                                                   "everySeconds",
+		`{"to":["ann"],"title":"x","body":"","priority":"urgent","ack":{},"repeat":{"everySeconds":5,"times":1},"escalation":{"everySeconds":5,"steps":[{"to":["ben"]}]}}`: "not both",
+	} {
+		if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "bad"}, body); r.status != 400 || !strings.Contains(r.raw, want) {
+			t.Fatalf("%s: %d %s, want 400 %q", body, r.status, r.raw, want)
+		}
+	}
+	ann, ben, cid := dial(t, st, "ann", "p"), dial(t, st, "ben", "p"), dial(t, st, "cid", "p")
+	id := postAlert(t, st, key, "rp-1", `{"to":["ann","ben","cid"],"title":"Pager","body":"","priority":"urgent","ack":{"options":["ack"]},"repeat":{"everySeconds":3,"times":2}}`)
+	first := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
+	var pm struct {
+		ConvSeq        int64  `json:"convSeq"`
+		ConversationID string `json:"conversationId"`
+	}
+	_ = json.Unmarshal(first.Message, &pm)
+	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	// ann read it and cid answers it at once: neither is pushed it again.
+	if f := answer(t, cid, "c1", id, "ack"); f.Type != "answer" {
+		t.Fatalf("cid's answer: %+v", f)
+	}
+	got := cid.next("message", 5*time.Second)
+	cid.write(map[string]any{"action": "ack", "upTo": got.Seq})
+	got = ben.next("message", 5*time.Second)
+	ben.write(map[string]any{"action": "ack", "upTo": got.Seq}) // delivered, not read: re-pushed all the same
+	for n := 1; n <= 2; n++ {
+		f := ben.next("message", 15*time.Second)
+		if mid, _, _ := f.pushed(t); mid != id || f.Renotify != n || !f.Urgent {
+			t.Fatalf("ben's re-push %d: %s renotify %d urgent %v", n, mid, f.Renotify, f.Urgent)
+		}
+	}
+	ann.quiet("message", 4*time.Second)
+	cid.quiet("message", time.Second)
+	r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+	if rp, _ := r.body["repeat"].(map[string]any); rp["tick"] != float64(2) || rp["times"] != float64(2) || rp["everySeconds"] != float64(3) {
+		t.Fatalf("status: %s", r.raw)
+	}
+	if got := traceDetails(t, st, key, id, "escalated"); strings.Join(got, ",") != "escalated:ben:urgent: re-push 1 of 2 (not read or answered),escalated:ben:urgent: re-push 2 of 2 (not read or answered)" {
+		t.Fatalf("re-pushes traced: %v", got)
+	}
+	// A normal alert, or an urgent one with times 0, has none.
+	plain := postAlert(t, st, key, "rp-2", `{"to":["ben"],"title":"FYI","body":""}`)
+	if r := call(t, st, "GET", "/v1/messages/"+plain, key, nil, ""); strings.Contains(r.raw, `"repeat"`) {
+		t.Fatalf("a normal alert repeats: %s", r.raw)
+	}
+}

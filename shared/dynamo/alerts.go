@@ -22,7 +22,8 @@ import (
 //	app#<id>  / app           the app: key hash, scope, rate, revoked
 //	app#<id>  / rl#<minute>   posts in that minute (TTL)
 //	app#<id>  / idem#<key>    Idempotency-Key: payload fingerprint, message, final response (TTL 48 h)
-//	msg#<id>  / alert         the alert: app, recipients, conversation position, the answer it asks for
+//	msg#<id>  / alert         the alert: app, recipients, conversation position, the answer it asks for,
+//	                          its escalation or urgent repeat and the last tick run (escTick)
 //	msg#<id>  / answer#<user> a recipient's answer: option, device, time
 //	msg#<id>  / answer        first answer wins: the alert's one answer (put by the first to answer)
 //
@@ -236,6 +237,10 @@ func (st *Store) BeginAlert(ctx context.Context, appID, key, fingerprint string,
 			alert := items[len(items)-1].Put.Item
 			alert["ackOpts"], alert["ackReq"], alert["ackFirst"] = strList(a.Ack.Options), flag(a.Ack.Required), flag(a.Ack.FirstWins)
 		}
+		if r := a.Repeat; r != nil {
+			alert := items[len(items)-1].Put.Item
+			alert["rpEvery"], alert["rpTimes"], alert["escTick"] = n(r.Every.Milliseconds()), n(int64(r.Times)), n(0)
+		}
 		if e := a.Escalation; e != nil {
 			alert := items[len(items)-1].Put.Item
 			steps, _ := json.Marshal(e.Steps)
@@ -328,6 +333,9 @@ func (st *Store) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
 		Expiry: time.Duration(getN(it, "expiryS")) * time.Second}
 	if opts := getList(it, "ackOpts"); len(opts) > 0 {
 		a.Ack = &im.AckSpec{Options: opts, Required: getBool(it, "ackReq"), FirstWins: getBool(it, "ackFirst")}
+	}
+	if times := getN(it, "rpTimes"); times > 0 {
+		a.Repeat = &im.Repeat{Every: time.Duration(getN(it, "rpEvery")) * time.Millisecond, Times: int(times)}
 	}
 	if steps := getS(it, "escSteps"); steps != "" {
 		e := &im.Escalation{Every: time.Duration(getN(it, "escEvery")) * time.Millisecond, Renotify: int(getN(it, "escRenotify"))}

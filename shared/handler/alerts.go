@@ -31,6 +31,13 @@ type alertRequest struct {
 	TTLSeconds int                `json:"ttlSeconds"`
 	Ack        *ackRequest        `json:"ack"`
 	Escalation *escalationRequest `json:"escalation"`
+	Repeat     *repeatRequest     `json:"repeat"`
+}
+
+// repeatRequest re-pushes an urgent alert until read or answered.
+type repeatRequest struct {
+	EverySeconds int `json:"everySeconds"`
+	Times        int `json:"times"`
 }
 
 // escalationRequest goes on notifying an unanswered alert (issue 16).
@@ -104,6 +111,16 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 					return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.steps[%d].to[%d] is not a user id", i, j)
 				}
 			}
+		}
+	}
+	if ar.Repeat != nil {
+		switch {
+		case ar.Priority != "urgent":
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "repeat is for urgent alerts (priority urgent)")
+		case ar.Escalation != nil:
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "an escalation re-notifies on its own schedule: give repeat or escalation, not both")
+		case ar.Repeat.EverySeconds < 1 || ar.Repeat.EverySeconds > int(im.MaxEscalationEvery/time.Second) || ar.Repeat.Times < 0 || ar.Repeat.Times > im.MaxEscalationRenotify:
+			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "repeat.everySeconds must be 1..%d and repeat.times 0..%d", int(im.MaxEscalationEvery/time.Second), im.MaxEscalationRenotify)
 		}
 	}
 	recipients := make([]im.UserID, len(ar.To))
@@ -202,6 +219,7 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 			Expiry:     time.Duration(ar.TTLSeconds) * time.Second,
 			Ack:        ack,
 			Escalation: escalationOf(ar.Escalation),
+			Repeat:     repeatOf(ar),
 		}
 		start, err = h.AlertStore.BeginAlert(ctx, p.app.ID, key, fingerprint, alert, h.now())
 	}
@@ -251,6 +269,12 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 			accepted.Recipients = append(accepted.Recipients, recipientState{UserID: string(u), State: "stored"})
 		}
 	}
+	if r := start.Alert.Repeat; r != nil && h.FanoutQueue != nil {
+		// Re-push 1, one interval from now (claimed like an escalation tick).
+		if err := h.FanoutQueue.Enqueue(ctx, r.Every, im.FanoutJob{Kind: im.FanoutRepeat, Alert: m.ID, Tick: 1}); err != nil {
+			return 0, nil, err
+		}
+	}
 	if e := start.Alert.Escalation; e != nil && h.FanoutQueue != nil {
 		// Tick 1, one interval from now (a resumed request enqueues it
 		// again: a tick runs once, whichever job claims it).
@@ -278,6 +302,23 @@ func escalationSteps(r *escalationRequest) [][]im.UserID {
 		}
 	}
 	return out
+}
+
+// repeatOf is the Repeat of an alert request: an urgent alert without an
+// escalation repeats as it asks, by default im.DefaultUrgentRepeat; nil
+// for no re-pushes.
+func repeatOf(ar alertRequest) *im.Repeat {
+	if ar.Priority != "urgent" || ar.Escalation != nil {
+		return nil
+	}
+	r := im.DefaultUrgentRepeat
+	if ar.Repeat != nil {
+		r = im.Repeat{Every: time.Duration(ar.Repeat.EverySeconds) * time.Second, Times: ar.Repeat.Times}
+	}
+	if r.Times == 0 {
+		return nil
+	}
+	return &r
 }
 
 // escalationOf is the Escalation an escalation request asks for.
@@ -397,6 +438,7 @@ type alertStatus struct {
 	Counts     map[string]int    `json:"counts"`
 	Ack        *ackStatus        `json:"ack,omitempty"`
 	Escalation *escalationStatus `json:"escalation,omitempty"`
+	Repeat     *repeatStatus     `json:"repeat,omitempty"`
 	// events, answers and deliveries are what it was derived from, with
 	// their times (for callbacks).
 	events     []im.Event
@@ -415,6 +457,14 @@ type escalationStatus struct {
 	Tick        int      `json:"tick"`
 	LastTick    int      `json:"lastTick"`
 	EscalatedTo []string `json:"escalatedTo,omitempty"`
+}
+
+// repeatStatus is where an urgent alert's re-pushes stand.
+type repeatStatus struct {
+	EverySeconds int `json:"everySeconds"`
+	Times        int `json:"times"`
+	// Tick is the last re-push run (0: none yet).
+	Tick int `json:"tick"`
 }
 
 // ackStatus is the answer an alert asks for and where it stands.
@@ -531,6 +581,13 @@ func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error)
 			es.EscalatedTo = append(es.EscalatedTo, string(u))
 		}
 		out.Escalation = es
+	}
+	if r := a.Repeat; r != nil && h.Escalations != nil {
+		tick, err := h.Escalations.EscalationTick(ctx, a.Message.ID)
+		if err != nil {
+			return alertStatus{}, err
+		}
+		out.Repeat = &repeatStatus{EverySeconds: int(r.Every / time.Second), Times: r.Times, Tick: tick}
 	}
 	for _, d := range ds {
 		rs := recipientStatus{UserID: string(d.User), State: d.State, Seq: d.Seq, Pushes: d.Pushes,

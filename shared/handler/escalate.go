@@ -119,3 +119,71 @@ func userStrings(us []im.UserID) []string {
 	}
 	return out
 }
+
+// repeat runs re-push job.Tick of an urgent alert (job id: its queue
+// message's id): claimed like an escalation tick, so a duplicate delivery
+// pushes nobody twice; each recipient who has neither read the alert nor
+// answered it is pushed it again ("urgent", "renotify":N; a device with no
+// connection gets a wake-up), and the next re-push is enqueued while
+// anyone is left and ticks remain. A first answer that wins ends it for
+// everyone.
+func (h *AlertsAPI) repeat(ctx context.Context, jobID string, job im.FanoutJob) error {
+	if h.AlertStore == nil || h.Escalations == nil {
+		return fmt.Errorf("re-push of %s: alerts are not configured", job.Alert)
+	}
+	a, err := h.AlertStore.Alert(ctx, job.Alert)
+	if err != nil {
+		return err
+	}
+	r := a.Repeat
+	if r == nil || job.Tick > r.Times {
+		return nil
+	}
+	id := a.Message.ID
+	if claimed, err := h.Escalations.ClaimTick(ctx, id, job.Tick, jobID); err != nil || !claimed {
+		return err
+	}
+	answers, err := h.AlertStore.Answers(ctx, id)
+	if err != nil {
+		return err
+	}
+	if a.Ack != nil && a.Ack.FirstWins && len(answers) > 0 {
+		return nil
+	}
+	answered := map[im.UserID]bool{}
+	for _, x := range answers {
+		answered[x.User] = true
+	}
+	tr := h.trail("repeat", jobID)
+	defer tr.flush(ctx)
+	cs := &checks{}
+	defer h.scheduleChecks(ctx, tr, cs) // before the flush: defers run last first
+	due := 0
+	for _, u := range a.Recipients {
+		if answered[u] {
+			continue
+		}
+		seq, err := h.AlertStore.InboxSeq(ctx, u, id)
+		if err != nil {
+			continue // not in the inbox (yet): a group alert's fan-out
+		}
+		if h.Reads != nil {
+			upTo, _, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
+			if err != nil {
+				return err
+			}
+			if upTo >= a.Message.ConvSeq {
+				continue
+			}
+		}
+		due++
+		tr.add(im.Event{Message: id, Type: im.EventEscalated, User: u, Seq: seq, Detail: fmt.Sprintf("urgent: re-push %d of %d (not read or answered)", job.Tick, r.Times)})
+		h.deliverAlert(ctx, tr, cs, u, a, seq, job.Tick)
+	}
+	if due > 0 && job.Tick < r.Times {
+		next := job
+		next.Tick++
+		return h.FanoutQueue.Enqueue(ctx, r.Every, next)
+	}
+	return nil
+}

@@ -44,6 +44,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 		err = h.alerts.escalate(ctx, id, job)
 	case im.FanoutCallback:
 		err = h.alerts.runCallbacks(ctx, job)
+	case im.FanoutRepeat:
+		err = h.alerts.repeat(ctx, id, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}

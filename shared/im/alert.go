@@ -101,7 +101,22 @@ type Alert struct {
 	Escalation *Escalation
 	// Escalated are the users escalation steps added (they may answer).
 	Escalated []UserID
+	// Repeat, when set (an urgent alert without an escalation), pushes the
+	// alert again to each recipient who has neither read nor answered it.
+	Repeat *Repeat
 }
+
+// Repeat re-pushes an urgent alert every Every, Times times, to each
+// recipient who has neither read nor answered it (issue 16: urgent until
+// acknowledged or read).
+type Repeat struct {
+	Every time.Duration
+	Times int
+}
+
+// DefaultUrgentRepeat is an urgent alert's repeat unless it says another:
+// every 5 minutes for half an hour.
+var DefaultUrgentRepeat = Repeat{Every: 5 * time.Minute, Times: 6}
 
 // Escalation re-notifies an alert that requires an answer, and widens its
 // audience, until someone answers: every Every, the recipients notified so

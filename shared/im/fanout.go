@@ -21,6 +21,8 @@ const (
 	// when set) about inbox entry UpTo (message Alert of Conversation), on
 	// the wake queue.
 	FanoutWake FanoutKind = "w"
+	// FanoutRepeat runs re-push Tick of urgent alert Alert (its Repeat).
+	FanoutRepeat FanoutKind = "r"
 )
 
 // FanoutJob is one message on the fan-out queue.
@@ -37,7 +39,8 @@ type FanoutJob struct {
 	User UserID
 	// Alert is the message id of a FanoutAlert job's alert.
 	Alert MessageID
-	// Tick is the escalation tick of a FanoutEscalate job.
+	// Tick is the escalation tick of a FanoutEscalate job, the re-push of
+	// a FanoutRepeat job.
 	Tick int
 	// Device and Urgent: the one device a FanoutWake job wakes ("" all of
 	// the user's), and whether the entry is an urgent alert.

@@ -75,7 +75,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		if j.Alert == "" || len(j.Members) == 0 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or recipients", s)
 		}
-	case im.FanoutEscalate:
+	case im.FanoutEscalate, im.FanoutRepeat:
 		if j.Alert == "" || j.Tick < 1 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or tick", s)
 		}

@@ -17,6 +17,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutAlert, Alert: "m01", Members: []im.UserID{"ann", "ben"}},
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 3},
 		{Kind: im.FanoutCallback, Alert: "m01"},
+		{Kind: im.FanoutRepeat, Alert: "m01", Tick: 2},
 		{Kind: im.FanoutWake, User: "ann", Device: "phone", Alert: "m01", Conversation: "a:ops", UpTo: 4, Urgent: true},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
