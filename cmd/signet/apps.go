@@ -113,7 +113,7 @@ func runApps(ctx context.Context, args []string, stdout, stderr io.Writer) error
   signet apps list [--json]
   signet apps rotate-key <app>
   signet apps revoke <app>
-  signet apps webhook <app> <https-url> | --remove
+  signet apps webhook <app> <https-url> | --sqs <queue-url> | --remove
   signet apps events <app> [--state undelivered|pending|dead|delivered|all] [--json]
   signet apps retry <app> [eventId]...
 
@@ -187,12 +187,13 @@ Run 'signet apps <command> --help' for flags.
 		fs := flag.NewFlagSet("signet apps webhook", flag.ContinueOnError)
 		url, key := apiFlags(fs)
 		remove := fs.Bool("remove", false, "stop sending status callbacks")
+		queue := fs.String("sqs", "", "send the callbacks to this SQS queue URL (a queue named signet-callbacks-…) instead of a webhook")
 		flags, pos := interleaved(fs, args[1:])
 		if err := parse(fs, flags, stderr); err != nil {
 			return err
 		}
-		if len(pos) != 2 && !(*remove && len(pos) == 1) {
-			return fmt.Errorf("%w: give an app id and a URL, or an app id and --remove", errUsage)
+		if len(pos) != 2 && !((*remove || *queue != "") && len(pos) == 1) {
+			return fmt.Errorf("%w: give an app id and a URL, an app id and --sqs <queue url>, or an app id and --remove", errUsage)
 		}
 		if *remove {
 			if err := apiCall(ctx, "DELETE", *url+"/v1/apps/"+pos[0]+"/webhook", *key, nil, nil); err != nil {
@@ -201,11 +202,18 @@ Run 'signet apps <command> --help' for flags.
 			fmt.Fprintf(stdout, "App %s sends no more status callbacks; recorded events stay listed.\n", pos[0])
 			return nil
 		}
-		var out struct{ AppID, URL, Secret string }
-		if err := apiCall(ctx, "PUT", *url+"/v1/apps/"+pos[0]+"/webhook", *key, map[string]string{"url": pos[1]}, &out); err != nil {
+		var out struct {
+			AppID, URL, Secret string
+			SQSQueueURL        string `json:"sqsQueueUrl"`
+		}
+		body := map[string]string{"sqsQueueUrl": *queue}
+		if *queue == "" {
+			body = map[string]string{"url": pos[1]}
+		}
+		if err := apiCall(ctx, "PUT", *url+"/v1/apps/"+pos[0]+"/webhook", *key, body, &out); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "App %s sends its status callbacks to %s, signed with this secret (shown only now; store it with the receiver):\n", out.AppID, out.URL)
+		fmt.Fprintf(stderr, "App %s sends its status callbacks to %s, signed with this secret (shown only now; store it with the receiver):\n", out.AppID, out.URL+out.SQSQueueURL)
 		fmt.Fprintln(stdout, out.Secret)
 		return nil
 	case "events":

@@ -47,6 +47,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	}
 	if c.SQS != nil {
 		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)
+		h.CallbackQueues = queue.NewCallbacks(c.SQS)
 		if cfg.FanoutQueueURL != "" {
 			h.FanoutQueue = queue.NewFanout(c.SQS, cfg.FanoutQueueURL)
 		}

@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +12,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/webhook"
@@ -322,5 +326,62 @@ func TestDeadCallbacksAreListedAndReplayedByTheApp(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if evs := callbackEvents(t, st, key, "noc", "all"); len(evs) != 2 {
 		t.Fatalf("events after the webhook was removed: %v", evs)
+	}
+}
+
+// An app that prefers AWS-native delivery names an SQS queue instead of a
+// webhook: each event arrives as a message whose attributes carry the id,
+// timestamp and signature a webhook delivery's headers do. Only queues
+// named signet-callbacks-… are accepted (the function's IAM scope).
+func TestStatusCallbacksToAnSQSQueue(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "ops", []string{"ann", "ben"}, 100)
+	ctx := context.Background()
+	other, err := st.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(st.Config.ConnectionsTable + "-events")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, st, "PUT", "/v1/apps/ops/webhook", key, nil, `{"sqsQueueUrl":"`+*other.QueueUrl+`"}`); r.status != 400 || !strings.Contains(r.raw, "signet-callbacks-") {
+		t.Fatalf("a queue outside the IAM scope: %d %s", r.status, r.raw)
+	}
+	if r := call(t, st, "PUT", "/v1/apps/ops/webhook", key, nil, `{"url":"https://x.example/","sqsQueueUrl":"https://x.example/signet-callbacks-x"}`); r.status != 400 {
+		t.Fatalf("both a URL and a queue: %d %s", r.status, r.raw)
+	}
+	q, err := st.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("signet-callbacks-" + st.Config.ConnectionsTable)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := call(t, st, "PUT", "/v1/apps/ops/webhook", key, nil, `{"sqsQueueUrl":"`+*q.QueueUrl+`"}`)
+	if r.status != 200 || r.body["sqsQueueUrl"] != *q.QueueUrl {
+		t.Fatalf("set queue: %d %s", r.status, r.raw)
+	}
+	secret := r.body["secret"].(string)
+	id := postAlert(t, st, key, "q-1", `{"to":["ann"],"title":"Cert expires","body":"","ack":{},"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]}]}}`)
+	got := map[string]string{}
+	waitFor(t, "both events in the queue", func() bool {
+		out, err := st.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageAttributeNames: []string{"All"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			h := http.Header{}
+			for k, v := range m.MessageAttributes {
+				h.Set(k, aws.ToString(v.StringValue))
+			}
+			if err := webhook.Verify(secret, h, []byte(aws.ToString(m.Body)), time.Now(), 0); err != nil {
+				t.Fatalf("message %s: %v", aws.ToString(m.Body), err)
+			}
+			got[h.Get(webhook.HeaderEventID)] = aws.ToString(m.Body)
+			_, _ = st.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
+		}
+		return len(got) == 2
+	})
+	if !strings.Contains(got[id+":escalated:ben"], `"type":"escalated"`) || !strings.Contains(got[id+":expired"], `"type":"expired"`) {
+		t.Fatalf("queue got %v", got)
+	}
+	if apps := call(t, st, "GET", "/v1/apps", devstack.DefaultAdminKey, nil, ""); !strings.Contains(apps.raw, `"callbackQueueUrl":"`+*q.QueueUrl+`"`) {
+		t.Fatalf("apps: %s", apps.raw)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 // Status callbacks (issue 16) live in the alerts table beside the app:
 //
-//	app#<id>  / app           + webhook {url, secret, setAt} (an empty map: none)
+//	app#<id>  / app           + webhook {url, secret, setAt, queue} (an empty map: none)
 //	app#<id>  / ev#<eventId>  one state change of one of the app's alerts and
 //	                          its delivery (state, attempts, nextAt; TTL)
 //
@@ -35,7 +35,7 @@ func (st *Store) SetWebhook(ctx context.Context, appID string, w im.Webhook) err
 		ConditionExpression:      aws.String("attribute_exists(#sk) AND attribute_not_exists(revokedAt)"),
 		ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":w": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
-			"url": s(w.URL), "secret": s(w.Secret), "setAt": n(w.SetAt.UnixMilli())}}},
+			"url": s(w.URL), "secret": s(w.Secret), "setAt": n(w.SetAt.UnixMilli()), "queue": flag(w.Queue)}}},
 	})
 	if isConditionFailed(err) {
 		return fmt.Errorf("set webhook of app %s: %w", appID, im.ErrNotFound)
@@ -73,7 +73,7 @@ func webhookOf(it map[string]types.AttributeValue) *im.Webhook {
 	if m == nil || getS(m.Value, "url") == "" {
 		return nil
 	}
-	return &im.Webhook{URL: getS(m.Value, "url"), Secret: getS(m.Value, "secret"), SetAt: time.UnixMilli(getN(m.Value, "setAt")).UTC()}
+	return &im.Webhook{URL: getS(m.Value, "url"), Secret: getS(m.Value, "secret"), SetAt: time.UnixMilli(getN(m.Value, "setAt")).UTC(), Queue: getBool(m.Value, "queue")}
 }
 
 // skEvent is the sort key of callback event id.

@@ -88,6 +88,7 @@ type appView struct {
 	Revoked       bool       `json:"revoked"`
 	RevokedAt     *time.Time `json:"revokedAt,omitempty"`
 	WebhookURL    string     `json:"webhookUrl,omitempty"`
+	CallbackQueue string     `json:"callbackQueueUrl,omitempty"`
 }
 
 // listApps serves GET /v1/apps (admin key): every app, revoked ones too.
@@ -103,7 +104,9 @@ func (h *AlertsAPI) listApps(ctx context.Context, req events.APIGatewayV2HTTPReq
 	for i, a := range apps {
 		views[i] = appView{AppID: a.ID, AllowUsers: orEmpty(a.AllowUsers), AllowGroups: orEmpty(a.AllowGroups), RatePerMinute: a.RatePerMinute,
 			CreatedAt: a.CreatedAt, KeyRotatedAt: timeOrNil(a.KeyRotatedAt), Revoked: a.Revoked, RevokedAt: timeOrNil(a.RevokedAt)}
-		if a.Webhook != nil {
+		if a.Webhook != nil && a.Webhook.Queue {
+			views[i].CallbackQueue = a.Webhook.URL
+		} else if a.Webhook != nil {
 			views[i].WebhookURL = a.Webhook.URL
 		}
 	}
@@ -194,15 +197,24 @@ func (h *AlertsAPI) setWebhook(ctx context.Context, req events.APIGatewayV2HTTPR
 		}
 	}
 	var in struct {
-		URL string `json:"url"`
+		URL      string `json:"url"`
+		SQSQueue string `json:"sqsQueueUrl"`
 	}
-	if err := json.Unmarshal(raw, &in); err != nil {
-		return 0, nil, wire.Problemf(wire.CodeBadRequest, "body must be {\"url\": \"https://…\"}")
-	}
-	if err := webhook.CheckURL(in.URL, h.WebhookPrivate); err != nil {
-		return 0, nil, wire.Problemf(wire.CodeBadRequest, "%s", err.Error())
+	if err := json.Unmarshal(raw, &in); err != nil || (in.URL == "") == (in.SQSQueue == "") {
+		return 0, nil, wire.Problemf(wire.CodeBadRequest, "body must be {\"url\": \"https://…\"} or {\"sqsQueueUrl\": \"https://sqs.<region>.amazonaws.com/<account>/%s…\"}", CallbackQueuePrefix)
 	}
 	w := im.Webhook{URL: in.URL, Secret: webhook.NewSecret(), SetAt: h.now()}
+	if in.SQSQueue != "" {
+		w.URL, w.Queue = in.SQSQueue, true
+		if err := webhook.CheckURL(in.SQSQueue, h.WebhookPrivate); err != nil {
+			return 0, nil, wire.Problemf(wire.CodeBadRequest, "sqsQueueUrl: %s", err.Error())
+		}
+		if name := in.SQSQueue[strings.LastIndexByte(in.SQSQueue, '/')+1:]; !strings.HasPrefix(name, CallbackQueuePrefix) || len(name) > 80 {
+			return 0, nil, wire.Problemf(wire.CodeBadRequest, "sqsQueueUrl must name a queue called %s… (at most 80 characters): Signet may send to those only", CallbackQueuePrefix)
+		}
+	} else if err := webhook.CheckURL(in.URL, h.WebhookPrivate); err != nil {
+		return 0, nil, wire.Problemf(wire.CodeBadRequest, "%s", err.Error())
+	}
 	err = h.Callbacks.SetWebhook(ctx, id, w)
 	if errors.Is(err, im.ErrNotFound) {
 		return 0, nil, wire.Problemf(wire.CodeNotFound, "no app %s (or it is revoked)", id)
@@ -210,8 +222,12 @@ func (h *AlertsAPI) setWebhook(ctx context.Context, req events.APIGatewayV2HTTPR
 	if err != nil {
 		return 0, nil, err
 	}
-	h.log().InfoContext(ctx, "webhook set", "app", id, "url", in.URL)
-	return http.StatusOK, map[string]string{"appId": id, "url": w.URL, "secret": w.Secret}, nil
+	h.log().InfoContext(ctx, "webhook set", "app", id, "url", w.URL, "sqs", w.Queue)
+	out := map[string]string{"appId": id, "url": w.URL, "secret": w.Secret}
+	if w.Queue {
+		out = map[string]string{"appId": id, "sqsQueueUrl": w.URL, "secret": w.Secret}
+	}
+	return http.StatusOK, out, nil
 }
 
 // removeWebhook serves DELETE /v1/apps/{appId}/webhook (the admin or the

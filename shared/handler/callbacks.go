@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/signet-im/signet/shared/im"
@@ -40,6 +41,16 @@ type Callbacks interface {
 
 // maxJobDelay is the longest delay of a queued job (SQS's DelaySeconds).
 const maxJobDelay = 15 * time.Minute
+
+// CallbackSender sends status callbacks to apps' SQS queues.
+type CallbackSender interface {
+	SendCallback(ctx context.Context, url, body string, attrs map[string]string) error
+}
+
+// CallbackQueuePrefix is what the name of an app's callback queue starts
+// with: the fan-out function may send to such queues only (its IAM
+// policy), in any account whose queue policy lets it.
+const CallbackQueuePrefix = "signet-callbacks-"
 
 // callbackPostTimeout bounds one POST to a webhook; callbackReserve is
 // the time an invocation must have left to start one.
@@ -203,7 +214,7 @@ func (h *AlertsAPI) deliverCallbacks(ctx context.Context, app im.App, id im.Mess
 		prev := e.Attempts
 		e.Attempts++
 		postCtx, cancel := context.WithTimeout(ctx, callbackPostTimeout)
-		err := h.Webhooks.Post(postCtx, app.Webhook.URL, app.Webhook.Secret, e.ID, e.Attempts, body, now)
+		err := h.sendCallback(postCtx, app.Webhook, e.ID, e.Attempts, body, now)
 		cancel()
 		switch backoff := h.callbackBackoff(); {
 		case err == nil:
@@ -224,6 +235,22 @@ func (h *AlertsAPI) deliverCallbacks(ctx context.Context, app im.App, id im.Mess
 		return nil
 	}
 	return h.callbackRunAt(ctx, id, next)
+}
+
+// sendCallback makes one try of event id (body) to w: a signed POST to
+// its URL, or a message to its SQS queue with the same headers as
+// message attributes.
+func (h *AlertsAPI) sendCallback(ctx context.Context, w *im.Webhook, id string, attempt int, body []byte, now time.Time) error {
+	if !w.Queue {
+		return h.Webhooks.Post(ctx, w.URL, w.Secret, id, attempt, body, now)
+	}
+	if h.CallbackQueues == nil {
+		return fmt.Errorf("no SQS client for callback queues")
+	}
+	return h.CallbackQueues.SendCallback(ctx, w.URL, string(body), map[string]string{
+		webhook.HeaderEventID: id, webhook.HeaderTimestamp: strconv.FormatInt(now.Unix(), 10),
+		webhook.HeaderSignature: webhook.Sign(w.Secret, now, body), webhook.HeaderAttempt: strconv.Itoa(attempt),
+	})
 }
 
 // callbackRunAt enqueues a callback job for alert id to run at t (or, t

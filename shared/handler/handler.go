@@ -148,6 +148,8 @@ type Deps struct {
 	// webhooks be http:// and reach private addresses (local stack only).
 	CallbackBackoff []time.Duration
 	WebhookPrivate  bool
+	// CallbackQueues sends status callbacks to apps' SQS queues.
+	CallbackQueues CallbackSender
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Log receives structured logs (slog.Default when nil).

@@ -121,6 +121,7 @@ type AlertsAPI struct {
 	// addresses (the local stack).
 	Callbacks       Callbacks
 	Webhooks        *webhook.Client
+	CallbackQueues  CallbackSender
 	CallbackBackoff []time.Duration
 	WebhookPrivate  bool
 }
@@ -237,7 +238,7 @@ func (d *Deps) SummaryRoutes() *SummaryRoutes {
 func (d *Deps) AlertsAPI() *AlertsAPI {
 	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
 		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
-		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate}
+		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackQueues: d.CallbackQueues, CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate}
 	if e, ok := d.AlertStore.(Escalations); ok {
 		a.Escalations = e
 	}

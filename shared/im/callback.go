@@ -6,10 +6,14 @@ import (
 )
 
 // Webhook is where an app wants its alerts' status callbacks (issue 16):
-// every recipient state change is POSTed to URL, signed with Secret
-// (HMAC-SHA256; package webhook).
+// every recipient state change is POSTed to URL (or sent to its SQS
+// queue), signed with Secret (HMAC-SHA256; package webhook).
 type Webhook struct {
-	URL string
+	// URL is an https endpoint, or, for an app that prefers AWS-native
+	// delivery, an SQS queue URL (Queue true): the events are sent to that
+	// queue with the same id, timestamp and signature as message attributes.
+	URL   string
+	Queue bool
 	// Secret signs each delivery. It is shown once, when the webhook is
 	// set, and stored as it is: a signature needs the key itself.
 	Secret string
