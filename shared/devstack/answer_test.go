@@ -236,7 +236,7 @@ func TestAnAlertNobodyAnswersReachesTheLastStepAndEnds(t *testing.T) {
 	for _, bad := range []string{
 		`{"to":["ann"],"title":"x","body":"","escalation":{"everySeconds":1,"steps":[{"to":["ben"]}]}}`,                          // no ack
 		`{"to":["ann"],"title":"x","body":"","ack":{"required":false},"escalation":{"everySeconds":1,"steps":[{"to":["ben"]}]}}`, // not required
-		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":901,"steps":[{"to":["ben"]}]}}`,               // too slow for one queue delay
+		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":86401,"steps":[{"to":["ben"]}]}}`,             // over a day
 		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":1,"steps":[{"to":["zed"]}]}}`,                 // outside the app's scope
 	} {
 		if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "bad"}, bad); r.status != http.StatusBadRequest && r.status != http.StatusForbidden {

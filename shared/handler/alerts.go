@@ -271,14 +271,14 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 	}
 	if r := start.Alert.Repeat; r != nil && h.FanoutQueue != nil {
 		// Re-push 1, one interval from now (claimed like an escalation tick).
-		if err := h.FanoutQueue.Enqueue(ctx, r.Every, im.FanoutJob{Kind: im.FanoutRepeat, Alert: m.ID, Tick: 1}); err != nil {
+		if err := enqueueAt(ctx, h.FanoutQueue, h.now(), r.Every, im.FanoutJob{Kind: im.FanoutRepeat, Alert: m.ID, Tick: 1}); err != nil {
 			return 0, nil, err
 		}
 	}
 	if e := start.Alert.Escalation; e != nil && h.FanoutQueue != nil {
 		// Tick 1, one interval from now (a resumed request enqueues it
 		// again: a tick runs once, whichever job claims it).
-		if err := h.FanoutQueue.Enqueue(ctx, e.Every, im.FanoutJob{Kind: im.FanoutEscalate, Alert: m.ID, Tick: 1}); err != nil {
+		if err := enqueueAt(ctx, h.FanoutQueue, h.now(), e.Every, im.FanoutJob{Kind: im.FanoutEscalate, Alert: m.ID, Tick: 1}); err != nil {
 			return 0, nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/signet-im/signet/shared/im"
 )
@@ -101,8 +102,8 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	}
 	if job.Tick < e.LastTick() {
 		next := job
-		next.Tick++
-		return h.FanoutQueue.Enqueue(ctx, e.Every, next)
+		next.Tick, next.NotBefore = next.Tick+1, time.Time{}
+		return enqueueAt(ctx, h.FanoutQueue, h.now(), e.Every, next)
 	}
 	if ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID); err != nil || !ended {
 		return err
@@ -182,8 +183,8 @@ func (h *AlertsAPI) repeat(ctx context.Context, jobID string, job im.FanoutJob) 
 	}
 	if due > 0 && job.Tick < r.Times {
 		next := job
-		next.Tick++
-		return h.FanoutQueue.Enqueue(ctx, r.Every, next)
+		next.Tick, next.NotBefore = next.Tick+1, time.Time{}
+		return enqueueAt(ctx, h.FanoutQueue, h.now(), r.Every, next)
 	}
 	return nil
 }

@@ -32,6 +32,10 @@ type FanoutQueue interface {
 // only while the invocation has FanoutReserve left before its deadline
 // (queue.Consumer).
 func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJob) error {
+	if now := h.now(); now.Before(job.NotBefore) {
+		// Not due yet: a hop of a job due past one SQS delay.
+		return enqueueAt(ctx, h.FanoutQueue, now, job.NotBefore.Sub(now), job)
+	}
 	var err error
 	switch job.Kind {
 	case im.FanoutPresence:
@@ -198,4 +202,14 @@ func (h *FanoutWorker) deliverAll(ctx context.Context, tr *trail, cs *checks, u 
 	for _, e := range entries {
 		h.deliver(ctx, tr, cs, u, e, "")
 	}
+}
+
+// enqueueAt enqueues job on q to run after delay; past one SQS delay
+// (maxJobDelay) it goes as far as one reaches, due at NotBefore, and
+// RunFanout sends it on until then.
+func enqueueAt(ctx context.Context, q FanoutQueue, now time.Time, delay time.Duration, job im.FanoutJob) error {
+	if delay > maxJobDelay {
+		job.NotBefore, delay = now.Add(delay), maxJobDelay
+	}
+	return q.Enqueue(ctx, delay, job)
 }

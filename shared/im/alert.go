@@ -135,7 +135,7 @@ const (
 	MaxEscalationSteps    = 5
 	MaxEscalationRenotify = 10
 	MinEscalationEvery    = time.Second
-	MaxEscalationEvery    = 15 * time.Minute // an SQS message's longest delay
+	MaxEscalationEvery    = 24 * time.Hour // past SQS's 15-minute delay a tick's job hops (FanoutJob.NotBefore)
 )
 
 // EscalationEnded is the tick of an escalation that stopped (answered) or

@@ -1,5 +1,7 @@
 package im
 
+import "time"
+
 // FanoutKind says what a fan-out job does.
 type FanoutKind string
 
@@ -46,6 +48,10 @@ type FanoutJob struct {
 	// the user's), and whether the entry is an urgent alert.
 	Device DeviceID
 	Urgent bool
+	// NotBefore, when set, is when the job is due: a job due later than
+	// one SQS delay (15 minutes) reaches it in hops, each re-enqueued with
+	// the delay left.
+	NotBefore time.Time
 }
 
 // DefaultFanoutBatch is how many members one fan-out invocation fills.

@@ -27,7 +27,8 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
 // c conversation, s convSeq up to, m members of a batch, u presence user,
-// a alert message id, t escalation tick, d device, g urgent.
+// a alert message id, t escalation tick, d device, g urgent, nb not
+// before (Unix ms).
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
@@ -38,12 +39,16 @@ type fanoutBody struct {
 	Tick    int      `json:"t,omitempty"`
 	Device  string   `json:"d,omitempty"`
 	Urgent  bool     `json:"g,omitempty"`
+	NotBef  int64    `json:"nb,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
 	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick,
 		Device: string(j.Device), Urgent: j.Urgent}
+	if !j.NotBefore.IsZero() {
+		b.NotBef = j.NotBefore.UnixMilli()
+	}
 	for _, m := range j.Members {
 		b.Members = append(b.Members, string(m))
 	}
@@ -59,6 +64,9 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	}
 	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick,
 		Device: im.DeviceID(b.Device), Urgent: b.Urgent}
+	if b.NotBef > 0 {
+		j.NotBefore = time.UnixMilli(b.NotBef).UTC()
+	}
 	for _, m := range b.Members {
 		j.Members = append(j.Members, im.UserID(m))
 	}

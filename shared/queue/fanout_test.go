@@ -2,6 +2,7 @@ package queue
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -18,6 +19,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 3},
 		{Kind: im.FanoutCallback, Alert: "m01"},
 		{Kind: im.FanoutRepeat, Alert: "m01", Tick: 2},
+		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 4, NotBefore: time.UnixMilli(1_800_000_000_123).UTC()},
 		{Kind: im.FanoutWake, User: "ann", Device: "phone", Alert: "m01", Conversation: "a:ops", UpTo: 4, Urgent: true},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
