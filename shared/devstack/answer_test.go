@@ -244,3 +244,40 @@ func TestAnAlertNobodyAnswersReachesTheLastStepAndEnds(t *testing.T) {
 		}
 	}
 }
+
+// Issue 16: an escalation step may name a group: its members at the time
+// of the post are the step's users (the app needs the group in its scope).
+func TestAnEscalationStepMayNameAGroup(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	lead := dial(t, st, "lead", "p")
+	lead.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:l2", "name": "Second line", "users": []string{"ben", "cid"}}, nil)
+	b, _ := json.Marshal(map[string]any{"name": "pager", "allowUsers": []string{"ann", "ben", "cid", "lead"}, "allowGroups": []string{"l2"}})
+	r := call(t, st, "POST", "/v1/apps", devstack.DefaultAdminKey, nil, string(b))
+	if r.status != http.StatusCreated {
+		t.Fatalf("create app: %d %s", r.status, r.raw)
+	}
+	key := r.body["key"].(string)
+	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "g-bad"},
+		`{"to":["ann"],"title":"x","body":"","ack":{},"escalation":{"everySeconds":1,"steps":[{"group":"l3"}]}}`); r.status != http.StatusForbidden {
+		t.Fatalf("a group outside the app's scope: %d %s", r.status, r.raw)
+	}
+	id := postAlert(t, st, key, "g-1", `{"to":["ann"],"title":"DB down","body":"","ack":{},"escalation":{"everySeconds":1,"steps":[{"group":"l2"}]}}`)
+	ben := dial(t, st, "ben", "p")
+	got := ben.next("message", 15*time.Second)
+	if mid, _, _ := got.pushed(t); mid != id {
+		t.Fatalf("ben got %s, want the alert", mid)
+	}
+	waitFor(t, "the escalation to end", func() bool {
+		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+		return esc["state"] == "ended"
+	})
+	esc := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
+	var to []string
+	for _, u := range esc["escalatedTo"].([]any) {
+		to = append(to, u.(string))
+	}
+	if strings.Join(to, ",") != "ben,cid,lead" { // the group's members: the creator is one
+		t.Fatalf("escalated to %v", to)
+	}
+}

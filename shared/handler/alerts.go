@@ -45,7 +45,8 @@ type escalationRequest struct {
 	EverySeconds int `json:"everySeconds"`
 	Renotify     int `json:"renotify"`
 	Steps        []struct {
-		To []string `json:"to"`
+		To    []string `json:"to"`
+		Group string   `json:"group"`
 	} `json:"steps"`
 }
 
@@ -106,6 +107,9 @@ func decodeAlert(raw []byte) (alertRequest, []im.UserID, error) {
 			return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.everySeconds must be %d..%d", int(im.MinEscalationEvery.Seconds()), int(im.MaxEscalationEvery.Seconds()))
 		}
 		for i, st := range ar.Escalation.Steps {
+			if len(st.To) == 0 && st.Group == "" {
+				return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.steps[%d] must name users (to), a group, or both", i)
+			}
 			for j, u := range st.To {
 				if !im.UserID(u).Person() {
 					return alertRequest{}, nil, wire.Problemf(wire.CodeBadRequest, "escalation.steps[%d].to[%d] is not a user id", i, j)
@@ -184,6 +188,24 @@ func (h *AlertsAPI) postAlert(ctx context.Context, req events.APIGatewayV2HTTPRe
 		for _, u := range st {
 			if !p.app.Allows(u) {
 				return 0, nil, wire.Problemf(wire.CodeForbidden, "app %s may not message %s (escalation)", p.app.ID, u)
+			}
+		}
+	}
+	if ar.Escalation != nil {
+		// A step naming a group notifies its members as they are now (the
+		// step is stored as users: a member who joins later is not added).
+		for i, st := range ar.Escalation.Steps {
+			if st.Group == "" {
+				continue
+			}
+			members, err := h.groupRecipients(ctx, p.app, st.Group)
+			if err != nil {
+				return 0, nil, err
+			}
+			for _, u := range members {
+				if !slices.Contains(ar.Escalation.Steps[i].To, string(u)) {
+					ar.Escalation.Steps[i].To = append(ar.Escalation.Steps[i].To, string(u))
+				}
 			}
 		}
 	}
