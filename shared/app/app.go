@@ -22,6 +22,17 @@ import (
 	"github.com/signet-im/signet/shared/ratelimit"
 )
 
+// The adapters implement the handler's interfaces (a method missing would
+// otherwise only turn a feature off where New type-asserts it).
+var (
+	_ handler.AlertStore     = (*dynamo.Store)(nil)
+	_ handler.Escalations    = (*dynamo.Store)(nil)
+	_ handler.Callbacks      = (*dynamo.Store)(nil)
+	_ handler.WakeStore      = (*dynamo.Store)(nil)
+	_ handler.CallbackSender = (*queue.Callbacks)(nil)
+	_ handler.FanoutQueue    = (*queue.Fanout)(nil)
+)
+
 // Clients are the AWS SDK clients a handler uses.
 type Clients struct {
 	DynamoDB   *dynamodb.Client

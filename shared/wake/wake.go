@@ -39,9 +39,6 @@ func New(client *sns.Client, apps map[string]string) *SNS {
 	return w
 }
 
-// Supports reports whether the deployment can wake devices of platform.
-func (w *SNS) Supports(platform string) bool { return w.apps[platform] != "" }
-
 // existing finds the endpoint ARN in SNS's answer to a token already
 // registered with other attributes.
 var existing = regexp.MustCompile(`Endpoint (arn:[^ ]+) already exists`)

@@ -15,6 +15,8 @@ import (
 	"github.com/signet-im/signet/shared/wake"
 )
 
+var _ handler.Waker = (*wake.SNS)(nil)
+
 // Configure returns the hints function's configure step (app.Start): an
 // SNS client from the environment Lambda sets (AWS_ENDPOINT_URL_SNS for a
 // local SNS) wakes devices under the configured platform applications.
