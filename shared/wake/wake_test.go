@@ -55,7 +55,7 @@ func TestRegisterAndWakeAgainstSNS(t *testing.T) {
 	var fcm struct {
 		FCM struct {
 			Message struct {
-				Data    map[string]string `json:"data"`
+				Data    map[string]string         `json:"data"`
 				Android struct{ Priority string } `json:"android"`
 			} `json:"message"`
 		} `json:"fcmV1Message"`
