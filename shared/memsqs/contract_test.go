@@ -162,6 +162,43 @@ func TestContract(t *testing.T) {
 }
 
 var contract = map[string]func(*testing.T, backend){
+	// Status callbacks to an app's queue carry their id and signature as
+	// message attributes (issue 16).
+	"MessageAttributesTravelWithTheMessage": func(t *testing.T, b backend) {
+		f := newFixture(t, b, nil)
+		attrs := map[string]types.MessageAttributeValue{
+			"Signet-Event-Id": {DataType: aws.String("String"), StringValue: aws.String("m1:read:ann")},
+			"count":           {DataType: aws.String("Number"), StringValue: aws.String("42")},
+			"raw":             {DataType: aws.String("Binary"), BinaryValue: []byte{1, 2, 3}},
+		}
+		// AWS's digest of these attributes, computed apart from memsqs
+		// (sorted names; length-prefixed name, type, value; 1 or 2 for the
+		// transport type).
+		const md5 = "41ecef339323a9dec0af65bb390ca8a5"
+		sent, err := f.sqs.SendMessage(f.ctx, &sqs.SendMessageInput{QueueUrl: aws.String(f.url), MessageBody: aws.String("e"), MessageAttributes: attrs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := aws.ToString(sent.MD5OfMessageAttributes); got != md5 {
+			differs(t, b, "MD5OfMessageAttributes %q, want %s", got, md5)
+		}
+		out, err := f.sqs.ReceiveMessage(f.ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(f.url), WaitTimeSeconds: 5, MessageAttributeNames: []string{"Signet-Event-Id", "raw"}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("receive: %v %v", out, err)
+		}
+		got := out.Messages[0].MessageAttributes
+		if aws.ToString(got["Signet-Event-Id"].StringValue) != "m1:read:ann" || string(got["raw"].BinaryValue) != "\x01\x02\x03" {
+			t.Fatalf("received attributes %+v, want the two asked for", got)
+		}
+		if _, extra := got["count"]; extra {
+			differs(t, b, "a receive naming two attributes got the third too")
+		}
+		_, err = f.sqs.SendMessage(f.ctx, &sqs.SendMessageInput{QueueUrl: aws.String(f.url), MessageBody: aws.String("e"),
+			MessageAttributes: map[string]types.MessageAttributeValue{"x": {DataType: aws.String("Colour"), StringValue: aws.String("red")}}})
+		if err == nil {
+			differs(t, b, "an attribute of an unknown type was accepted")
+		}
+	},
 	"SentMessagesAreReceivedOnceAndGoneWhenDeleted": func(t *testing.T, b backend) {
 		f := newFixture(t, b, nil)
 		for i := range 3 {

@@ -23,9 +23,12 @@
 //     at most 256 KiB, batches too) and the characters SQS allows;
 //   - long polling (WaitTimeSeconds 0–20, the queue's
 //     ReceiveMessageWaitTimeSeconds by default), woken by a send;
+//   - message attributes (String, Number, Binary, with custom suffixes;
+//     at most 10, counted in the size; MD5OfMessageAttributes as AWS
+//     computes it), received by name, "All", ".*" or "prefix.*";
 //   - the error shapes the SDK models (QueueDoesNotExist,
 //     ReceiptHandleIsInvalid, EmptyBatchRequest, …) with their query codes.
 //
 // Not implemented, and refused with an error rather than approximated:
-// FIFO queues, message attributes, tags, permissions and message move tasks.
+// FIFO queues, message system attributes, tags, permissions and message move tasks.
 package memsqs

@@ -13,7 +13,7 @@ type sendEntry struct {
 	Id                      string
 	MessageBody             string
 	DelaySeconds            *int
-	MessageAttributes       map[string]any
+	MessageAttributes       map[string]attrValue
 	MessageSystemAttributes map[string]any
 	MessageGroupId          string
 	MessageDeduplicationId  string
@@ -24,13 +24,16 @@ func (e *sendEntry) check(a attrs) (time.Duration, *apiError) {
 	if e.MessageBody == "" {
 		return 0, errorf("MissingParameter", "MissingParameter", "The request must contain the parameter MessageBody.")
 	}
-	if len(e.MessageAttributes)+len(e.MessageSystemAttributes) > 0 {
-		return 0, unsupported("message attributes")
+	if len(e.MessageSystemAttributes) > 0 {
+		return 0, unsupported("message system attributes")
+	}
+	if aerr := checkAttributes(e.MessageAttributes); aerr != nil {
+		return 0, aerr
 	}
 	if e.MessageGroupId != "" || e.MessageDeduplicationId != "" {
 		return 0, invalidParameter("The request include parameter that is not valid for this queue type")
 	}
-	if len(e.MessageBody) > a.maxSize {
+	if len(e.MessageBody)+attributesSize(e.MessageAttributes) > a.maxSize {
 		return 0, invalidParameter("One or more parameters are invalid. Reason: Message must be shorter than %d bytes.", a.maxSize)
 	}
 	if !validContents(e.MessageBody) {
@@ -62,7 +65,19 @@ func validContents(s string) bool {
 	return true
 }
 
-func (c *call) newMessage(body string) *message { return newMessage(messageID(), body, c.now) }
+// newMessage is a message of entry e as sent now.
+func (c *call) newMessage(e sendEntry) *message {
+	m := newMessage(messageID(), e.MessageBody, c.now)
+	m.setAttributes(e.MessageAttributes)
+	return m
+}
+
+// setAttributes gives m its message attributes and their digest.
+func (m *message) setAttributes(a map[string]attrValue) {
+	if len(a) > 0 {
+		m.attrs, m.attrsMD5 = a, attributesMD5(a)
+	}
+}
 
 // newMessage is a message as sent.
 func newMessage(id, body string, sent time.Time) *message {
@@ -85,9 +100,13 @@ func (c *call) sendMessage(body []byte) (any, error) {
 	if aerr != nil {
 		return nil, aerr
 	}
-	m := c.newMessage(in.MessageBody)
+	m := c.newMessage(in.sendEntry)
 	q.add(m, delay)
-	return map[string]string{"MessageId": m.id, "MD5OfMessageBody": m.md5}, nil
+	out := map[string]string{"MessageId": m.id, "MD5OfMessageBody": m.md5}
+	if m.attrsMD5 != "" {
+		out["MD5OfMessageAttributes"] = m.attrsMD5
+	}
+	return out, nil
 }
 
 // batchEntryID is the form of a batch entry's Id.
@@ -154,7 +173,10 @@ func (c *call) sendMessageBatch(body []byte) (any, error) {
 	if size > q.attrs.maxSize {
 		return nil, errorf("BatchRequestTooLong", "AWS.SimpleQueueService.BatchRequestTooLong", "Batch requests cannot be longer than %d bytes. You have sent %d bytes.", q.attrs.maxSize, size)
 	}
-	type ok struct{ Id, MessageId, MD5OfMessageBody string }
+	type ok struct {
+		Id, MessageId, MD5OfMessageBody string
+		MD5OfMessageAttributes          string `json:",omitempty"`
+	}
 	out := batchAnswer[ok]{Successful: []ok{}, Failed: []batchFailure{}}
 	for _, e := range in.Entries {
 		delay, aerr := e.check(q.attrs)
@@ -162,9 +184,9 @@ func (c *call) sendMessageBatch(body []byte) (any, error) {
 			out.Failed = append(out.Failed, failure(e.Id, aerr))
 			continue
 		}
-		m := c.newMessage(e.MessageBody)
+		m := c.newMessage(e)
 		q.add(m, delay)
-		out.Successful = append(out.Successful, ok{e.Id, m.id, m.md5})
+		out.Successful = append(out.Successful, ok{e.Id, m.id, m.md5, m.attrsMD5})
 	}
 	return out, nil
 }
@@ -172,7 +194,9 @@ func (c *call) sendMessageBatch(body []byte) (any, error) {
 // receivedMessage is a message in a ReceiveMessage answer.
 type receivedMessage struct {
 	MessageId, ReceiptHandle, MD5OfBody, Body string
-	Attributes                                map[string]string `json:",omitempty"`
+	Attributes                                map[string]string    `json:",omitempty"`
+	MessageAttributes                         map[string]attrValue `json:",omitempty"`
+	MD5OfMessageAttributes                    string               `json:",omitempty"`
 }
 
 func (c *call) receiveMessage(body []byte) (any, error) {
@@ -217,6 +241,9 @@ func (c *call) receiveMessage(body []byte) (any, error) {
 	out := make([]receivedMessage, len(got))
 	for i, m := range got {
 		out[i] = receivedMessage{MessageId: m.id, ReceiptHandle: m.handle, MD5OfBody: m.md5, Body: m.body, Attributes: systemAttributes(m, names)}
+		if a := selectAttributes(m.attrs, in.MessageAttributeNames); a != nil {
+			out[i].MessageAttributes, out[i].MD5OfMessageAttributes = a, attributesMD5(a)
+		}
 	}
 	return map[string]any{"Messages": out}, nil
 }
@@ -227,6 +254,7 @@ type snapshot struct {
 	id, handle, md5, body string
 	sent, firstReceive    time.Time
 	receives              int
+	attrs                 map[string]attrValue
 }
 
 // receive takes up to n messages, waiting up to wait for the first.
@@ -238,7 +266,7 @@ func (c *call) receive(q *queue, n int, vis, wait time.Duration) []snapshot {
 		got, dead := q.take(n, vis, now)
 		out := make([]snapshot, len(got))
 		for i, m := range got {
-			out[i] = snapshot{m.id, m.handle, m.md5, m.body, m.sent, m.firstReceive, m.receives}
+			out[i] = snapshot{m.id, m.handle, m.md5, m.body, m.sent, m.firstReceive, m.receives, m.attrs}
 		}
 		wake, next := q.wake, q.nextVisible()
 		q.mu.Unlock()
@@ -280,6 +308,7 @@ func (c *call) redrive(from *queue, dead []*message) {
 	defer to.mu.Unlock()
 	for _, m := range dead {
 		moved := &message{id: m.id, body: m.body, md5: m.md5, sent: m.sent}
+		moved.setAttributes(m.attrs)
 		if to == from {
 			moved.receives = m.receives
 		}

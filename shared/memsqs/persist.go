@@ -24,6 +24,8 @@ type record struct {
 	Body    *string       `json:"body,omitempty"`
 	Sent    int64         `json:"sent,omitempty"`
 	Visible int64         `json:"visible,omitempty"`
+	// MsgAttrs are an added message's message attributes.
+	MsgAttrs map[string]attrValue `json:"ma,omitempty"`
 }
 
 // journalAttrs are a queue's attributes as journaled.
@@ -125,6 +127,7 @@ func (s *Server) replay(raw []byte) error {
 			return fmt.Errorf("message %s without a body", r.ID)
 		}
 		m := newMessage(r.ID, *r.Body, time.UnixMilli(r.Sent))
+		m.setAttributes(r.MsgAttrs)
 		q.add(m, time.UnixMilli(r.Visible).Sub(m.sent))
 	case "rm":
 		if m, ok := q.byID[r.ID]; ok {
@@ -182,5 +185,5 @@ func addRecord(queue string, m *message) record {
 	if m.inFlight || visible.Before(m.sent) {
 		visible = m.sent // a received message is visible again after a restart
 	}
-	return record{Op: "add", Queue: queue, ID: m.id, Body: &body, Sent: m.sent.UnixMilli(), Visible: visible.UnixMilli()}
+	return record{Op: "add", Queue: queue, ID: m.id, Body: &body, Sent: m.sent.UnixMilli(), Visible: visible.UnixMilli(), MsgAttrs: m.attrs}
 }

@@ -117,3 +117,35 @@ func TestAJournaledQueueComesBackWithEveryUndeletedMessage(t *testing.T) {
 	}
 	first.Close()
 }
+
+// A journaled message keeps its message attributes across a restart.
+func TestAJournaledMessageKeepsItsAttributes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sqs.jsonl")
+	first, err := memsqs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ctx := sdkOf(t, first), context.Background()
+	q, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("signet-callbacks-x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("e"),
+		MessageAttributes: map[string]types.MessageAttributeValue{"Signet-Signature": {DataType: aws.String("String"), StringValue: aws.String("v1=ab")}}}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := memsqs.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	c2 := sdkOf(t, again)
+	url, err := c2.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("signet-callbacks-x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c2.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: url.QueueUrl, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].MessageAttributes["Signet-Signature"].StringValue) != "v1=ab" {
+		t.Fatalf("after a restart: %+v %v", got, err)
+	}
+}

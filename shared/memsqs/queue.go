@@ -10,9 +10,13 @@ import (
 // message is one message of a queue.
 type message struct {
 	id, body, md5 string
-	sent          time.Time
-	firstReceive  time.Time
-	receives      int
+	// attrs are its message attributes (never changed once sent: a
+	// receive hands them out without copying), attrsMD5 their digest.
+	attrs        map[string]attrValue
+	attrsMD5     string
+	sent         time.Time
+	firstReceive time.Time
+	receives     int
 	// visibleAt is when a delayed or in-flight message becomes receivable;
 	// heapIndex is its place in the queue's heap (-1 when not in it).
 	visibleAt time.Time
