@@ -305,6 +305,32 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
   }
 });
 
+test("a connection the server closes with connection_limit waits evictedWaitMs before it reconnects (no eviction ping-pong)", async () => {
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["MaxConnectionsPerUser=2"]);
+  try {
+    const wait = 3000;
+    const states: { connected: boolean; at: number }[] = [];
+    let evictedAt = 0;
+    const a = await dial("carol-cap", new MemoryStore(), {
+      url: own.url, device: "a", evictedWaitMs: wait,
+      onState: (s) => states.push({ connected: s.connected, at: Date.now() }),
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        if (dir === "in" && (f as { code?: string }).code === "connection_limit") evictedAt = Date.now();
+      },
+    });
+    const b = await dial("carol-cap", new MemoryStore(), { url: own.url, device: "b" });
+    const c = await dial("carol-cap", new MemoryStore(), { url: own.url, device: "c" }); // the third: the oldest, a, is closed
+    await eventually("a told connection_limit", () => evictedAt > 0, 30000);
+    await eventually("a back after its wait", () => states.some((s) => s.connected && s.at > evictedAt), 60000);
+    const back = states.find((s) => s.connected && s.at > evictedAt)!;
+    assert.ok(back.at - evictedAt >= wait - 100, `a reconnected ${back.at - evictedAt} ms after its eviction, before evictedWaitMs (${wait} ms)`);
+    await Promise.all([a.close(), b.close(), c.close()]);
+  } finally {
+    await own.stop();
+  }
+});
+
 test("an alert that asks for an answer: answer() once, forward-only; the user's other device hears of it", async () => {
   const admin = { Authorization: "Bearer local-admin-key" };
   const app = await (await fetch(`${stack.httpUrl}/v1/apps`, { method: "POST", headers: admin, body: JSON.stringify({ name: "deploys", allowUsers: ["bob-answer"] }) })).json();
