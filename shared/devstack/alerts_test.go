@@ -97,12 +97,7 @@ func TestAlertToThreeUsersShowsEachPathToDelivery(t *testing.T) {
 	}
 	waitFor(t, "ann delivered", func() bool { return status()["ann"]["state"] == "delivered" })
 	// ann reads it: the read watermark of the app's conversation.
-	var pm struct {
-		ConvSeq        int64  `json:"convSeq"`
-		ConversationID string `json:"conversationId"`
-	}
-	_ = json.Unmarshal(push.Message, &pm)
-	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	ann.readPushed(push)
 	waitFor(t, "ann read", func() bool { return status()["ann"]["state"] == "read" })
 	if s := status(); s["ben"]["state"] != "stored" || s["cid"]["state"] != "pushed" || s["ann"]["deliveredAt"] == nil || s["ann"]["readAt"] == nil {
 		t.Fatalf("states = %v", s)

@@ -123,12 +123,7 @@ func TestStatusCallbacksReachAReceiverThatWasDownOnceEachAndSigned(t *testing.T)
 		"escalation":{"everySeconds":3,"renotify":1,"steps":[{"to":["ben"]}]}}`)
 	push := ann.next("message", 5*time.Second)
 	ann.write(map[string]any{"action": "ack", "upTo": push.Seq})
-	var pm struct {
-		ConvSeq        int64  `json:"convSeq"`
-		ConversationID string `json:"conversationId"`
-	}
-	_ = json.Unmarshal(push.Message, &pm)
-	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	ann.readPushed(push)
 	waitFor(t, "ben escalated to", func() bool {
 		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
 		to, _ := esc["escalatedTo"].([]any)

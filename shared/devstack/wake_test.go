@@ -36,6 +36,32 @@ func register(t *testing.T, c *wsClient, platform, token string) {
 	}
 }
 
+// readPushed marks the conversation of pushed message f read up to it.
+func (c *wsClient) readPushed(f frame) {
+	c.t.Helper()
+	var pm struct {
+		ConvSeq        int64  `json:"convSeq"`
+		ConversationID string `json:"conversationId"`
+	}
+	if err := json.Unmarshal(f.Message, &pm); err != nil {
+		c.t.Fatalf("message frame: %v", err)
+	}
+	c.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+}
+
+// registeredOffline registers user's device for wake-ups on platform and
+// takes it offline.
+func registeredOffline(t *testing.T, st *devstack.Stack, user, device, platform, token string, before ...map[string]any) {
+	t.Helper()
+	c := dialNoCleanup(t, st, user, device)
+	c.t = t
+	register(t, c, platform, token)
+	for _, frame := range before {
+		c.request(frame, nil)
+	}
+	goOffline(t, st, c, user)
+}
+
 // goOffline closes c and waits until user has no connection record.
 func goOffline(t *testing.T, st *devstack.Stack, c *wsClient, user string) {
 	t.Helper()
@@ -109,10 +135,7 @@ func TestAnOfflineDeviceGetsOneWakeUpThenSyncs(t *testing.T) {
 	t.Parallel()
 	st := startPushStack(t)
 	key := createApp(t, st, "pager", []string{"bob"}, 100)
-	phone := dialNoCleanup(t, st, "bob", "phone")
-	phone.t = t
-	register(t, phone, "apns", "a1b2c3d4e5f6")
-	goOffline(t, st, phone, "bob")
+	registeredOffline(t, st, "bob", "phone", "apns", "a1b2c3d4e5f6")
 
 	var ids []string
 	for i, title := range []string{"Disk 91%", "Disk 95%", "Disk full"} {
@@ -155,7 +178,7 @@ func TestAnOfflineDeviceGetsOneWakeUpThenSyncs(t *testing.T) {
 	}
 
 	// The phone wakes, connects and syncs all three.
-	phone = dial(t, st, "bob", "phone")
+	phone := dial(t, st, "bob", "phone")
 	phone.write(map[string]any{"action": "sync", "cursor": 0})
 	page := phone.next("sync", 10*time.Second)
 	if len(page.Messages) != 3 || page.Messages[0].Message.MessageID != ids[0] || page.Messages[2].Message.MessageID != ids[2] {
@@ -254,12 +277,7 @@ func TestAnUrgentAlertIsRepushedUntilReadOrAnswered(t *testing.T) {
 	id := postAlert(t, st, key, "rp-1", `{"to":["ann","ben","cid"],"title":"Pager","body":"","priority":"urgent","ack":{"options":["ack"]},"repeat":{"everySeconds":3,"times":2}}`)
 	first := ann.next("message", 5*time.Second)
 	ann.write(map[string]any{"action": "ack", "upTo": first.Seq})
-	var pm struct {
-		ConvSeq        int64  `json:"convSeq"`
-		ConversationID string `json:"conversationId"`
-	}
-	_ = json.Unmarshal(first.Message, &pm)
-	ann.write(map[string]any{"action": "read", "conversationId": pm.ConversationID, "upTo": pm.ConvSeq})
+	ann.readPushed(first)
 	// ann read it and cid answers it at once: neither is pushed it again.
 	if f := answer(t, cid, "c1", id, "ack"); f.Type != "answer" {
 		t.Fatalf("cid's answer: %+v", f)
