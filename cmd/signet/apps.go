@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -362,6 +363,12 @@ pushed, push_failed, redelivery_scheduled, acked, read, awaiting_pull) with
 its time, the function and request that recorded it, and the user, device,
 connection, inbox seq and attempt it concerns.
 
+A 1:1 message sent as expected is traced in full for one in TraceSample
+(template parameter, default 50); for the others the steps are derived from
+what is stored — the conversation log, the inboxes and the devices' ack
+ranges — and say so in their detail, without connection or request ids.
+Failures, retries and redeliveries are always recorded.
+
 Flags:
 `)
 		fs.PrintDefaults()
@@ -377,7 +384,7 @@ Flags:
 		MessageID string       `json:"messageId"`
 		Events    []traceEvent `json:"events"`
 	}
-	if err := apiCall(ctx, "GET", *url+"/v1/messages/"+pos[0]+"/trace", *key, nil, &out); err != nil {
+	if err := apiCall(ctx, "GET", *url+"/v1/messages/"+neturl.PathEscape(pos[0])+"/trace", *key, nil, &out); err != nil {
 		return err
 	}
 	if *asJSON {

@@ -65,6 +65,9 @@ type Config struct {
 	CompressBodies bool
 	// SendMode is how a 1:1 message is stored (dynamo.Store.SendMode).
 	SendMode string
+	// TraceSample: one in TraceSample 1:1 messages sent as expected has its
+	// send's trace written in full (handler.Deps.TraceSample).
+	TraceSample int
 	// OfflinePush turns wake jobs on (on the presence queue; off: no
 	// function enqueues one). PushApps are the SNS platform
 	// application ARNs by platform (apns, apns_sandbox, fcm; "" none);
@@ -125,6 +128,7 @@ const (
 	EnvLogLevel         = "SIGNET_LOG_LEVEL"
 	EnvBodyCompression  = "SIGNET_BODY_COMPRESSION"
 	EnvSendMode         = "SIGNET_SEND_MODE"
+	EnvTraceSample      = "SIGNET_TRACE_SAMPLE"
 	EnvCallbackBackoff  = "SIGNET_CALLBACK_BACKOFF"
 	EnvOfflinePush      = "SIGNET_OFFLINE_PUSH"
 	EnvPushAPNS         = "SIGNET_PUSH_APNS_APP_ARN"
@@ -167,6 +171,7 @@ var Vars = []Var{
 	{EnvPresenceDebounce, "2s", "presence changes wait this long before they are pushed to peers"},
 	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
 	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},
+	{EnvTraceSample, "50", "one in N 1:1 messages sent as expected has its send's trace (connections, request ids) written in full; the others' trace is derived from what is stored; failures and retries are always written; 1: every message's"},
 	{EnvCallbackBackoff, "10s,1m,5m,15m,1h,2h,4h,8h", "waits before each retry of a status callback the app's webhook did not take (2xx); after the last the event is dead until the app replays it"},
 	{EnvWebhookPrivate, "off", "on: webhook URLs may be http:// and reach loopback and private addresses (signet local); off: https only, public addresses only"},
 	{EnvOfflinePush, "off", "on: a message to a user with no connection (or one redelivery gave up on) wakes their registered devices through SNS mobile push; off: no wake jobs"},
@@ -274,6 +279,9 @@ func Load(getenv func(string) string) (Config, error) {
 	case "transaction", "claim":
 	default:
 		return Config{}, fmt.Errorf("%s: %q is not transaction or claim", EnvSendMode, c.SendMode)
+	}
+	if c.TraceSample, err = strconv.Atoi(get(EnvTraceSample)); err != nil || c.TraceSample < 1 {
+		return Config{}, fmt.Errorf("%s=%q: want a whole number ≥ 1 (one in N messages; 1: every message)", EnvTraceSample, get(EnvTraceSample))
 	}
 	for _, part := range strings.Split(get(EnvCallbackBackoff), ",") {
 		if part = strings.TrimSpace(part); part == "" {

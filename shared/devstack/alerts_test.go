@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
@@ -265,28 +270,72 @@ func TestAlertRejectionsStoreNothing(t *testing.T) {
 	}
 }
 
-// Chat messages have a trace too, readable with the admin key.
+// Chat messages have a trace too, readable with the admin key. With
+// TraceSample 1 the send writes it in full (each connection pushed and its
+// redelivery check); by default a send that went as expected and was not
+// sampled writes nothing to the trace table and its trace is derived from
+// what is stored (issue 12) — the same lifecycle, per user.
 func TestChatMessageTrace(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{})
-	alice := dial(t, st, "alice", "laptop")
-	bob := dial(t, st, "bob", "phone")
-	alice.send("c1", "bob", "hi")
-	sent := alice.next("sent", 5*time.Second)
-	f := bob.next("message", 5*time.Second)
-	bob.write(map[string]any{"action": "ack", "upTo": f.Seq})
-	// The send function writes its trace when its pushes are done, which
-	// is after the ACK (sent goes out before any push): wait for both.
-	want := []string{`"type":"created"`, `"type":"stored"`, `"type":"inboxed"`, `"type":"pushed"`, `"type":"redelivery_scheduled"`, `"function":"send"`, `"type":"acked"`, `"function":"ack"`}
-	waitFor(t, "send and ack events in the trace", func() bool {
-		r := call(t, st, "GET", "/v1/messages/"+sent.MessageID+"/trace", devstack.DefaultAdminKey, nil, "")
-		for _, w := range want {
-			if !strings.Contains(r.raw, w) {
-				return false
+	for _, c := range []struct {
+		sample  string
+		written bool
+	}{{"1", true}, {"", false}} {
+		t.Run("TraceSample="+cmp.Or(c.sample, "default"), func(t *testing.T) {
+			t.Parallel()
+			var o devstack.Options
+			if c.sample != "" {
+				o.Parameters = map[string]string{"TraceSample": c.sample}
 			}
-		}
-		return r.status == 200
-	})
+			st := startStack(t, o)
+			alice := dial(t, st, "alice", "laptop")
+			bob := dial(t, st, "bob", "phone")
+			var sent frame
+			for i := 0; ; i++ {
+				// An id in the sampled share is written in full: send
+				// again until one is not (one in 50 is).
+				alice.send(fmt.Sprintf("c%d", i), "bob", "hi")
+				sent = alice.next("sent", 5*time.Second)
+				f := bob.next("message", 5*time.Second)
+				bob.write(map[string]any{"action": "ack", "upTo": f.Seq})
+				if c.written || !im.MessageID(sent.MessageID).Sampled(st.Config.TraceSample) {
+					break
+				}
+			}
+			want := []string{`"type":"created"`, `"type":"stored"`, `"type":"inboxed"`, `"type":"pushed"`, `"function":"send"`, `"type":"acked"`, `"function":"ack"`}
+			if c.written {
+				// The send function writes its trace when its pushes are
+				// done, which is after the ACK (sent goes out before any
+				// push): wait for both.
+				want = append(want, `"type":"redelivery_scheduled"`, `"connectionId":"`)
+			}
+			var raw string
+			waitFor(t, "send and ack events in the trace", func() bool {
+				r := call(t, st, "GET", "/v1/messages/"+sent.MessageID+"/trace", devstack.DefaultAdminKey, nil, "")
+				raw = r.raw
+				for _, w := range want {
+					if !strings.Contains(r.raw, w) {
+						return false
+					}
+				}
+				return r.status == 200
+			})
+			// What the trace table holds for the message: the send's
+			// item when written, nothing when derived.
+			time.Sleep(300 * time.Millisecond) // the send's flush follows its pushes
+			out, err := st.DynamoDB.Query(context.Background(), &dynamodb.QueryInput{
+				TableName:                 aws.String(st.Resources.Tables["TraceTable"]),
+				KeyConditionExpression:    aws.String("messageId = :m"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":m": &types.AttributeValueMemberS{Value: sent.MessageID}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(out.Items) > 0; got != c.written {
+				t.Fatalf("trace items of %s: %d, want written=%v; trace:\n%s", sent.MessageID, len(out.Items), c.written, raw)
+			}
+		})
+	}
 }
 
 // An alert to a group reaches every current member, scoped by allowGroups.

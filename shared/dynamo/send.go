@@ -31,7 +31,7 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 		if err != nil {
 			return nil, im.Stored{}, err
 		}
-		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: heads.conv + 1, From: d.From, Body: d.Body, SentAt: now}
+		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, heads.conv+1), Conversation: d.Conversation, ConvSeq: heads.conv + 1, From: d.From, Body: d.Body, SentAt: now}
 		seqs := make(map[im.UserID]int64, len(recipients))
 		for _, r := range recipients {
 			seqs[r] = heads.inbox[r].top + 1

@@ -65,7 +65,7 @@ func (st *Store) sendClaimed(ctx context.Context, d im.Draft, recipients []im.Us
 			}
 			head = max(head, newest)
 		}
-		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
 		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 			{Put: &types.Put{
 				TableName:                aws.String(st.tables.Inbox),

@@ -176,7 +176,8 @@ func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im
 const ackPage = 25
 
 // Events returns a message's trace, oldest first. It reads packed items
-// and the one-event items written before events were packed alike, and
+// and the one-event items written before events were packed alike, derives
+// what the send function did not write for a 1:1 message (deriveSend), and
 // derives the "acked" events of a 1:1 message (inboxed by the send
 // function) from its recipients' ack ranges (AppendAck).
 func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
@@ -202,6 +203,9 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 	if err != nil {
 		return nil, fmt.Errorf("trace of %s: %w", id, err)
 	}
+	if out, err = st.deriveSend(ctx, id, out); err != nil {
+		return nil, fmt.Errorf("trace of %s: %w", id, err)
+	}
 	acked := map[im.UserID]map[int64]bool{}
 	for _, e := range out {
 		if e.Type == im.EventAcked {
@@ -225,6 +229,59 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
 	return out, nil
+}
+
+// deriveSend completes the trace of a 1:1 message whose send went as
+// expected and was not in the sampled share: the send function then writes
+// no trace item (handler.Messages.Send; issue 12: a write unit and a month
+// of storage per message), and what it would have written follows from
+// what is stored. The located id names the log item (created and stored,
+// at its time); each participant's inbox holds the entry (inboxed, found
+// as a retried send finds it: placedSeqs); and an unwritten send pushed
+// the entry to every connection each participant had — a recipient without
+// one, or a failed push, would have written the whole trail ("pushed", with
+// the connections and request ids only in written traces). A trace with a
+// "stored" event was written and is returned as it is, as is the trace of a
+// plain id (group messages, alerts) or of a message no longer in its log.
+func (st *Store) deriveSend(ctx context.Context, id im.MessageID, evs []im.Event) ([]im.Event, error) {
+	conv, cseq, ok := id.Locate()
+	if !ok || slices.ContainsFunc(evs, func(e im.Event) bool { return e.Type == im.EventStored }) {
+		return evs, nil
+	}
+	a, b, err := conv.Members()
+	if err != nil {
+		return evs, nil
+	}
+	logged, err := st.Log(ctx, conv, cseq-1, cseq)
+	if err != nil {
+		return nil, err
+	}
+	if len(logged) != 1 || logged[0].ID != id {
+		return evs, nil
+	}
+	m := logged[0]
+	add := func(e im.Event) {
+		e.Message, e.At, e.Function = id, m.SentAt, "send"
+		evs = append(evs, e)
+	}
+	add(im.Event{Type: im.EventCreated, User: m.From, Detail: "derived from the conversation log (trace not sampled)"})
+	add(im.Event{Type: im.EventStored, Detail: fmt.Sprintf("%s #%d", conv, cseq)})
+	for _, u := range []im.UserID{a, b} {
+		seqs, placed, err := st.placedSeqs(ctx, m, []im.UserID{u})
+		if err != nil {
+			return nil, err
+		}
+		if !placed {
+			continue
+		}
+		add(im.Event{Type: im.EventInboxed, User: u, Seq: seqs[u]})
+		detail := "derived: pushed to every connection the recipient had"
+		if u == m.From {
+			detail = "derived: in sent, and pushed to the sender's other connections"
+		}
+		add(im.Event{Type: im.EventPushed, User: u, Seq: seqs[u], Detail: detail})
+	}
+	return evs, nil
 }
 
 // EntryRefs returns references to a user's inbox entries with seq in

@@ -121,3 +121,68 @@ func TestAckedEventsOfDirectMessagesAreDerivedFromAckRanges(t *testing.T) {
 		t.Fatalf("acked events (-want +got):\n%s", diff)
 	}
 }
+
+// Issue 12: a 1:1 send that went as expected and was not sampled writes no
+// trace item; its trace is derived from the log, the inboxes and the ack
+// ranges, and says what the written one said (who has it where, and when).
+func TestTheTraceOfAnUnwrittenDirectSendIsDerivedFromWhatIsStored(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{SendClaim, SendTransaction} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			st := testStore(t)
+			st.SendMode = mode
+			st.tables.Trace = provision.Name("rt", "TraceTable")
+			ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
+			conv := im.Direct("alice", "bob")
+			send := func(from im.UserID, cmid string, at time.Time) im.Stored {
+				t.Helper()
+				s, err := st.Send(ctx, im.Draft{From: from, ClientMsgID: cmid, Conversation: conv, Body: []byte(`{"text":"hi"}`)}, at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			first := send("alice", "c1", t0)
+			send("bob", "c2", t0.Add(time.Second)) // the first is no longer the index's last
+			if err := st.AppendAck(ctx, im.AckRange{User: "bob", Device: "phone", From: 0, UpTo: first.Inboxed["bob"], At: t0.Add(2 * time.Second)}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := st.Events(ctx, first.Message.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			for _, e := range got {
+				lines = append(lines, fmt.Sprintf("%s %s/%s #%d +%dms by %s", e.Type, e.User, e.Device, e.Seq, e.At.Sub(t0).Milliseconds(), e.Function))
+			}
+			a, b := first.Inboxed["alice"], first.Inboxed["bob"]
+			want := []string{
+				"created alice/ #0 +0ms by send", "stored / #0 +0ms by send",
+				fmt.Sprintf("inboxed alice/ #%d +0ms by send", a), fmt.Sprintf("pushed alice/ #%d +0ms by send", a),
+				fmt.Sprintf("inboxed bob/ #%d +0ms by send", b), fmt.Sprintf("pushed bob/ #%d +0ms by send", b),
+				fmt.Sprintf("acked bob/phone #%d +2000ms by ack", b),
+			}
+			if diff := cmp.Diff(want, lines); diff != "" {
+				t.Fatalf("derived trace (-want +got):\n%s", diff)
+			}
+
+			// A written trace is returned as written, nothing derived twice.
+			written := send("alice", "c3", t0.Add(3*time.Second))
+			if err := st.AppendEvents(ctx, []im.Event{
+				{Message: written.Message.ID, Type: im.EventCreated, At: t0, Function: "send", User: "alice"},
+				{Message: written.Message.ID, Type: im.EventStored, At: t0, Function: "send"},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := st.Events(ctx, written.Message.ID); err != nil || len(got) != 2 {
+				t.Fatalf("written trace: %d events (%v), want the 2 written", len(got), err)
+			}
+			// A located id whose log item holds another message derives nothing.
+			c, seq, _ := first.Message.ID.Locate()
+			if got, err := st.Events(ctx, im.NewLocatedMessageID(t0, c, seq)); err != nil || len(got) != 0 {
+				t.Fatalf("an id not in the log: %d events (%v)", len(got), err)
+			}
+		})
+	}
+}

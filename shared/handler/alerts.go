@@ -423,6 +423,11 @@ func (h *AlertsAPI) groupRecipients(ctx context.Context, app im.App, id string) 
 	return out, nil
 }
 
+// maxMessageIDLength bounds a message id in a path: a 1:1 message's id
+// names its conversation (im.NewLocatedMessageID: 27 + 2 + up to 19 digits
+// + a conversation id of up to 131 characters).
+const maxMessageIDLength = 200
+
 // readableAlert loads the alert of {id} if the caller may read it.
 func (h *AlertsAPI) readableAlert(ctx context.Context, req events.APIGatewayV2HTTPRequest) (im.Alert, principal, error) {
 	p, err := h.authenticate(ctx, req)
@@ -430,8 +435,8 @@ func (h *AlertsAPI) readableAlert(ctx context.Context, req events.APIGatewayV2HT
 		return im.Alert{}, p, err
 	}
 	id := im.MessageID(req.PathParameters["id"])
-	if len(id) == 0 || len(id) > 64 {
-		return im.Alert{}, p, wire.Problemf(wire.CodeBadRequest, "message id must be 1-64 characters")
+	if len(id) == 0 || len(id) > maxMessageIDLength {
+		return im.Alert{}, p, wire.Problemf(wire.CodeBadRequest, "message id must be 1-%d characters", maxMessageIDLength)
 	}
 	a, err := h.AlertStore.Alert(ctx, id)
 	if errors.Is(err, im.ErrNotFound) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -125,6 +126,10 @@ type Deps struct {
 	// OIDC, when set, verifies RS256/ES256 tokens of an OpenID Connect
 	// provider (HS256 tokens still go through Secret).
 	OIDC *auth.OIDC
+	// TraceSample: one in TraceSample 1:1 messages sent as expected has
+	// its send's trace written in full; the others' is derived from what
+	// is stored (Store.Events). 0 or 1: every message's is written.
+	TraceSample int
 	// Redelivery is the push timeout and backoff policy.
 	Redelivery im.Redelivery
 	// PushDeadline bounds one PostToConnection, SDK retries included
@@ -367,6 +372,33 @@ type trail struct {
 	request  string
 	mu       sync.Mutex
 	events   []im.Event
+	omit     im.MessageID // see omitIfDerivable
+}
+
+// omitIfDerivable leaves id's events out of the flush when they are only
+// what Store.Events derives for a located 1:1 message that was not
+// sampled: created, stored, inboxed, first pushes and their redelivery
+// checks (issue 12: the trace is written for failures, retries and a
+// sampled share). One other event — a failed push, a user with no
+// connection, a retry — and the whole trail is written.
+func (t *trail) omitIfDerivable(id im.MessageID, sample int) {
+	if _, _, ok := id.Locate(); ok && !id.Sampled(sample) {
+		t.omit = id
+	}
+}
+
+// derivable reports whether e is one that Store.Events derives for a
+// located message sent as expected.
+func derivable(e im.Event) bool {
+	switch e.Type {
+	case im.EventCreated:
+		return e.Detail == ""
+	case im.EventStored, im.EventInboxed:
+		return true
+	case im.EventPushed, im.EventRedeliveryScheduled:
+		return e.Attempt == 0
+	}
+	return false
 }
 
 // trail starts the trace events of one invocation of function.
@@ -389,6 +421,9 @@ func (t *trail) flush(ctx context.Context) {
 	events := t.events
 	t.events = nil
 	t.mu.Unlock()
+	if t.omit != "" && !slices.ContainsFunc(events, func(e im.Event) bool { return e.Message == t.omit && !derivable(e) }) {
+		events = slices.DeleteFunc(events, func(e im.Event) bool { return e.Message == t.omit })
+	}
 	if t.h.Tracer == nil || len(events) == 0 {
 		return
 	}

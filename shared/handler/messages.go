@@ -66,6 +66,9 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	id := stored.Message.ID
+	if !stored.Replayed {
+		tr.omitIfDerivable(id, h.TraceSample)
+	}
 	if stored.Replayed {
 		tr.add(im.Event{Message: id, Type: im.EventCreated, User: c.User, Device: c.Device, Detail: "retry of clientMsgId " + clientMsgID})
 	} else {

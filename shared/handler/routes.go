@@ -53,6 +53,8 @@ type Messages struct {
 	Groups       Groups
 	FanoutQueue  FanoutQueue
 	SyncInterval time.Duration
+	// TraceSample is Deps.TraceSample.
+	TraceSample int
 }
 
 // GroupRoutes serves group (create, add, remove, role, leave, members).
@@ -201,7 +203,7 @@ func (d *Deps) Sessions() *Sessions {
 
 // Messages is the send, ack and sync routes' use case.
 func (d *Deps) Messages() *Messages {
-	return &Messages{delivery: d.delivery(), Groups: d.Groups, FanoutQueue: d.FanoutQueue, SyncInterval: d.SyncInterval}
+	return &Messages{delivery: d.delivery(), Groups: d.Groups, FanoutQueue: d.FanoutQueue, SyncInterval: d.SyncInterval, TraceSample: d.TraceSample}
 }
 
 // GroupRoutes is the group route's use case.

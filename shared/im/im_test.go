@@ -229,3 +229,46 @@ func TestParseAppKey(t *testing.T) {
 		t.Fatal("Matches")
 	}
 }
+
+func TestLocatedMessageIDsNameTheirConversationAndSeq(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	c := Direct("bob.b@corp", "alice_a-1")
+	id := NewLocatedMessageID(t0, c, 4711)
+	if got, seq, ok := id.Locate(); !ok || got != c || seq != 4711 {
+		t.Fatalf("Locate(%s) = %q, %d, %v", id, got, seq, ok)
+	}
+	if !strings.HasPrefix(string(id), "m") || id[:27] >= NewLocatedMessageID(t0.Add(time.Millisecond), c, 1)[:27] {
+		t.Errorf("located ids keep NewMessageID's time order: %s", id)
+	}
+	for _, plain := range []MessageID{NewMessageID(t0), "", "m", MessageID(string(NewMessageID(t0)) + "~0~" + string(c)),
+		MessageID(string(NewMessageID(t0)) + "~07~" + string(c)), MessageID(string(NewMessageID(t0)) + "~5~"),
+		MessageID(string(NewMessageID(t0)) + "~x~" + string(c)), MessageID(string(NewMessageID(t0)) + "-5~" + string(c))} {
+		if c, seq, ok := plain.Locate(); ok {
+			t.Errorf("Locate(%q) = %q, %d, true; want not located", plain, c, seq)
+		}
+	}
+}
+
+func TestSampledIsOneInNAndTheSameForEveryCaller(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	sampled := 0
+	const total = 20000
+	for i := range total {
+		id := NewLocatedMessageID(t0, "d:a:b", int64(i+1))
+		again := MessageID(strings.Clone(string(id))) // another caller, the same id
+		if id.Sampled(50) != again.Sampled(50) {
+			t.Fatalf("Sampled(%s) differs between calls", id)
+		}
+		if id.Sampled(50) {
+			sampled++
+		}
+		if !id.Sampled(1) || !id.Sampled(0) {
+			t.Fatalf("n ≤ 1 samples every message")
+		}
+	}
+	if sampled < total/50/2 || sampled > total/50*2 {
+		t.Errorf("%d of %d sampled at one in 50", sampled, total)
+	}
+}

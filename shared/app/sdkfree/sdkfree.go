@@ -30,6 +30,7 @@ func Deps(cfg config.Config, log *slog.Logger) *handler.Deps {
 		TokenPolicy:      auth.Policy{Issuer: cfg.JWTIssuer, Audience: cfg.JWTAudience, MaxLifetime: cfg.MaxTokenLifetime},
 		Redelivery:       cfg.Redelivery,
 		SyncInterval:     cfg.SyncInterval,
+		TraceSample:      cfg.TraceSample,
 		CallbackBackoff:  cfg.CallbackBackoff,
 		WakeWindow:       cfg.WakeWindow,
 		WebhookPrivate:   cfg.WebhookAllowPrivate,
