@@ -408,7 +408,18 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 // ACK again); one ACKed or queued for other content is refused here, in the
 // words the server would use.
 func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
-	frame, err := json.Marshal(wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body})
+	f := wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body}
+	// A 1:1 send says the newest convSeq of its conversation the device
+	// holds, and every retry of it (the frame is stored) the same: the
+	// server finds an earlier try above it (protocol.md, "seen").
+	seen, direct, err := st.seen(d.To, d.ConversationID)
+	if err != nil {
+		return nil, err
+	}
+	if direct {
+		f.Seen = &seen
+	}
+	frame, err := json.Marshal(f)
 	if err != nil {
 		return nil, err
 	}

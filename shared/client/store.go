@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -21,6 +22,7 @@ var (
 	bucketOutbox = []byte("outbox") // order (8 bytes BE) → outboxItem JSON
 	bucketSent   = []byte("sent")   // clientMsgId → wire.Sent JSON
 	bucketKnown  = []byte("known")  // messageId → empty: messages held before a resync
+	bucketConvs  = []byte("convs")  // conversationId → newest convSeq held (8 bytes BE)
 	keyCursor    = []byte("cursor")
 	keyEpoch     = []byte("epoch")
 	keySkipped   = []byte("skipped")
@@ -83,7 +85,22 @@ func openStore(path string) (*store, error) {
 				return err
 			}
 		}
-		return nil
+		if tx.Bucket(bucketConvs) != nil {
+			return nil
+		}
+		// A store written before conversations were indexed: index what
+		// it holds.
+		convs, err := tx.CreateBucket(bucketConvs)
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketInbox).ForEach(func(_, v []byte) error {
+			var e wire.Entry
+			if json.Unmarshal(v, &e) != nil {
+				return nil
+			}
+			return noteConv(convs, e)
+		})
 	})
 	if err != nil {
 		db.Close()
@@ -136,6 +153,9 @@ func (s *store) apply(e wire.Entry) (applied, known bool, err error) {
 		}
 		applied = true
 		known = tx.Bucket(bucketKnown).Get([]byte(e.Message.MessageID)) != nil
+		if err := noteConv(tx.Bucket(bucketConvs), e); err != nil {
+			return err
+		}
 		return m.Put(keyCursor, u64(uint64(e.Seq)))
 	})
 	return applied, known, err
@@ -182,11 +202,15 @@ func (s *store) reset(epoch string) error {
 		if err != nil {
 			return err
 		}
-		if err := tx.DeleteBucket(bucketInbox); err != nil {
-			return err
-		}
-		if _, err := tx.CreateBucket(bucketInbox); err != nil {
-			return err
+		// The conversations' newest convSeqs go too: the server may have
+		// restarted them, and a send's seen must not be above its head.
+		for _, b := range [][]byte{bucketInbox, bucketConvs} {
+			if err := tx.DeleteBucket(b); err != nil {
+				return err
+			}
+			if _, err := tx.CreateBucket(b); err != nil {
+				return err
+			}
 		}
 		m := tx.Bucket(bucketMeta)
 		if err := m.Put(keyCursor, u64(0)); err != nil {
@@ -194,6 +218,47 @@ func (s *store) reset(epoch string) error {
 		}
 		return m.Put(keyEpoch, []byte(epoch))
 	})
+}
+
+// noteConv records e's convSeq as its conversation's newest held, if it is.
+func noteConv(convs *bolt.Bucket, e wire.Entry) error {
+	k := []byte(e.Message.ConversationID)
+	if len(k) == 0 {
+		return nil
+	}
+	if v := convs.Get(k); len(v) == 8 && int64(binary.BigEndian.Uint64(v)) >= e.Message.ConvSeq {
+		return nil
+	}
+	return convs.Put(k, u64(uint64(e.Message.ConvSeq)))
+}
+
+// seen returns the newest convSeq this device holds of the 1:1 conversation
+// a draft goes to — with user `to`, or conversationId "d:…" — for the send
+// frame's "seen" (0 when it holds none); ok is false for a group.
+func (s *store) seen(to, conversationID string) (seen int64, ok bool, err error) {
+	if conversationID != "" && !strings.HasPrefix(conversationID, "d:") {
+		return 0, false, nil
+	}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		convs := tx.Bucket(bucketConvs)
+		if conversationID != "" {
+			if v := convs.Get([]byte(conversationID)); len(v) == 8 {
+				seen = int64(binary.BigEndian.Uint64(v))
+			}
+			return nil
+		}
+		// By recipient: the one 1:1 conversation of this device's user
+		// that has `to` as a member.
+		c := convs.Cursor()
+		for k, v := c.Seek([]byte("d:")); k != nil && strings.HasPrefix(string(k), "d:"); k, v = c.Next() {
+			a, b, _ := strings.Cut(strings.TrimPrefix(string(k), "d:"), ":")
+			if (a == to || b == to) && len(v) == 8 {
+				seen = max(seen, int64(binary.BigEndian.Uint64(v)))
+			}
+		}
+		return nil
+	})
+	return seen, true, err
 }
 
 func (s *store) setEpoch(epoch string) error {

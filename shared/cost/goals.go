@@ -23,13 +23,13 @@ type Bound struct {
 // messages, logins, device-days).
 var Goals = map[string][]Bound{
 	"chat-1dev": {
-		{Figure: "total", Goal: 10, Ceiling: 18},
+		{Figure: "total", Goal: 10, Ceiling: 14.5},
 		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 4},
 		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 2},
-		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 11},
+		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 6},
 		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 2.2},
 	},
-	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 25}},
+	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 20}},
 	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1150}},
 	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 720}},
 	"login":        {{Figure: "total", Goal: 30, Ceiling: 32}},

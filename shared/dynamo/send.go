@@ -24,6 +24,9 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 		return im.Stored{}, err
 	}
 	if st.SendMode == SendClaim {
+		if d.Seen != nil {
+			return st.sendSeen(ctx, d, recipients, now)
+		}
 		return st.sendClaimed(ctx, d, recipients, now)
 	}
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
@@ -228,14 +231,7 @@ func (st *Store) replay(ctx context.Context, d im.Draft) (im.Stored, error) {
 		if err != nil {
 			return im.Stored{}, err
 		}
-		seqs, placed, err := st.placedSeqs(ctx, msg, recipients)
-		if err != nil {
-			return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
-		}
-		if placed {
-			return im.Stored{Message: msg, Inboxed: seqs, Replayed: true}, nil
-		}
-		return st.placeDirect(ctx, msg, recipients, nil, time.Now(), true)
+		return st.replayPlaced(ctx, d, msg, recipients)
 	}
 	seqs := map[im.UserID]int64{}
 	if m, ok := out.Item["seqs"].(*types.AttributeValueMemberM); ok {

@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,24 +47,9 @@ const (
 // (replayClaimed).
 func (st *Store) sendClaimed(ctx context.Context, d im.Draft, recipients []im.UserID, now time.Time) (im.Stored, error) {
 	for attempt := range st.MaxAttempts {
-		pos, err := st.Positions(ctx, d.Conversation, recipients)
+		pos, head, err := st.directHead(ctx, d.Conversation, recipients, attempt)
 		if err != nil {
 			return im.Stored{}, err
-		}
-		// The participants' index is the head unless a send is under way
-		// or crashed before placing its message: then the log is ahead,
-		// and a lost race reads it (a silent conversation's log may have
-		// expired, so the index counts too).
-		var head int64
-		for _, p := range pos {
-			head = max(head, p.Last)
-		}
-		if attempt > 0 {
-			newest, err := st.newestConvSeq(ctx, d.Conversation)
-			if err != nil {
-				return im.Stored{}, err
-			}
-			head = max(head, newest)
 		}
 		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
 		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
@@ -94,6 +80,139 @@ func (st *Store) sendClaimed(ctx context.Context, d im.Draft, recipients []im.Us
 		}
 	}
 	return im.Stored{}, fmt.Errorf("send %s/%s after %d attempts: %w", d.From, d.ClientMsgID, st.MaxAttempts, im.ErrContention)
+}
+
+// sendSeen is Send in SendClaim mode for a draft that says which convSeq
+// its device had seen when it first queued it (Draft.Seen). The log item —
+// which carries the sender and the clientMsgId — is then the idempotency
+// record, written in the one conditional put that stores the message
+// (invariant 1), with no idempotency item and no transaction: one write
+// unit where sendClaimed's transaction costs four (issue 12).
+//
+// A try of the draft that was stored before took a convSeq above Seen, so
+// before the put at head + 1 the send reads the log above Seen up to the
+// head and replays what an earlier try stored (replayLogged). The order
+// makes it safe against concurrent tries of the same draft: the head is
+// read first, then the span, then the log item is put on condition that
+// head + 1 is free. The log grows one convSeq at a time, so an earlier try
+// that succeeded either holds a convSeq up to the head (and the span read
+// after the head shows it) or holds head + 1 itself; then the put fails and
+// the next attempt reads the span again up to the newest log item. At chat
+// pace the device has seen the head and the span is empty: no read at all.
+// A seen above the head (a store reset since the draft was queued) counts
+// as 0.
+func (st *Store) sendSeen(ctx context.Context, d im.Draft, recipients []im.UserID, now time.Time) (im.Stored, error) {
+	seen := *d.Seen
+	for attempt := range st.MaxAttempts {
+		pos, head, err := st.directHead(ctx, d.Conversation, recipients, attempt)
+		if err != nil {
+			return im.Stored{}, err
+		}
+		from := seen
+		if from > head {
+			// More than the device can have seen (its entries are in its
+			// inbox, claimed in its index): a store reset since it queued
+			// the draft, or a client's mistake. Look at the whole log.
+			from = 0
+		}
+		if head > from {
+			earlier, found, err := st.loggedTry(ctx, d, from, head)
+			if err != nil {
+				return im.Stored{}, err
+			}
+			if found {
+				return st.replayLogged(ctx, d, earlier, recipients)
+			}
+		}
+		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		put := st.logPut(msg, d.ClientMsgID, now)
+		_, err = st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: put.TableName, Item: put.Item,
+			ConditionExpression: put.ConditionExpression, ExpressionAttributeNames: put.ExpressionAttributeNames})
+		if err == nil {
+			return st.placeDirect(ctx, msg, recipients, pos, now, false)
+		}
+		if _, failed := errorsAsCCF(err); !failed {
+			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
+		}
+		if err := sleepJitter(ctx, attempt); err != nil {
+			return im.Stored{}, err
+		}
+	}
+	return im.Stored{}, fmt.Errorf("send %s/%s after %d attempts: %w", d.From, d.ClientMsgID, st.MaxAttempts, im.ErrContention)
+}
+
+// directHead reads the participants' positions in 1:1 conversation c and
+// the conversation's head for send attempt number attempt. The
+// participants' index is the head unless a send is under way or crashed
+// before placing its message: then the log is ahead, and a lost race
+// (attempt > 0) reads it (a silent conversation's log may have expired, so
+// the index counts too).
+func (st *Store) directHead(ctx context.Context, c im.ConversationID, recipients []im.UserID, attempt int) (map[im.UserID]im.InboxPosition, int64, error) {
+	pos, err := st.Positions(ctx, c, recipients)
+	if err != nil {
+		return nil, 0, err
+	}
+	var head int64
+	for _, p := range pos {
+		head = max(head, p.Last)
+	}
+	if attempt > 0 {
+		newest, err := st.newestConvSeq(ctx, c)
+		if err != nil {
+			return nil, 0, err
+		}
+		head = max(head, newest)
+	}
+	return pos, head, nil
+}
+
+// loggedTry looks for a try of d in its conversation's log with convSeq in
+// (after, upTo] (strongly consistent, newest first: a retry is most often
+// of the newest).
+func (st *Store) loggedTry(ctx context.Context, d im.Draft, after, upTo int64) (im.Message, bool, error) {
+	q := st.logSpan(d.Conversation, after+1, upTo)
+	q.ScanIndexForward, q.ConsistentRead = aws.Bool(false), aws.Bool(true)
+	var (
+		found im.Message
+		ok    bool
+		bad   error
+	)
+	err := st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
+		if im.UserID(getS(it, attrFrom)) != d.From || getS(it, "cmid") != d.ClientMsgID {
+			return true
+		}
+		found, bad = messageFrom(d.Conversation, it)
+		ok = bad == nil
+		return false
+	})
+	if err = cmp.Or(err, bad); err != nil {
+		return im.Message{}, false, fmt.Errorf("send %s/%s: earlier tries in %s (%d, %d]: %w", d.From, d.ClientMsgID, d.Conversation, after, upTo, err)
+	}
+	return found, ok, nil
+}
+
+// replayLogged answers a retry whose earlier try stored msg: refused if
+// it carries other content (im.ErrClientMsgIDReused), else placed where a
+// crash left it unplaced, with the seqs of its first answer.
+func (st *Store) replayLogged(ctx context.Context, d im.Draft, msg im.Message, recipients []im.UserID) (im.Stored, error) {
+	if (im.Draft{Conversation: msg.Conversation, Body: msg.Body}).Fingerprint() != d.Fingerprint() {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, im.ErrClientMsgIDReused)
+	}
+	return st.replayPlaced(ctx, d, msg, recipients)
+}
+
+// replayPlaced answers the retry d of a claim-mode send that logged msg:
+// where msg is in each inbox, after placing it where the sending run
+// crashed before it did.
+func (st *Store) replayPlaced(ctx context.Context, d im.Draft, msg im.Message, recipients []im.UserID) (im.Stored, error) {
+	seqs, placed, err := st.placedSeqs(ctx, msg, recipients)
+	if err != nil {
+		return im.Stored{}, fmt.Errorf("replay %s/%s: %w", d.From, d.ClientMsgID, err)
+	}
+	if placed {
+		return im.Stored{Message: msg, Inboxed: seqs, Replayed: true}, nil
+	}
+	return st.placeDirect(ctx, msg, recipients, nil, time.Now(), true)
 }
 
 // newestConvSeq is the convSeq of a conversation's newest log item (0 if

@@ -41,6 +41,12 @@ type Draft struct {
 	ClientMsgID  string
 	Conversation ConversationID
 	Body         []byte // compact JSON
+	// Seen, when set, is the newest convSeq of the conversation the device
+	// had when it first queued the message (every retry says the same): a
+	// try of it that was stored took a convSeq above Seen, so a 1:1 send
+	// finds an earlier try in the log above Seen and needs no idempotency
+	// item of its own (issue 12; nil: the idempotency item).
+	Seen *int64
 }
 
 // Fingerprint is a digest of what a retry must repeat for the server to treat

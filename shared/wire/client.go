@@ -102,6 +102,11 @@ type Send struct {
 	// (CanonicalBody: valid UTF-8, no key twice, numbers a double holds
 	// exactly); that encoding is what is stored and pushed.
 	Body json.RawMessage `json:"body"`
+	// Seen is the newest convSeq of the conversation the device had when
+	// it first queued the message, sent unchanged with every retry: the
+	// server then finds an earlier try above it in the conversation's log
+	// instead of keeping an idempotency item per message (1:1; optional).
+	Seen *int64 `json:"seen,omitempty"`
 }
 
 // Ack is the client frame {"action":"ack","upTo":N}: every inbox entry with
@@ -179,6 +184,9 @@ func DecodeSend(body string) (Send, error) {
 	if len(f.Body) == 0 || string(f.Body) == "null" {
 		return bad(Problemf(CodeBadRequest, "body is required"))
 	}
+	if f.Seen != nil && *f.Seen < 0 {
+		return bad(Problemf(CodeBadRequest, "seen must be a convSeq (0 or more)"))
+	}
 	canon, err := CanonicalBody(f.Body)
 	if err != nil {
 		return bad(Problemf(CodeBadRequest, "%s", err.Error()))
@@ -196,7 +204,7 @@ func (f Send) Draft(from im.UserID) im.Draft {
 	if f.To != "" {
 		conv = im.Direct(from, im.UserID(f.To))
 	}
-	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: f.Body}
+	return im.Draft{From: from, ClientMsgID: f.ClientMsgID, Conversation: conv, Body: f.Body, Seen: f.Seen}
 }
 
 // DecodeAck validates an ack frame (UpTo is set).

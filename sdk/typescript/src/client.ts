@@ -220,6 +220,7 @@ export class SignetClient {
    */
   static async queue(store: DeviceStore, d: Draft): Promise<string> {
     const { frame, fp } = await draftFrame(d);
+    await sayWhatWasSeen(store, frame);
     const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
     if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp)) throw reusedError();
     return frame.clientMsgId;
@@ -301,6 +302,7 @@ export class SignetClient {
     const framed = draftFrame(d);
     const queued = this.enqueued.then(async () => {
       const { frame, fp } = await framed;
+      await sayWhatWasSeen(this.store, frame);
       return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
     });
     this.enqueued = queued.catch(() => {});
@@ -986,6 +988,26 @@ async function draftFrame(d: Draft): Promise<{ frame: SendFrame; fp: string }> {
   else if (d.to) frame.to = d.to;
   else throw new Error("a draft needs to or conversationId");
   return { frame, fp: await fingerprint(d) };
+}
+
+/**
+ * Sets a 1:1 send frame's "seen": the newest convSeq of its conversation the
+ * device holds, fixed when the send is queued (a retry resends the queued
+ * frame), so that the server finds an earlier try above it instead of
+ * keeping an idempotency record per send (docs/protocol.md). A group send,
+ * or a store without newestConvSeq, says nothing.
+ */
+async function sayWhatWasSeen(store: DeviceStore, frame: SendFrame): Promise<void> {
+  if (!store.newestConvSeq) return;
+  let match: ((c: string) => boolean) | undefined;
+  if (frame.to) {
+    const to = frame.to;
+    match = (c) => c.startsWith("d:") && c.slice(2).split(":").includes(to);
+  } else if (frame.conversationId?.startsWith("d:")) {
+    const id = frame.conversationId;
+    match = (c) => c === id;
+  }
+  if (match) frame.seen = await store.newestConvSeq(match);
 }
 
 /** The refusal of a clientMsgId reused for other content, in the server's words (the device knows first). */

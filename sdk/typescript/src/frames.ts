@@ -80,6 +80,8 @@ export interface SendFrame {
   to?: UserId;
   conversationId?: ConversationId;
   body: Body;
+  /** the newest convSeq of the conversation the device had when it first queued the message; every retry sends the same value (1:1: an earlier try is found above it, no idempotency item is kept) */
+  seen?: number;
 }
 
 export interface AckFrame {

@@ -116,6 +116,20 @@ export class IndexedDBStore implements DeviceStore {
     });
   }
 
+  newestConvSeq(match: (conversationId: string) => boolean): Promise<number> {
+    return this.tx("readonly", (t, done) => {
+      done(0);
+      const r = t.objectStore("inbox").openCursor(null, "prev");
+      r.onsuccess = () => {
+        const c = r.result;
+        if (!c) return;
+        const e = c.value as Entry;
+        if (match(e.message.conversationId)) done(e.message.convSeq);
+        else c.continue();
+      };
+    });
+  }
+
   enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }> {
     return this.tx("readwrite", (t, done) => {
       const s = t.objectStore("sent").get(item.clientMsgId);

@@ -49,6 +49,11 @@ export interface DeviceStore {
   setEpoch(epoch: string): Promise<void>;
   /** Persisted entries with seq > after, ascending (limit 0: all). */
   entries(after: number, limit?: number): Promise<Entry[]>;
+  /** The convSeq of the newest held entry whose conversation `match`
+   * accepts (0: none): a 1:1 send's "seen" (docs/protocol.md). Optional: a
+   * store without it makes sends without "seen" (the server then keeps an
+   * idempotency record per send). */
+  newestConvSeq?(match: (conversationId: string) => boolean): Promise<number>;
   /** Queues item unless its clientMsgId was ACKed (prev) or is queued (pending). */
   enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }>;
   outbox(): Promise<OutboxItem[]>;
@@ -170,6 +175,14 @@ export abstract class JournaledStore implements DeviceStore {
       if (limit > 0 && out.length === limit) break;
     }
     return out;
+  }
+
+  async newestConvSeq(match: (conversationId: string) => boolean): Promise<number> {
+    for (let seq = this.state.cursor; seq > 0; seq--) {
+      const e = this.state.inbox.get(seq);
+      if (e && match(e.message.conversationId)) return e.message.convSeq;
+    }
+    return 0;
   }
 
   async enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }> {

@@ -232,6 +232,9 @@ test("a send whose ACK was lost is sent again with its clientMsgId after a resta
   assert.equal(await first, "closed", "no ACK reached the sender");
   st = await FileStore.open(file);
   assert.equal((await st.outbox()).length, 1, "the send is still in the outbox");
+  // It says what the device had seen of the conversation (nothing), so the
+  // server finds the first attempt above it without an idempotency record.
+  assert.equal((await st.outbox())[0].frame.seen, 0, "the queued frame carries seen");
   const acks: SentFrame[] = [];
   a = await dial("alice-lost-ack", st, { onSent: (s) => acks.push(s) });
   await eventually("the outbox empties", async () => (await a.pending()).length === 0, 30000);

@@ -38,6 +38,20 @@ async function contract(name: string, open: () => Promise<DeviceStore>, reopen: 
     assert.equal((await st.position()).cursor, 5);
     await st.close();
   });
+  await test(`${name}: newestConvSeq finds the newest held entry of a conversation (a send's "seen")`, async () => {
+    let st = await open();
+    const at = (seq: number, conversationId: string, convSeq: number): Entry => ({
+      seq, message: { messageId: `m${seq}`, conversationId, convSeq, from: "a", body: seq, sentAt: "2026-12-02T00:00:00.000Z" },
+    });
+    for (const e of [at(1, "d:a:b", 4), at(2, "d:a:c", 9), at(3, "d:a:b", 5), at(4, "g:team", 2)]) await st.apply(e);
+    st = await reopen(st);
+    assert.equal(await st.newestConvSeq!((c) => c === "d:a:b"), 5);
+    assert.equal(await st.newestConvSeq!((c) => c === "d:a:c"), 9);
+    assert.equal(await st.newestConvSeq!((c) => c === "d:a:z"), 0, "none held");
+    await st.reset("e9");
+    assert.equal(await st.newestConvSeq!((c) => c === "d:a:b"), 0, "forgotten with the entries at a resync");
+    await st.close();
+  });
   await test(`${name}: the outbox keeps its order across a reopen and a settled send's ACK`, async () => {
     let st = await open();
     for (const id of ["c1", "c2", "c3"]) {

@@ -106,6 +106,22 @@ export class IndexedDBStore {
             r.onsuccess = () => done(r.result);
         });
     }
+    newestConvSeq(match) {
+        return this.tx("readonly", (t, done) => {
+            done(0);
+            const r = t.objectStore("inbox").openCursor(null, "prev");
+            r.onsuccess = () => {
+                const c = r.result;
+                if (!c)
+                    return;
+                const e = c.value;
+                if (match(e.message.conversationId))
+                    done(e.message.convSeq);
+                else
+                    c.continue();
+            };
+        });
+    }
     enqueue(item) {
         return this.tx("readwrite", (t, done) => {
             const s = t.objectStore("sent").get(item.clientMsgId);

@@ -88,6 +88,14 @@ export class JournaledStore {
         }
         return out;
     }
+    async newestConvSeq(match) {
+        for (let seq = this.state.cursor; seq > 0; seq--) {
+            const e = this.state.inbox.get(seq);
+            if (e && match(e.message.conversationId))
+                return e.message.convSeq;
+        }
+        return 0;
+    }
     async enqueue(item) {
         const prev = this.state.sent.get(item.clientMsgId);
         if (prev)
