@@ -167,10 +167,13 @@ func (st *Store) directHead(ctx context.Context, c im.ConversationID, recipients
 }
 
 // loggedTry looks for a try of d in its conversation's log with convSeq in
-// (after, upTo] (strongly consistent, newest first: a retry is most often
-// of the newest).
+// (after, upTo], newest first and strongly consistent: an earlier try is
+// found after reading the messages logged since it, and at most
+// SeenWindow items are read (a client claiming to have seen nothing of a
+// long conversation costs a bounded read, not the whole log).
 func (st *Store) loggedTry(ctx context.Context, d im.Draft, after, upTo int64) (im.Message, bool, error) {
-	q := st.logSpan(d.Conversation, after+1, upTo)
+	window := cmp.Or(st.SeenWindow, DefaultSeenWindow)
+	q := st.logSpan(d.Conversation, max(after, upTo-int64(window))+1, upTo)
 	q.ScanIndexForward, q.ConsistentRead = aws.Bool(false), aws.Bool(true)
 	var (
 		found im.Message

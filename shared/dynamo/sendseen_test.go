@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
@@ -180,5 +182,56 @@ func TestASeenAboveTheHeadStillFindsTheEarlierTry(t *testing.T) {
 	again, err := st.Send(ctx, seenDraft("alice", "a1", "bob", `"one"`, 57), now)
 	if err != nil || !again.Replayed || again.Message.ID != first.Message.ID {
 		t.Fatalf("retry: %+v, %v; want a replay of %s", again, err, first.Message.ID)
+	}
+}
+
+// Whatever seen a client claims, a send reads at most SeenWindow log items
+// looking for an earlier try (newest first), so a client that says it has
+// seen nothing of a long conversation costs a bounded read; an earlier try
+// within the window is found.
+func TestASendReadsAtMostTheSeenWindowOfTheLog(t *testing.T) {
+	t.Parallel()
+	ctx, now := context.Background(), time.Now()
+	var widest atomic.Int64
+	plain, counting := newStores(t, func(ctx context.Context, in any) error {
+		q, ok := in.(*dynamodb.QueryInput)
+		if !ok || q.ScanIndexForward == nil || *q.ScanIndexForward {
+			return nil
+		}
+		from, _ := q.ExpressionAttributeValues[":from"].(*types.AttributeValueMemberS)
+		to, _ := q.ExpressionAttributeValues[":to"].(*types.AttributeValueMemberS)
+		if from == nil || to == nil || !strings.HasPrefix(from.Value, "s#") {
+			return nil
+		}
+		var lo, hi int64
+		fmt.Sscanf(from.Value, "s#%d", &lo)
+		fmt.Sscanf(to.Value, "s#%d", &hi)
+		if n := hi - lo + 1; n > widest.Load() {
+			widest.Store(n)
+		}
+		return nil
+	})
+	plain.SendMode, counting.SendMode = dynamo.SendClaim, dynamo.SendClaim
+	counting.SeenWindow = 5
+	for i := range 20 {
+		if _, err := plain.Send(ctx, seenDraft("bob", fmt.Sprintf("b%d", i), "alice", `"peer"`, int64(i)), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := counting.Send(ctx, seenDraft("alice", "a1", "bob", `"late"`, 0), now)
+	if err != nil || first.Replayed || first.Message.ConvSeq != 21 {
+		t.Fatalf("a send that had seen nothing: %+v, %v", first, err)
+	}
+	for i := range 3 {
+		if _, err := plain.Send(ctx, seenDraft("bob", fmt.Sprintf("c%d", i), "alice", `"peer"`, int64(21+i)), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	again, err := counting.Send(ctx, seenDraft("alice", "a1", "bob", `"late"`, 0), now)
+	if err != nil || !again.Replayed || again.Message.ID != first.Message.ID {
+		t.Fatalf("a retry within the window: %+v, %v; want a replay of %s", again, err, first.Message.ID)
+	}
+	if w := widest.Load(); w == 0 || w > 5 {
+		t.Fatalf("the widest log span read for an earlier try was %d items, want 1-5", w)
 	}
 }

@@ -48,11 +48,21 @@ type Store struct {
 	SendMode string
 	// MaxAttempts bounds the optimistic-concurrency retries of one send. Default 25.
 	MaxAttempts int
+	// SeenWindow bounds the log items a send with Draft.Seen reads looking
+	// for an earlier try (newest first; DefaultSeenWindow): a retry is
+	// recognised while fewer messages than this were logged in its
+	// conversation after its first try, and no send reads more.
+	SeenWindow int
 }
+
+// DefaultSeenWindow is Store.SeenWindow unless set: 1,000 log items of about
+// 0.8 KB are about 200 strongly consistent read units, a send's own cost
+// again at most, whatever seen a client claims.
+const DefaultSeenWindow = 1000
 
 // New returns a store over the given client and tables.
 func New(db *dynamodb.Client, tables Tables) *Store {
-	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, SendMode: SendClaim, MaxAttempts: 25}
+	return &Store{db: db, tables: tables, Retention: 30 * 24 * time.Hour, HistoryRetention: 365 * 24 * time.Hour, CompressBodies: true, SendMode: SendClaim, MaxAttempts: 25, SeenWindow: DefaultSeenWindow}
 }
 
 // Attribute names shared by several item kinds.
