@@ -108,8 +108,13 @@ func (r Result) String() string {
 
 // draft is one distinct send and what came of it.
 type draft struct {
-	d       client.Draft
-	user    string
+	d    client.Draft
+	user string
+	// dev, for a DeviceOnly draft (its id is only ever sent from one
+	// device: the send says "seen" and the server keeps no idempotency
+	// item), is the device that sends and retries it; nil: any device of
+	// the user may retry it.
+	dev     *device
 	mu      sync.Mutex
 	ids     map[string]bool // messageIds the server answered (one, unless idempotency broke)
 	sent    client.Sent
@@ -576,11 +581,11 @@ func (r *runner) act(ctx context.Context, d *device) {
 			if n > int64(r.cfg.Messages) {
 				return
 			}
-			_ = r.send(ctx, d, r.newDraft(d.user, n))
+			_ = r.send(ctx, d, r.newDraft(d, n))
 		case p < 0.88:
 			if dr := r.pastDraft(d.user); dr != nil {
 				r.count(func(res *Result) { res.Retries++ })
-				_ = r.send(ctx, d, dr)
+				_ = r.send(ctx, dr.sender(d), dr)
 			}
 		case p < 0.93:
 			d.stop()
@@ -595,8 +600,14 @@ func (r *runner) act(ctx context.Context, d *device) {
 	}
 }
 
-func (r *runner) newDraft(user string, n int64) *draft {
+// newDraft makes send number n, from device d's user. Every other one is
+// DeviceOnly: retried from d alone, as an SDK-made clientMsgId is.
+func (r *runner) newDraft(d *device, n int64) *draft {
+	user := d.user
 	dr := &draft{user: user, ids: map[string]bool{}, d: client.Draft{ClientMsgID: fmt.Sprintf("%s-%d", user, n), Body: []byte(fmt.Sprintf(`{"n":%d}`, n))}}
+	if n%2 == 0 {
+		dr.d.DeviceOnly, dr.dev = true, d
+	}
 	if len(r.groups) > 0 && r.intn(3) == 0 {
 		dr.d.ConversationID = r.groups[r.intn(len(r.groups))]
 	} else {
@@ -613,6 +624,15 @@ func (r *runner) newDraft(user string, n int64) *draft {
 	r.dmu.Unlock()
 	r.count(func(res *Result) { res.Sent++ })
 	return dr
+}
+
+// sender is the device that sends dr now: its own device if it has one,
+// else d.
+func (dr *draft) sender(d *device) *device {
+	if dr.dev != nil {
+		return dr.dev
+	}
+	return d
 }
 
 // pastDraft picks an earlier send of user (to retry, ACKed or not).
@@ -684,7 +704,8 @@ func (r *runner) converge(ctx context.Context) {
 		d.client()
 	}
 	// Settle every send: a draft not yet ACKed is sent again from its
-	// first device (it may sit in that device's outbox already).
+	// own device (a DeviceOnly one) or the user's first device (it may
+	// sit in that device's outbox already).
 	r.dmu.Lock()
 	drafts := append([]*draft(nil), r.drafts...)
 	r.dmu.Unlock()
@@ -702,7 +723,7 @@ func (r *runner) converge(ctx context.Context) {
 				// closing) waits a second: spinning would starve the stack
 				// whose fan-out the run is waiting for.
 				start := time.Now()
-				if err := r.send(ctx, r.byUser[dr.user][0], dr); err != nil {
+				if err := r.send(ctx, dr.sender(r.byUser[dr.user][0]), dr); err != nil {
 					dr.mu.Lock()
 					dr.lastErr = err.Error()
 					dr.mu.Unlock()

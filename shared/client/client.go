@@ -158,7 +158,13 @@ type Message struct {
 // Draft is a message to send. Exactly one of To and ConversationID is set.
 type Draft struct {
 	// ClientMsgID makes the send idempotent; generated when empty.
-	ClientMsgID    string
+	ClientMsgID string
+	// DeviceOnly says that ClientMsgID is only ever sent from this device
+	// (always so for a generated one): a 1:1 send then says what the
+	// device has seen of the conversation, which spares the server an
+	// idempotency record (protocol.md, "seen"). Leave it false for an id
+	// the app may retry from another device of the user.
+	DeviceOnly     bool
 	To             string
 	ConversationID string
 	// Body is any JSON value (at most 16 KiB encoded).
@@ -370,7 +376,7 @@ func (c *Client) Send(ctx context.Context, to string, body any) (Sent, error) {
 // in the outbox and is retried, after restarts too, until acknowledged.
 func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	if d.ClientMsgID == "" {
-		d.ClientMsgID = newClientMsgID()
+		d.ClientMsgID, d.DeviceOnly = newClientMsgID(), true
 	}
 	ch := make(chan sendResult, 1)
 	c.mu.Lock()
@@ -409,15 +415,20 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 // words the server would use.
 func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
 	f := wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body}
-	// A 1:1 send says the newest convSeq of its conversation the device
-	// holds, and every retry of it (the frame is stored) the same: the
-	// server finds an earlier try above it (protocol.md, "seen").
-	seen, direct, err := st.seen(d.To, d.ConversationID)
-	if err != nil {
-		return nil, err
-	}
-	if direct {
-		f.Seen = &seen
+	// A 1:1 send whose id only this device sends says the newest convSeq
+	// of its conversation the device holds, and every retry of it (the
+	// frame is stored) the same: the server finds an earlier try above it
+	// (protocol.md, "seen"). A try from another device would say what
+	// that device had seen, which may be past the first try: such ids go
+	// without, and the server keeps an idempotency record.
+	if d.DeviceOnly {
+		seen, direct, err := st.seen(d.To, d.ConversationID)
+		if err != nil {
+			return nil, err
+		}
+		if direct {
+			f.Seen = &seen
+		}
 	}
 	frame, err := json.Marshal(f)
 	if err != nil {
@@ -442,7 +453,7 @@ func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
 // content is left as it is; for other content it is refused.
 func Queue(path string, d Draft) (Draft, error) {
 	if d.ClientMsgID == "" {
-		d.ClientMsgID = newClientMsgID()
+		d.ClientMsgID, d.DeviceOnly = newClientMsgID(), true
 	}
 	st, err := openStore(path)
 	if err != nil {

@@ -10,8 +10,9 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
-// Issue 12: a 1:1 send frame says the newest convSeq of its conversation
-// the device holds ("seen"), fixed when it is queued (a retry resends the
+// Issue 12: a 1:1 send frame whose id only this device sends says the
+// newest convSeq of its conversation the device holds ("seen"), fixed when
+// it is queued (a retry resends the
 // stored frame), so the server finds an earlier try without an
 // idempotency item; a group send says nothing; a resync forgets it (the
 // server's sequence may have restarted), and a store written before the
@@ -59,28 +60,33 @@ func TestSendFramesSayWhatTheDeviceHasSeen(t *testing.T) {
 		d    Draft
 		want int64
 	}{
-		{Draft{ClientMsgID: "1", To: "bob", Body: body}, 5},
-		{Draft{ClientMsgID: "2", ConversationID: "d:alice:carol", Body: body}, 9},
-		{Draft{ClientMsgID: "3", To: "dave", Body: body}, 0},
+		{Draft{ClientMsgID: "1", DeviceOnly: true, To: "bob", Body: body}, 5},
+		{Draft{ClientMsgID: "2", DeviceOnly: true, ConversationID: "d:alice:carol", Body: body}, 9},
+		{Draft{ClientMsgID: "3", DeviceOnly: true, To: "dave", Body: body}, 0},
 	} {
 		if got := frameSeen(c.d); got == nil || *got != c.want {
 			t.Errorf("%+v: seen %v, want %d", c.d, got, c.want)
 		}
 	}
-	if got := frameSeen(Draft{ClientMsgID: "4", ConversationID: "g:team", Body: body}); got != nil {
+	if got := frameSeen(Draft{ClientMsgID: "4", DeviceOnly: true, ConversationID: "g:team", Body: body}); got != nil {
 		t.Errorf("a group send says seen %d", *got)
+	}
+	// An id the app may retry from another device of the user says
+	// nothing: that device's seen could be past the first try.
+	if got := frameSeen(Draft{ClientMsgID: "4b", To: "bob", Body: body}); got != nil {
+		t.Errorf("a send with an app's id (not DeviceOnly) says seen %d", *got)
 	}
 	// Queued again (a retry through the outbox): the stored frame stands.
 	if _, _, err := st.apply(entry(5, 12, "d:alice:bob")); err != nil {
 		t.Fatal(err)
 	}
-	if got := frameSeen(Draft{ClientMsgID: "1", To: "bob", Body: body}); got == nil || *got != 5 {
+	if got := frameSeen(Draft{ClientMsgID: "1", DeviceOnly: true, To: "bob", Body: body}); got == nil || *got != 5 {
 		t.Errorf("requeued: seen %v, want the first frame's 5", got)
 	}
 	if err := st.reset("e2"); err != nil {
 		t.Fatal(err)
 	}
-	if got := frameSeen(Draft{ClientMsgID: "5", To: "bob", Body: body}); got == nil || *got != 0 {
+	if got := frameSeen(Draft{ClientMsgID: "5", DeviceOnly: true, To: "bob", Body: body}); got == nil || *got != 0 {
 		t.Errorf("after a resync: seen %v, want 0", got)
 	}
 	// A store without the index (written before it) is indexed on open.
@@ -95,7 +101,7 @@ func TestSendFramesSayWhatTheDeviceHasSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.close()
-	if got := frameSeen(Draft{ClientMsgID: "6", To: "erin", Body: body}); got == nil || *got != 3 {
+	if got := frameSeen(Draft{ClientMsgID: "6", DeviceOnly: true, To: "erin", Body: body}); got == nil || *got != 3 {
 		t.Errorf("reopened old store: seen %v, want 3", got)
 	}
 }

@@ -21,6 +21,11 @@ export interface StoredMessage {
 export interface Draft {
   /** Makes the send idempotent; generated when absent. */
   clientMsgId?: string;
+  /** clientMsgId is only ever sent from this device (always so for a
+   * generated one): a 1:1 send then says what the device has seen of the
+   * conversation ("seen"), which spares the server an idempotency record.
+   * Leave it unset for an id the app may retry from another device. */
+  deviceOnly?: boolean;
   to?: string;
   conversationId?: string;
   body: Body;
@@ -219,8 +224,8 @@ export class SignetClient {
    * its outbox holds). Resolves with the clientMsgId.
    */
   static async queue(store: DeviceStore, d: Draft): Promise<string> {
-    const { frame, fp } = await draftFrame(d);
-    await sayWhatWasSeen(store, frame);
+    const { frame, fp, deviceOnly } = await draftFrame(d);
+    if (deviceOnly) await sayWhatWasSeen(store, frame);
     const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
     if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp)) throw reusedError();
     return frame.clientMsgId;
@@ -301,8 +306,8 @@ export class SignetClient {
     // order they are stored in.
     const framed = draftFrame(d);
     const queued = this.enqueued.then(async () => {
-      const { frame, fp } = await framed;
-      await sayWhatWasSeen(this.store, frame);
+      const { frame, fp, deviceOnly } = await framed;
+      if (deviceOnly) await sayWhatWasSeen(this.store, frame);
       return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
     });
     this.enqueued = queued.catch(() => {});
@@ -982,20 +987,22 @@ export class SignetClient {
 }
 
 /** The send frame of a draft and its fingerprint. */
-async function draftFrame(d: Draft): Promise<{ frame: SendFrame; fp: string }> {
+async function draftFrame(d: Draft): Promise<{ frame: SendFrame; fp: string; deviceOnly: boolean }> {
   const frame: SendFrame = { action: "send", clientMsgId: d.clientMsgId || newClientMsgId(), body: d.body };
   if (d.conversationId) frame.conversationId = d.conversationId;
   else if (d.to) frame.to = d.to;
   else throw new Error("a draft needs to or conversationId");
-  return { frame, fp: await fingerprint(d) };
+  return { frame, fp: await fingerprint(d), deviceOnly: !d.clientMsgId || d.deviceOnly === true };
 }
 
 /**
  * Sets a 1:1 send frame's "seen": the newest convSeq of its conversation the
  * device holds, fixed when the send is queued (a retry resends the queued
  * frame), so that the server finds an earlier try above it instead of
- * keeping an idempotency record per send (docs/protocol.md). A group send,
- * or a store without newestConvSeq, says nothing.
+ * keeping an idempotency record per send (docs/protocol.md). Only for a
+ * clientMsgId this device alone sends (Draft.deviceOnly): a try from another
+ * device would say what that device had seen. A group send, or a store
+ * without newestConvSeq, says nothing.
  */
 async function sayWhatWasSeen(store: DeviceStore, frame: SendFrame): Promise<void> {
   if (!store.newestConvSeq) return;

@@ -85,8 +85,9 @@ export class SignetClient {
      * its outbox holds). Resolves with the clientMsgId.
      */
     static async queue(store, d) {
-        const { frame, fp } = await draftFrame(d);
-        await sayWhatWasSeen(store, frame);
+        const { frame, fp, deviceOnly } = await draftFrame(d);
+        if (deviceOnly)
+            await sayWhatWasSeen(store, frame);
         const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
         if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp))
             throw reusedError();
@@ -160,8 +161,9 @@ export class SignetClient {
         // order they are stored in.
         const framed = draftFrame(d);
         const queued = this.enqueued.then(async () => {
-            const { frame, fp } = await framed;
-            await sayWhatWasSeen(this.store, frame);
+            const { frame, fp, deviceOnly } = await framed;
+            if (deviceOnly)
+                await sayWhatWasSeen(this.store, frame);
             return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
         });
         this.enqueued = queued.catch(() => { });
@@ -859,14 +861,16 @@ async function draftFrame(d) {
         frame.to = d.to;
     else
         throw new Error("a draft needs to or conversationId");
-    return { frame, fp: await fingerprint(d) };
+    return { frame, fp: await fingerprint(d), deviceOnly: !d.clientMsgId || d.deviceOnly === true };
 }
 /**
  * Sets a 1:1 send frame's "seen": the newest convSeq of its conversation the
  * device holds, fixed when the send is queued (a retry resends the queued
  * frame), so that the server finds an earlier try above it instead of
- * keeping an idempotency record per send (docs/protocol.md). A group send,
- * or a store without newestConvSeq, says nothing.
+ * keeping an idempotency record per send (docs/protocol.md). Only for a
+ * clientMsgId this device alone sends (Draft.deviceOnly): a try from another
+ * device would say what that device had seen. A group send, or a store
+ * without newestConvSeq, says nothing.
  */
 async function sayWhatWasSeen(store, frame) {
     if (!store.newestConvSeq)
