@@ -308,6 +308,15 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
   }
 });
 
+/**
+ * The first state after `after` that is connected again following a
+ * disconnected one: a state with connected true can also be the first sync
+ * ending (synced), which on a loaded machine may come after a closing frame.
+ */
+function reconnected(states: { connected: boolean; at: number }[], after: number): { connected: boolean; at: number } | undefined {
+  return states.find((st, i) => st.connected && st.at > after && i > 0 && !states[i - 1].connected);
+}
+
 test("a connection the server closes with connection_limit waits evictedWaitMs before it reconnects (no eviction ping-pong)", async () => {
   const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["MaxConnectionsPerUser=2"]);
   try {
@@ -325,17 +334,45 @@ test("a connection the server closes with connection_limit waits evictedWaitMs b
     const b = await dial("carol-cap", new MemoryStore(), { url: own.url, device: "b" });
     const c = await dial("carol-cap", new MemoryStore(), { url: own.url, device: "c" }); // the third: the oldest, a, is closed
     await eventually("a told connection_limit", () => evictedAt > 0, 30000);
-    // Back means connected again after having been disconnected: a state
-    // with connected true can also be the first sync ending (synced),
-    // which on a loaded machine may come after the eviction frame.
-    const reconnect = () => states.find((s, i) => s.connected && s.at > evictedAt && i > 0 && !states[i - 1].connected);
-    await eventually("a back after its wait", () => reconnect() !== undefined, 60000);
-    const back = reconnect()!;
+    await eventually("a back after its wait", () => reconnected(states, evictedAt) !== undefined, 60000);
+    const back = reconnected(states, evictedAt)!;
     assert.ok(back.at - evictedAt >= wait - 100, `a reconnected ${back.at - evictedAt} ms after its eviction, before evictedWaitMs (${wait} ms)`);
     await Promise.all([a.close(), b.close(), c.close()]);
   } finally {
     await own.stop();
   }
+});
+
+test("a connection the server closes with rate_limit_ignored reconnects only after its retryAfterMs", async () => {
+  // The SDK itself never ignores rate_limited, so the server's closing
+  // frame is injected: on the first connection, the server's error and
+  // close, as the gateway delivers them.
+  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
+  const wait = 2000;
+  let toldAt = 0;
+  let first = true;
+  class Ignored extends (WS as unknown as new (url: string) => WebSocketLike) {
+    constructor(url: string) {
+      super(url);
+      if (!first) return;
+      first = false;
+      (this as unknown as EventTarget).addEventListener("open", () => setTimeout(() => {
+        toldAt = Date.now();
+        const frame = { type: "error", code: "rate_limit_ignored", message: "send kept coming after rate_limited", requestId: "injected", retryAfterMs: wait };
+        this.onmessage?.({ data: JSON.stringify(frame) });
+        this.close();
+      }, 300));
+    }
+  }
+  const states: { connected: boolean; at: number }[] = [];
+  const a = await dial("dana-ignored", new MemoryStore(), {
+    WebSocket: Ignored as unknown as WebSocketConstructor,
+    onState: (st) => states.push({ connected: st.connected, at: Date.now() }),
+  });
+  await eventually("a back after retryAfterMs", () => toldAt > 0 && reconnected(states, toldAt) !== undefined, 60000);
+  const back = reconnected(states, toldAt)!;
+  assert.ok(back.at - toldAt >= wait - 100, `reconnected ${back.at - toldAt} ms after rate_limit_ignored, before its retryAfterMs (${wait} ms)`);
+  await a.close();
 });
 
 test("an alert that asks for an answer: answer() once, forward-only; the user's other device hears of it", async () => {
