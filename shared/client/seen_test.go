@@ -56,13 +56,25 @@ func TestSendFramesSayWhatTheDeviceHasSeen(t *testing.T) {
 		return nil
 	}
 	body := json.RawMessage(`"hi"`)
+	// By recipient, the conversation is known once the device knows its
+	// user: before its first 1:1 ACK the frame says nothing.
+	if got := frameSeen(Draft{ClientMsgID: "0", DeviceOnly: true, To: "bob", Body: body}); got != nil {
+		t.Errorf("before the device knows its user: seen %d", *got)
+	}
+	own := entry(6, 10, "d:alice:dave")
+	own.Message.From = "alice"
+	if err := st.settle("0", &wire.Sent{Type: "sent", ClientMsgID: "0", ConversationID: "d:alice:dave", Message: &own.Message}); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		d    Draft
 		want int64
 	}{
 		{Draft{ClientMsgID: "1", DeviceOnly: true, To: "bob", Body: body}, 5},
 		{Draft{ClientMsgID: "2", DeviceOnly: true, ConversationID: "d:alice:carol", Body: body}, 9},
-		{Draft{ClientMsgID: "3", DeviceOnly: true, To: "dave", Body: body}, 0},
+		{Draft{ClientMsgID: "3", DeviceOnly: true, To: "erin", Body: body}, 0},
+		// A note to oneself: its own conversation, not any other of alice's.
+		{Draft{ClientMsgID: "3b", DeviceOnly: true, To: "alice", Body: body}, 0},
 	} {
 		if got := frameSeen(c.d); got == nil || *got != c.want {
 			t.Errorf("%+v: seen %v, want %d", c.d, got, c.want)
@@ -90,7 +102,7 @@ func TestSendFramesSayWhatTheDeviceHasSeen(t *testing.T) {
 		t.Errorf("after a resync: seen %v, want 0", got)
 	}
 	// A store without the index (written before it) is indexed on open.
-	if _, _, err := st.apply(entry(1, 3, "d:alice:erin")); err != nil {
+	if _, _, err := st.apply(entry(1, 3, "d:alice:frank")); err != nil {
 		t.Fatal(err)
 	}
 	if err := st.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketConvs) }); err != nil {
@@ -101,7 +113,7 @@ func TestSendFramesSayWhatTheDeviceHasSeen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.close()
-	if got := frameSeen(Draft{ClientMsgID: "6", DeviceOnly: true, To: "erin", Body: body}); got == nil || *got != 3 {
+	if got := frameSeen(Draft{ClientMsgID: "6", DeviceOnly: true, To: "frank", Body: body}); got == nil || *got != 3 {
 		t.Errorf("reopened old store: seen %v, want 3", got)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	bolterrors "go.etcd.io/bbolt/errors"
 
+	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -26,6 +27,7 @@ var (
 	keyCursor    = []byte("cursor")
 	keyEpoch     = []byte("epoch")
 	keySkipped   = []byte("skipped")
+	keyMe        = []byte("me") // this device's user, learned from a 1:1 ACK (the sender of its message)
 )
 
 // ErrStoreInUse means another client (another process) has this device's
@@ -233,32 +235,30 @@ func noteConv(convs *bolt.Bucket, e wire.Entry) error {
 }
 
 // seen returns the newest convSeq this device holds of the 1:1 conversation
-// a draft goes to — with user `to`, or conversationId "d:…" — for the send
-// frame's "seen" (0 when it holds none); ok is false for a group.
+// a draft goes to — conversationId "d:…", or the one with user `to` — for
+// the send frame's "seen" (0 when it holds none). ok is false when the frame
+// says nothing: a group, or a draft by recipient before the device knows its
+// own user (a 1:1 ACK tells it), since convSeqs of other conversations say
+// nothing about this one (a note to oneself, "d:me:me", included).
 func (s *store) seen(to, conversationID string) (seen int64, ok bool, err error) {
 	if conversationID != "" && !strings.HasPrefix(conversationID, "d:") {
 		return 0, false, nil
 	}
 	err = s.db.View(func(tx *bolt.Tx) error {
-		convs := tx.Bucket(bucketConvs)
-		if conversationID != "" {
-			if v := convs.Get([]byte(conversationID)); len(v) == 8 {
-				seen = int64(binary.BigEndian.Uint64(v))
+		if conversationID == "" {
+			me := string(tx.Bucket(bucketMeta).Get(keyMe))
+			if me == "" {
+				return nil
 			}
-			return nil
+			conversationID = string(im.Direct(im.UserID(me), im.UserID(to)))
 		}
-		// By recipient: the one 1:1 conversation of this device's user
-		// that has `to` as a member.
-		c := convs.Cursor()
-		for k, v := c.Seek([]byte("d:")); k != nil && strings.HasPrefix(string(k), "d:"); k, v = c.Next() {
-			a, b, _ := strings.Cut(strings.TrimPrefix(string(k), "d:"), ":")
-			if (a == to || b == to) && len(v) == 8 {
-				seen = max(seen, int64(binary.BigEndian.Uint64(v)))
-			}
+		ok = true
+		if v := tx.Bucket(bucketConvs).Get([]byte(conversationID)); len(v) == 8 {
+			seen = int64(binary.BigEndian.Uint64(v))
 		}
 		return nil
 	})
-	return seen, true, err
+	return seen, ok, err
 }
 
 func (s *store) setEpoch(epoch string) error {
@@ -345,6 +345,11 @@ func (s *store) settle(id string, ack *wire.Sent) error {
 		}
 		if ack == nil {
 			return nil
+		}
+		if m := ack.Message; m != nil && m.From != "" && strings.HasPrefix(m.ConversationID, "d:") {
+			if err := tx.Bucket(bucketMeta).Put(keyMe, []byte(m.From)); err != nil {
+				return err
+			}
 		}
 		v, _ := json.Marshal(sentRecord{Sent: *ack, Fp: fp})
 		return tx.Bucket(bucketSent).Put([]byte(id), v)

@@ -189,6 +189,8 @@ export class SignetClient {
   private readonly takers: ((r: IteratorResult<StoredMessage>) => void)[] = [];
   private readonly listeners = new Set<(m: StoredMessage) => void>();
   private isSynced = false;
+  /** This device's user, once a 1:1 ACK has told it (see sayWhatWasSeen). */
+  private me?: string;
 
   private constructor(opts: ClientOptions) {
     this.o = {
@@ -225,7 +227,7 @@ export class SignetClient {
    */
   static async queue(store: DeviceStore, d: Draft): Promise<string> {
     const { frame, fp, deviceOnly } = await draftFrame(d);
-    if (deviceOnly) await sayWhatWasSeen(store, frame);
+    if (deviceOnly) await sayWhatWasSeen(store, frame, undefined);
     const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
     if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp)) throw reusedError();
     return frame.clientMsgId;
@@ -307,7 +309,7 @@ export class SignetClient {
     const framed = draftFrame(d);
     const queued = this.enqueued.then(async () => {
       const { frame, fp, deviceOnly } = await framed;
-      if (deviceOnly) await sayWhatWasSeen(this.store, frame);
+      if (deviceOnly) await sayWhatWasSeen(this.store, frame, this.me);
       return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
     });
     this.enqueued = queued.catch(() => {});
@@ -683,6 +685,7 @@ export class SignetClient {
         return this.page(s, f);
       case "sent": {
         s.sentAt.delete(f.clientMsgId);
+        if (f.message && f.conversationId.startsWith("d:")) this.me = f.message.from; // the sender of a 1:1 ACK is this user
         await this.store.settle(f.clientMsgId, f);
         this.resolveSend(f.clientMsgId, f);
         this.o.onSent?.(f);
@@ -1001,20 +1004,18 @@ async function draftFrame(d: Draft): Promise<{ frame: SendFrame; fp: string; dev
  * frame), so that the server finds an earlier try above it instead of
  * keeping an idempotency record per send (docs/protocol.md). Only for a
  * clientMsgId this device alone sends (Draft.deviceOnly): a try from another
- * device would say what that device had seen. A group send, or a store
- * without newestConvSeq, says nothing.
+ * device would say what that device had seen. A group send, a store without
+ * newestConvSeq, or a send by recipient before the client knows its own
+ * user `me` (a 1:1 ACK tells it; convSeqs of other conversations say
+ * nothing about this one, a note to oneself included) says nothing.
  */
-async function sayWhatWasSeen(store: DeviceStore, frame: SendFrame): Promise<void> {
+async function sayWhatWasSeen(store: DeviceStore, frame: SendFrame, me: string | undefined): Promise<void> {
   if (!store.newestConvSeq) return;
-  let match: ((c: string) => boolean) | undefined;
-  if (frame.to) {
-    const to = frame.to;
-    match = (c) => c.startsWith("d:") && c.slice(2).split(":").includes(to);
-  } else if (frame.conversationId?.startsWith("d:")) {
-    const id = frame.conversationId;
-    match = (c) => c === id;
-  }
-  if (match) frame.seen = await store.newestConvSeq(match);
+  let id = frame.conversationId;
+  if (frame.to) id = me === undefined ? undefined : `d:${[me, frame.to].sort().join(":")}`;
+  if (!id?.startsWith("d:")) return;
+  const conv = id;
+  frame.seen = await store.newestConvSeq((c) => c === conv);
 }
 
 /** The refusal of a clientMsgId reused for other content, in the server's words (the device knows first). */

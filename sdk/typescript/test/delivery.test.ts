@@ -226,7 +226,9 @@ test("a send whose ACK was lost is sent again with its clientMsgId after a resta
   let st = await FileStore.open(file);
   const b = await dial("bob-lost-ack", new MemoryStore());
   let a = await dial("alice-lost-ack", st, { WebSocket: NoAcks as unknown as WebSocketConstructor });
-  const first = a.send("bob-lost-ack", { n: 0, text: "once" }).catch(() => "closed");
+  // By conversation id: a draft by recipient says seen only once a 1:1
+  // ACK has told the client its own user (below).
+  const first = a.sendDraft({ conversationId: "d:alice-lost-ack:bob-lost-ack", body: { n: 0, text: "once" } }).catch(() => "closed");
   const got = (await b.messages().next()).value as StoredMessage; // stored and delivered: only the ACK is lost
   await a.close();
   assert.equal(await first, "closed", "no ACK reached the sender");
@@ -236,10 +238,20 @@ test("a send whose ACK was lost is sent again with its clientMsgId after a resta
   // server finds the first attempt above it without an idempotency record.
   assert.equal((await st.outbox())[0].frame.seen, 0, "the queued frame carries seen");
   const acks: SentFrame[] = [];
-  a = await dial("alice-lost-ack", st, { onSent: (s) => acks.push(s) });
+  const sends: { seen?: number }[] = [];
+  a = await dial("alice-lost-ack", st, {
+    onSent: (s) => acks.push(s),
+    onFrame: (dir, f) => {
+      frameCheck(dir, f);
+      if (dir === "out" && (f as { action?: string }).action === "send") sends.push(f as { seen?: number });
+    },
+  });
   await eventually("the outbox empties", async () => (await a.pending()).length === 0, 30000);
   assert.equal(acks[0]?.messageId, got.messageId, "the retry got the first attempt's message back");
   const next = await a.send("bob-lost-ack", { n: 1, text: "next" });
+  // Now the client knows its user: a send by recipient says what it holds
+  // of that conversation (its first message, convSeq 1).
+  assert.equal(sends.at(-1)?.seen, 1, "a send by recipient after an ACK carries seen");
   assert.equal(((await b.messages().next()).value as StoredMessage).messageId, next.messageId, "no second copy arrived before the next message");
   await Promise.all([a.close(), b.close()]);
 });

@@ -51,6 +51,8 @@ export class SignetClient {
     takers = [];
     listeners = new Set();
     isSynced = false;
+    /** This device's user, once a 1:1 ACK has told it (see sayWhatWasSeen). */
+    me;
     constructor(opts) {
         this.o = {
             ackIntervalMs: 2000, ackBatch: 50, syncAckBatch: 500, minBackoffMs: 200, maxBackoffMs: 30000, evictedWaitMs: 300000,
@@ -87,7 +89,7 @@ export class SignetClient {
     static async queue(store, d) {
         const { frame, fp, deviceOnly } = await draftFrame(d);
         if (deviceOnly)
-            await sayWhatWasSeen(store, frame);
+            await sayWhatWasSeen(store, frame, undefined);
         const { prev, pending } = await store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp });
         if ((prev?.fp && prev.fp !== fp) || (pending?.fp && pending.fp !== fp))
             throw reusedError();
@@ -163,7 +165,7 @@ export class SignetClient {
         const queued = this.enqueued.then(async () => {
             const { frame, fp, deviceOnly } = await framed;
             if (deviceOnly)
-                await sayWhatWasSeen(this.store, frame);
+                await sayWhatWasSeen(this.store, frame, this.me);
             return { frame, fp, ...(await this.store.enqueue({ clientMsgId: frame.clientMsgId, frame, at: Date.now(), fp })) };
         });
         this.enqueued = queued.catch(() => { });
@@ -535,6 +537,8 @@ export class SignetClient {
                 return this.page(s, f);
             case "sent": {
                 s.sentAt.delete(f.clientMsgId);
+                if (f.message && f.conversationId.startsWith("d:"))
+                    this.me = f.message.from; // the sender of a 1:1 ACK is this user
                 await this.store.settle(f.clientMsgId, f);
                 this.resolveSend(f.clientMsgId, f);
                 this.o.onSent?.(f);
@@ -869,23 +873,21 @@ async function draftFrame(d) {
  * frame), so that the server finds an earlier try above it instead of
  * keeping an idempotency record per send (docs/protocol.md). Only for a
  * clientMsgId this device alone sends (Draft.deviceOnly): a try from another
- * device would say what that device had seen. A group send, or a store
- * without newestConvSeq, says nothing.
+ * device would say what that device had seen. A group send, a store without
+ * newestConvSeq, or a send by recipient before the client knows its own
+ * user `me` (a 1:1 ACK tells it; convSeqs of other conversations say
+ * nothing about this one, a note to oneself included) says nothing.
  */
-async function sayWhatWasSeen(store, frame) {
+async function sayWhatWasSeen(store, frame, me) {
     if (!store.newestConvSeq)
         return;
-    let match;
-    if (frame.to) {
-        const to = frame.to;
-        match = (c) => c.startsWith("d:") && c.slice(2).split(":").includes(to);
-    }
-    else if (frame.conversationId?.startsWith("d:")) {
-        const id = frame.conversationId;
-        match = (c) => c === id;
-    }
-    if (match)
-        frame.seen = await store.newestConvSeq(match);
+    let id = frame.conversationId;
+    if (frame.to)
+        id = me === undefined ? undefined : `d:${[me, frame.to].sort().join(":")}`;
+    if (!id?.startsWith("d:"))
+        return;
+    const conv = id;
+    frame.seen = await store.newestConvSeq((c) => c === conv);
 }
 /** The refusal of a clientMsgId reused for other content, in the server's words (the device knows first). */
 function reusedError() {
