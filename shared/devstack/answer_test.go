@@ -229,7 +229,14 @@ func TestAnAlertNobodyAnswersReachesTheLastStepAndEnds(t *testing.T) {
 		esc, _ := call(t, st, "GET", "/v1/messages/"+id, key, nil, "").body["escalation"].(map[string]any)
 		return esc["state"] == "ended"
 	})
-	if ended := traceDetails(t, st, key, id, "escalation_ended"); len(ended) != 1 || !strings.Contains(ended[0], "nobody answered") {
+	// The escalation job records its trace after the state it reads back:
+	// wait for the event, then check there is exactly one.
+	var ended []string
+	waitFor(t, "the escalation_ended event", func() bool {
+		ended = traceDetails(t, st, key, id, "escalation_ended")
+		return len(ended) > 0
+	})
+	if len(ended) != 1 || !strings.Contains(ended[0], "nobody answered") {
 		t.Fatalf("escalation_ended events: %v", ended)
 	}
 	// Bad escalations are refused and store nothing.
