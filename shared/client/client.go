@@ -52,9 +52,10 @@ type Options struct {
 	// of the push timeout the server announces on sync pages (5 s → 2 s),
 	// so the ack lands before the server's re-push. Synced entries are
 	// acked when the sync ends, or every SyncAckBatch entries of a long one
-	// (500). One ack covers every entry up to the cursor: at chat pace a
-	// 2 s window is one ack frame, one invocation and one receipt for
-	// several messages instead of one each (issue 12).
+	// (500). One ack covers every entry up to the cursor: messages that
+	// arrive within 2 s of each other (a burst, a busy group) take one ack
+	// frame, one invocation and one receipt instead of one each (issue 12);
+	// at chat pace, messages further apart, each is acked alone.
 	AckInterval  time.Duration
 	AckBatch     int
 	SyncAckBatch int
@@ -229,9 +230,12 @@ type sendResult struct {
 	err  error
 }
 
+// DefaultAckInterval is Options.AckInterval when it is not set.
+const DefaultAckInterval = 2 * time.Second
+
 func (o *Options) defaults() {
 	if o.AckInterval <= 0 {
-		o.AckInterval = 2 * time.Second
+		o.AckInterval = DefaultAckInterval
 	}
 	if o.AckBatch <= 0 {
 		o.AckBatch = 50
