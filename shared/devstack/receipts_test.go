@@ -91,6 +91,85 @@ func TestOneToOneReceiptsAreWatermarks(t *testing.T) {
 	}
 }
 
+// A 1:1 conversation's delivered watermark comes from the device cursors
+// (issue 12: the ack writes none): the sender gets a receipt when one of the
+// peer's devices acks beyond what the others had, none when a device acks
+// what another one already did, and "receipts" answers from the cursors.
+func TestDirectDeliveredComesFromTheDeviceCursors(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice := dial(t, st, "alice", "laptop")
+	phone := dial(t, st, "bob", "phone")
+	tablet := dial(t, st, "bob", "tablet")
+	for i := range 2 {
+		alice.send(fmt.Sprintf("c-%d", i), "bob", i)
+		alice.next("sent", 5*time.Second)
+	}
+	conv := string(im.Direct("alice", "bob"))
+	seqOf := map[int64]int64{} // convSeq → bob's inbox seq
+	for range 2 {
+		f := phone.next("message", 5*time.Second)
+		var m struct {
+			ConvSeq int64 `json:"convSeq"`
+		}
+		if err := json.Unmarshal(f.Message, &m); err != nil {
+			t.Fatal(err)
+		}
+		seqOf[m.ConvSeq] = f.Seq
+		tablet.next("message", 5*time.Second)
+	}
+	delivered := func(convSeq int64) []string {
+		t.Helper()
+		var rc wire.ReceiptsAnswer
+		alice.request(map[string]any{"action": "receipts", "conversationId": conv, "convSeq": convSeq}, &rc)
+		return rc.DeliveredBy
+	}
+	if got := delivered(1); len(got) != 0 {
+		t.Fatalf("nothing acked: message 1 delivered to %v", got)
+	}
+	phone.write(map[string]any{"action": "ack", "upTo": seqOf[1]})
+	if r := nextReceipt(t, alice, "delivered"); r.ConversationID != conv || r.UserID != "bob" || r.UpTo != 1 {
+		t.Fatalf("delivered receipt = %+v", r)
+	}
+	if got1, got2 := delivered(1), delivered(2); len(got1) != 1 || got1[0] != "bob" || len(got2) != 0 {
+		t.Fatalf("phone acked message 1: delivered to %v and %v", got1, got2)
+	}
+	tablet.write(map[string]any{"action": "ack", "upTo": seqOf[2]})
+	if r := nextReceipt(t, alice, "delivered"); r.UpTo != 2 {
+		t.Fatalf("tablet acked message 2: receipt %+v", r)
+	}
+	if got := delivered(2); len(got) != 1 || got[0] != "bob" {
+		t.Fatalf("message 2 delivered to %v", got)
+	}
+	// The phone acking what the tablet already did tells alice nothing new.
+	phone.write(map[string]any{"action": "ack", "upTo": seqOf[2]})
+	time.Sleep(500 * time.Millisecond)
+	for len(alice.raw) > 0 {
+		if r := <-alice.raw; strings.Contains(r, `"kind":"delivered"`) {
+			t.Fatalf("a second device's ack of what was delivered: %s", r)
+		}
+	}
+	// bob's summary shows the conversation delivered up to message 2.
+	var page wire.SummaryPage
+	phone.request(map[string]any{"action": "summary"}, &page)
+	if len(page.Conversations) != 1 || page.Conversations[0].Delivered != 2 {
+		t.Fatalf("summary %+v", page.Conversations)
+	}
+	// Both devices acking a message at once: each sees the other's cursor,
+	// and the receipt is still sent (by the one that acked first).
+	for convSeq := int64(3); convSeq <= 6; convSeq++ {
+		alice.send(fmt.Sprintf("c-%d", convSeq), "bob", convSeq)
+		alice.next("sent", 5*time.Second)
+		seq := phone.next("message", 5*time.Second).Seq
+		tablet.next("message", 5*time.Second)
+		phone.write(map[string]any{"action": "ack", "upTo": seq})
+		tablet.write(map[string]any{"action": "ack", "upTo": seq})
+		if r := nextReceipt(t, alice, "delivered"); r.UpTo != convSeq {
+			t.Fatalf("both devices acked message %d: receipt %+v", convSeq, r)
+		}
+	}
+}
+
 // historyPages pages back through conv from the newest message with the
 // given limit and returns the convSeqs in order and the raw pages.
 func historyPages(t *testing.T, c *wsClient, conv string, limit int) (seqs []int64, pages []string) {

@@ -75,3 +75,72 @@ func TestAckCursorsReadManyDevicesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// A 1:1 conversation's delivered watermark is derived from the device
+// cursors when it is read (issue 12: the ack route no longer writes it):
+// the highest convSeq of the conversation at or below the highest cursor of
+// any of the user's devices, read back past other conversations' entries
+// when the conversation's newest entry is not acked yet.
+func TestDirectDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	ab, cb := im.Direct("alice", "bob"), im.Direct("carol", "bob")
+	// bob's inbox: 1 alice#1, 2 alice#2, 3 carol#1, 4 bob's own reply in
+	// alice's conversation (#3), 5 alice#4.
+	for i, d := range []im.Draft{
+		draft("alice", "a1", "bob", "1"), draft("alice", "a2", "bob", "2"), draft("carol", "c1", "bob", "3"),
+		draft("bob", "b1", "alice", "4"), draft("alice", "a3", "bob", "5"),
+	} {
+		stored, err := st.Send(ctx, d, now)
+		if err != nil || stored.Inboxed["bob"] != int64(i+1) {
+			t.Fatalf("send %d: %+v, %v", i, stored, err)
+		}
+	}
+	delivered := func() map[im.ConversationID]int64 {
+		t.Helper()
+		states, _, err := st.Conversations(ctx, "bob", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[im.ConversationID]int64{}
+		for _, s := range states {
+			out[s.Conversation] = s.Delivered
+		}
+		one, err := st.ConversationStates(ctx, ab, []im.UserID{"bob"})
+		if err != nil || one["bob"].Delivered != out[ab] {
+			t.Fatalf("receipts' read of %s: %+v, %v; the summary's %d", ab, one["bob"], err, out[ab])
+		}
+		return out
+	}
+	if got := delivered(); got[ab] != 0 || got[cb] != 0 {
+		t.Fatalf("nothing acked: delivered %v", got)
+	}
+	steps := []struct {
+		device   im.DeviceID
+		upTo     int64
+		ab, cb   int64
+		reaching string
+	}{
+		{"phone", 1, 1, 0, "the first entry"},
+		{"phone", 3, 2, 1, "carol's entry: alice's conversation read back past it"},
+		{"laptop", 2, 2, 1, "a lower cursor of another device changes nothing"},
+		{"laptop", 4, 3, 1, "bob's own message counts: his devices have it"},
+		{"phone", 5, 4, 1, "every entry"},
+	}
+	for _, s := range steps {
+		if _, _, err := st.Ack(ctx, "bob", s.device, s.upTo, now); err != nil {
+			t.Fatal(err)
+		}
+		if got := delivered(); got[ab] != s.ab || got[cb] != s.cb {
+			t.Fatalf("%s acked up to %d (%s): delivered %v, want %s %d, %s %d", s.device, s.upTo, s.reaching, got, ab, s.ab, cb, s.cb)
+		}
+	}
+	// A watermark the ack route wrote before the change still counts where
+	// it is higher than the cursors show (an entry reaped since).
+	if _, err := st.AdvanceDelivered(ctx, "bob", cb, 7, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := delivered(); got[cb] != 7 {
+		t.Fatalf("stored watermark 7 lost: delivered %v", got)
+	}
+}

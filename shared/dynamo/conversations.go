@@ -22,7 +22,10 @@ import (
 //	iseq                              the inbox seq of that message (heads.go)
 //	base, left, removed               group view: joined after base; removed (1) at left
 //	read, readAt                      read watermark (forward-only)
-//	delivered, deliveredAt            highest convSeq one of the user's devices acked
+//	delivered, deliveredAt            highest convSeq one of the user's devices acked:
+//	                                  written for groups; for a 1:1 conversation only
+//	                                  until the fifteenth session, now derived from the
+//	                                  device cursors (derivedDelivered)
 //	unread                            alert conversations only: alerts not yet read
 //
 // Writers: every inbox append (in a 1:1 send's transaction; a group
@@ -129,7 +132,10 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 	if after != "" {
 		in.ExclusiveStartKey = inboxKey(u, convIndexSK(after))
 	}
-	var out []im.ConversationState
+	var (
+		out []im.ConversationState
+		pos []indexPos
+	)
 	for {
 		res, err := st.db.Query(ctx, in)
 		if err != nil {
@@ -137,11 +143,15 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 		}
 		for _, it := range res.Items {
 			out = append(out, stateFrom(it))
+			pos = append(pos, indexPosFrom(it))
 		}
-		if len(res.LastEvaluatedKey) == 0 {
-			return out, "", nil
-		}
-		if len(out) >= limit {
+		if len(res.LastEvaluatedKey) == 0 || len(out) >= limit {
+			if err := st.withDerivedDelivered(ctx, u, out, pos); err != nil {
+				return nil, "", err
+			}
+			if len(res.LastEvaluatedKey) == 0 {
+				return out, "", nil
+			}
 			return out, out[len(out)-1].Conversation, nil
 		}
 		in.ExclusiveStartKey = res.LastEvaluatedKey
@@ -153,13 +163,24 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 // BatchGetItem calls of 100 keys. Users without an item are absent.
 func (st *Store) ConversationStates(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.ConversationState, error) {
 	out := make(map[im.UserID]im.ConversationState, len(users))
+	pos := make(map[im.UserID]indexPos, len(users))
 	keys := make([]map[string]types.AttributeValue, len(users))
 	for i, u := range users {
 		keys[i] = inboxKey(u, convIndexSK(c))
 	}
-	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) { out[im.UserID(getS(it, attrUser))] = stateFrom(it) })
+	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+		u := im.UserID(getS(it, attrUser))
+		out[u], pos[u] = stateFrom(it), indexPosFrom(it)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("conversation states of %s: %w", c, err)
+	}
+	for u, s := range out {
+		one := []im.ConversationState{s}
+		if err := st.withDerivedDelivered(ctx, u, one, []indexPos{pos[u]}); err != nil {
+			return nil, err
+		}
+		out[u] = one[0]
 	}
 	return out, nil
 }
@@ -177,11 +198,93 @@ func (st *Store) ConversationState(ctx context.Context, u im.UserID, c im.Conver
 }
 
 // AdvanceDelivered moves u's delivered watermark of conversation c (the
-// highest convSeq any of u's devices acked) forward; it reports whether it moved.
+// highest convSeq any of u's devices acked) forward; it reports whether it
+// moved. The ack route calls it for groups only: a 1:1 conversation's is
+// derived from the device cursors when it is read (derivedDelivered).
 func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
 	_, moved, err := st.advance(ctx, inboxKey(u, convIndexSK(c)), attrDelivered, "deliveredAt", upTo, now)
 	if err != nil {
 		return false, fmt.Errorf("delivered %s in %s: %w", u, c, err)
 	}
 	return moved, nil
+}
+
+// indexPos is where a conversation index item says the conversation's
+// newest entry is: its convSeq (last) and inbox seq (iseq; 0 on items
+// written before the index recorded it).
+type indexPos struct{ last, iseq int64 }
+
+func indexPosFrom(it map[string]types.AttributeValue) indexPos {
+	return indexPos{last: getN(it, attrLast), iseq: getN(it, attrInboxSeq)}
+}
+
+// directConversation reports whether c is a 1:1 conversation (not a group,
+// not an app's alert conversation).
+func directConversation(c im.ConversationID) bool { return !c.IsGroup() && !c.AppConversation() }
+
+// deliveredWalk bounds how many entries derivedDelivered reads back from
+// the cursor for the conversations whose newest entry is not acked.
+const deliveredWalk = 1000
+
+// withDerivedDelivered sets the Delivered watermark of the 1:1
+// conversations among states (u's index items, pos their positions) to
+// what u's devices acked: the highest convSeq of the conversation at or
+// below the highest device cursor, or the stored watermark (written by the
+// ack route before the fifteenth session) where that is higher. Writing it
+// in every ack cost a write unit per message at chat pace; deriving it
+// costs a read when it is asked for (issue 12; invariant 5 prefers it).
+//
+// The entries of one conversation are in convSeq order in the inbox, so a
+// conversation whose newest entry (iseq) is at or below the cursor is
+// delivered up to its last convSeq; for the others the entries below the
+// cursor are read back, newest first, to the first of each (at most
+// deliveredWalk entries: an older one keeps the stored value).
+func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states []im.ConversationState, pos []indexPos) error {
+	direct := false
+	for _, s := range states {
+		direct = direct || directConversation(s.Conversation)
+	}
+	if !direct {
+		return nil
+	}
+	devices, err := st.Devices(ctx, u)
+	if err != nil {
+		return fmt.Errorf("delivered of %s: %w", u, err)
+	}
+	var cursor int64
+	for _, d := range devices {
+		cursor = max(cursor, d.Acked)
+	}
+	if cursor == 0 {
+		return nil
+	}
+	pending := map[im.ConversationID]int{}
+	for i, s := range states {
+		switch {
+		case !directConversation(s.Conversation):
+		case pos[i].iseq > 0 && pos[i].iseq <= cursor:
+			states[i].Delivered = max(s.Delivered, pos[i].last)
+		default:
+			pending[s.Conversation] = i
+		}
+	}
+	if len(pending) == 0 {
+		return nil
+	}
+	q := project(st.inboxSpan(u, 1, cursor), attrConv, attrCSeq)
+	q.ScanIndexForward = aws.Bool(false) // eventually consistent: an entry at or below a cursor was acked, long put
+	q.Limit = aws.Int32(100)             // pages: the first entries read usually settle it
+	read := 0
+	err = st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
+		read++
+		if i, ok := pending[im.ConversationID(getS(it, attrConv))]; ok {
+			states[i].Delivered = max(states[i].Delivered, getN(it, attrCSeq))
+			delete(pending, states[i].Conversation)
+		}
+		return len(pending) > 0 && read < deliveredWalk
+	})
+	if err != nil {
+		return fmt.Errorf("delivered of %s: %w", u, err)
+	}
+	return nil
 }

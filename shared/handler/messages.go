@@ -293,13 +293,14 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	upTo := *f.UpTo
-	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, h.now())
+	now := h.now()
+	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, now)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	if moved {
 		h.log().DebugContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
-		h.afterAck(ctx, c, old, upTo)
+		h.afterAck(ctx, c, old, upTo, now)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
@@ -311,10 +312,14 @@ const maxAckTrace = 200
 // ack range for every 1:1 message (their "acked" events are derived from
 // it), an "acked" event per alert (an app's delivery status reads them) —
 // and a status callback job per alert (for its app's webhook), and moves
-// this user's delivered watermark of each conversation the ack reached
-// (one write per conversation, never per message). In 1:1 the
-// sender gets a delivered receipt; group senders ask with "receipts".
-func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
+// this user's delivered watermark of each group the ack reached (one write
+// per conversation, never per message; group senders ask with "receipts").
+// A 1:1 conversation's delivered watermark is not written: it is derived
+// from the device cursors when asked for (dynamo's derivedDelivered; a
+// write per message at chat pace, issue 12), and the sender gets a
+// delivered receipt for the peer's messages no other device of this user
+// had acked.
+func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now time.Time) {
 	from := max(old, upTo-maxAckTrace)
 	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
 	if err != nil {
@@ -322,7 +327,33 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 		return
 	}
 	tr := h.trail("ack", c.RequestID)
-	delivered := map[im.ConversationID]int64{}
+	delivered := map[im.ConversationID]int64{} // groups
+	receipts := map[im.ConversationID]int64{}  // 1:1
+	// others is the highest cursor of this user's other devices that
+	// acked before this one: what they acked was delivered before, and
+	// its receipt is theirs to send. "Before" orders (ackedAt, device), so
+	// of devices acking the same message at once exactly one sends the
+	// receipt (a later ack of the earlier device can make it two: a
+	// receipt repeated, never one lost). Read once, when a peer's 1:1
+	// message needs it.
+	others := int64(-1)
+	othersAcked := func() int64 {
+		if others < 0 {
+			others = 0
+			devices, err := h.Inbox.Devices(ctx, c.User)
+			if err != nil {
+				h.log().WarnContext(ctx, "other devices' cursors not read: a delivered receipt may repeat", "err", err.Error(), "userId", c.User)
+			}
+			for d, cur := range devices {
+				at, mine := cur.AckedAt.UnixMilli(), now.UnixMilli() // as stored
+				earlier := at < mine || at == mine && d < c.Device
+				if d != c.Device && earlier {
+					others = max(others, cur.Acked)
+				}
+			}
+		}
+		return others
+	}
 	direct := false
 	var alerts []im.MessageID
 	for _, r := range refs {
@@ -338,8 +369,12 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 		default:
 			direct = true
 		}
-		if r.From != c.User && !r.Conversation.AppConversation() {
+		switch {
+		case r.From == c.User || r.Conversation.AppConversation():
+		case r.Conversation.IsGroup():
 			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
+		case r.Seq > othersAcked():
+			receipts[r.Conversation] = max(receipts[r.Conversation], r.ConvSeq)
 		}
 	}
 	tr.flush(ctx)
@@ -351,14 +386,12 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64) {
 		}
 	}
 	for conv, cseq := range delivered {
-		moved, err := h.Inbox.AdvanceDelivered(ctx, c.User, conv, cseq, h.now())
-		if err != nil {
+		if _, err := h.Inbox.AdvanceDelivered(ctx, c.User, conv, cseq, h.now()); err != nil {
 			h.log().WarnContext(ctx, "delivered watermark not recorded", "err", err.Error(), "conversationId", conv)
-			continue
 		}
-		if moved && !conv.IsGroup() {
-			h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
-		}
+	}
+	for conv, cseq := range receipts {
+		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 	}
 }
 
