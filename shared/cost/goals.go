@@ -26,15 +26,16 @@ var Goals = map[string][]Bound{
 	// every message acked alone (the benchmark had paced messages inside
 	// the SDK's 2 s ack window, which made them bursts): the 1:1 and group
 	// ceilings were raised to what that measures, not because a lever was
-	// undone. burst-1dev is the shape the old figures described.
+	// undone. burst-1dev is the shape the old figures described. Then the
+	// delivered watermark derived (no write per ack) lowered them again.
 	"chat-1dev": {
-		{Figure: "total", Goal: 10, Ceiling: 17.5},
+		{Figure: "total", Goal: 10, Ceiling: 17},
 		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 5.3},
 		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 2.8},
-		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 8.6},
+		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 7.6},
 		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 2.4},
 	},
-	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 28}},
+	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 26.5}},
 	"burst-1dev":   {{Figure: "total", Ceiling: 14}},
 	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1400}},
 	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 780}},
