@@ -25,7 +25,7 @@ import (
 //	delivered, deliveredAt            highest convSeq one of the user's devices acked:
 //	                                  written for groups; for a 1:1 conversation only
 //	                                  until the fifteenth session, now derived from the
-//	                                  device cursors (derivedDelivered)
+//	                                  device cursors (withDerivedDelivered)
 //	unread                            alert conversations only: alerts not yet read
 //
 // Writers: every inbox append (in a 1:1 send's transaction; a group
@@ -200,7 +200,7 @@ func (st *Store) ConversationState(ctx context.Context, u im.UserID, c im.Conver
 // AdvanceDelivered moves u's delivered watermark of conversation c (the
 // highest convSeq any of u's devices acked) forward; it reports whether it
 // moved. The ack route calls it for groups only: a 1:1 conversation's is
-// derived from the device cursors when it is read (derivedDelivered).
+// derived from the device cursors when it is read (withDerivedDelivered).
 func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
 	_, moved, err := st.advance(ctx, inboxKey(u, convIndexSK(c)), attrDelivered, "deliveredAt", upTo, now)
 	if err != nil {
@@ -222,7 +222,7 @@ func indexPosFrom(it map[string]types.AttributeValue) indexPos {
 // not an app's alert conversation).
 func directConversation(c im.ConversationID) bool { return !c.IsGroup() && !c.AppConversation() }
 
-// deliveredWalk bounds how many entries derivedDelivered reads back from
+// deliveredWalk bounds how many entries withDerivedDelivered reads back from
 // the cursor for the conversations whose newest entry is not acked.
 const deliveredWalk = 1000
 

@@ -315,7 +315,7 @@ const maxAckTrace = 200
 // this user's delivered watermark of each group the ack reached (one write
 // per conversation, never per message; group senders ask with "receipts").
 // A 1:1 conversation's delivered watermark is not written: it is derived
-// from the device cursors when asked for (dynamo's derivedDelivered; a
+// from the device cursors when asked for (dynamo's Store.withDerivedDelivered; a
 // write per message at chat pace, issue 12), and the sender gets a
 // delivered receipt for the peer's messages no other device of this user
 // had acked.
