@@ -236,9 +236,13 @@ const deliveredWalk = 1000
 //
 // The entries of one conversation are in convSeq order in the inbox, so a
 // conversation whose newest entry (iseq) is at or below the cursor is
-// delivered up to its last convSeq; for the others the entries below the
-// cursor are read back, newest first, to the first of each (at most
-// deliveredWalk entries: an older one keeps the stored value).
+// delivered up to its last convSeq — once that entry is read and is the
+// one the index names: a claim that lost its seq to another append (or
+// whose run crashed before moving it, AppendGroup) names a seq holding
+// another message, and would otherwise say delivered what is not in the
+// inbox yet. For the others the entries below the cursor are read back,
+// newest first, to the first of each (at most deliveredWalk entries: an
+// older one keeps the stored value).
 func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states []im.ConversationState, pos []indexPos) error {
 	direct := false
 	for _, s := range states {
@@ -259,13 +263,26 @@ func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states [
 		return nil
 	}
 	pending := map[im.ConversationID]int{}
+	var keys []map[string]types.AttributeValue
 	for i, s := range states {
-		switch {
-		case !directConversation(s.Conversation):
-		case pos[i].iseq > 0 && pos[i].iseq <= cursor:
-			states[i].Delivered = max(s.Delivered, pos[i].last)
-		default:
-			pending[s.Conversation] = i
+		if !directConversation(s.Conversation) {
+			continue
+		}
+		pending[s.Conversation] = i
+		if pos[i].iseq > 0 && pos[i].iseq <= cursor {
+			keys = append(keys, inboxKey(u, entrySK(pos[i].iseq)))
+		}
+	}
+	if len(keys) > 0 {
+		err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
+			i, ok := pending[im.ConversationID(getS(it, attrConv))]
+			if ok && getN(it, attrSeq) == pos[i].iseq && getN(it, attrCSeq) == pos[i].last {
+				states[i].Delivered = max(states[i].Delivered, pos[i].last)
+				delete(pending, states[i].Conversation)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("delivered of %s: %w", u, err)
 		}
 	}
 	if len(pending) == 0 {
