@@ -27,7 +27,8 @@ var Goals = map[string][]Bound{
 	// the SDK's 2 s ack window, which made them bursts): the 1:1 and group
 	// ceilings were raised to what that measures, not because a lever was
 	// undone. burst-1dev is the shape the old figures described. Then the
-	// delivered watermark derived (no write per ack) lowered them again.
+	// delivered watermark derived (no write per ack: 1:1 in the fifteenth
+	// session, groups in the sixteenth) lowered them again.
 	"chat-1dev": {
 		{Figure: "total", Goal: 10, Ceiling: 17},
 		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 5.3},
@@ -37,8 +38,8 @@ var Goals = map[string][]Bound{
 	},
 	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 26.5}},
 	"burst-1dev":   {{Figure: "total", Ceiling: 14}},
-	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1400}},
-	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 780}},
+	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1250}},
+	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 730}},
 	"login":        {{Figure: "total", Goal: 30, Ceiling: 30}},
 	"idle-day":     {{Figure: "total", Ceiling: 800}},
 }

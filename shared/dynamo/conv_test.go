@@ -135,12 +135,77 @@ func TestDirectDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
 			t.Fatalf("%s acked up to %d (%s): delivered %v, want %s %d, %s %d", s.device, s.upTo, s.reaching, got, ab, s.ab, cb, s.cb)
 		}
 	}
-	// A watermark the ack route wrote before the change still counts where
-	// it is higher than the cursors show (an entry reaped since).
-	if _, err := st.AdvanceDelivered(ctx, "bob", cb, 7, now); err != nil {
+}
+
+// A group's delivered watermark comes from the member's device cursors too
+// (issue 12: a group ack writes none — it was a write per member and
+// message): the newest group message at or below the highest cursor, read
+// back past other conversations' entries where the newest is not acked.
+func TestGroupDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("ops")
+	if _, err := st.CreateGroup(ctx, g, "Ops", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if got := delivered(); got[cb] != 7 {
-		t.Fatalf("stored watermark 7 lost: delivered %v", got)
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob", "dave"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	// bob's inbox: 1 g#1, 2 g#2, 3 carol's 1:1 message, 4 g#3.
+	groupMessage := func(k int64) {
+		t.Helper()
+		if _, err := st.SendGroup(ctx, im.Draft{From: "alice", ClientMsgID: fmt.Sprint(k), Conversation: g, Body: []byte(fmt.Sprint(k))}, now); err != nil {
+			t.Fatal(err)
+		}
+		log, err := st.Log(ctx, g, k-1, k)
+		if err != nil || len(log) != 1 {
+			t.Fatalf("log %d: %v, %v", k, log, err)
+		}
+		for _, u := range []im.UserID{"bob", "dave"} {
+			if _, err := st.AppendGroup(ctx, g, u, im.InboxPosition{}, log, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	groupMessage(1)
+	groupMessage(2)
+	if _, err := st.Send(ctx, draft("carol", "c1", "bob", "x"), now); err != nil {
+		t.Fatal(err)
+	}
+	groupMessage(3)
+	delivered := func() (bob, dave int64) {
+		t.Helper()
+		states, err := st.ConversationStates(ctx, g, []im.UserID{"bob", "dave"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		summary, _, err := st.Conversations(ctx, "bob", "", 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range summary {
+			if s.Conversation == g && s.Delivered != states["bob"].Delivered {
+				t.Fatalf("bob's summary says %d delivered, receipts %d", s.Delivered, states["bob"].Delivered)
+			}
+		}
+		return states["bob"].Delivered, states["dave"].Delivered
+	}
+	if b, d := delivered(); b != 0 || d != 0 {
+		t.Fatalf("nothing acked: delivered bob %d, dave %d", b, d)
+	}
+	for _, s := range []struct {
+		upTo, want int64
+		reaching   string
+	}{
+		{1, 1, "the first entry"},
+		{3, 2, "carol's entry: the group read back past it"},
+		{4, 3, "the newest entry"},
+	} {
+		if _, _, err := st.Ack(ctx, "bob", "phone", s.upTo, now); err != nil {
+			t.Fatal(err)
+		}
+		if b, d := delivered(); b != s.want || d != 0 {
+			t.Fatalf("bob acked up to %d (%s): delivered bob %d, dave %d; want %d and 0", s.upTo, s.reaching, b, d, s.want)
+		}
 	}
 }

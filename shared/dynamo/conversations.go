@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -22,15 +23,17 @@ import (
 //	iseq                              the inbox seq of that message (heads.go)
 //	base, left, removed               group view: joined after base; removed (1) at left
 //	read, readAt                      read watermark (forward-only)
-//	delivered, deliveredAt            highest convSeq one of the user's devices acked:
-//	                                  written for groups; for a 1:1 conversation only
-//	                                  until the fifteenth session, now derived from the
-//	                                  device cursors (withDerivedDelivered)
+//	delivered, deliveredAt            highest convSeq one of the user's devices acked,
+//	                                  as the ack route wrote it until the fifteenth
+//	                                  (1:1) and sixteenth (groups) sessions; now
+//	                                  derived from the device cursors when read
+//	                                  (withDerivedDelivered), a stored value counting
+//	                                  where it is higher
 //	unread                            alert conversations only: alerts not yet read
 //
 // Writers: every inbox append (in a 1:1 send's transaction; a group
 // fan-out claims the message just before putting its entry), membership
-// changes, read and ack. The item has no TTL: it outlives the inbox entries,
+// changes and read. The item has no TTL: it outlives the inbox entries,
 // so a user back after the inbox retention still gets a true summary.
 const (
 	attrLast      = "last"
@@ -160,7 +163,10 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 }
 
 // ConversationStates reads the index items of conversation c for users, in
-// BatchGetItem calls of 100 keys. Users without an item are absent.
+// BatchGetItem calls of 100 keys, with their delivered watermarks derived
+// (withDerivedDelivered: a few reads per user, deriveWorkers users at a
+// time: a 200-member group's receipts would otherwise wait for 600 calls in
+// a row). Users without an item are absent.
 func (st *Store) ConversationStates(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.ConversationState, error) {
 	out := make(map[im.UserID]im.ConversationState, len(users))
 	pos := make(map[im.UserID]indexPos, len(users))
@@ -175,15 +181,38 @@ func (st *Store) ConversationStates(ctx context.Context, c im.ConversationID, us
 	if err != nil {
 		return nil, fmt.Errorf("conversation states of %s: %w", c, err)
 	}
+	type derivation struct {
+		user  im.UserID
+		state []im.ConversationState
+		err   error
+	}
+	work := make([]derivation, 0, len(out))
 	for u, s := range out {
-		one := []im.ConversationState{s}
-		if err := st.withDerivedDelivered(ctx, u, one, []indexPos{pos[u]}); err != nil {
-			return nil, err
+		work = append(work, derivation{user: u, state: []im.ConversationState{s}})
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, deriveWorkers)
+	for i := range work {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func(d *derivation) {
+			defer func() { <-slots; wg.Done() }()
+			d.err = st.withDerivedDelivered(ctx, d.user, d.state, []indexPos{pos[d.user]})
+		}(&work[i])
+	}
+	wg.Wait()
+	for _, d := range work {
+		if d.err != nil {
+			return nil, d.err
 		}
-		out[u] = one[0]
+		out[d.user] = d.state[0]
 	}
 	return out, nil
 }
+
+// deriveWorkers bounds how many users' delivered watermarks
+// ConversationStates derives at once.
+const deriveWorkers = 16
 
 // ConversationState reads u's index item of c (zero when there is none).
 func (st *Store) ConversationState(ctx context.Context, u im.UserID, c im.ConversationID) (im.ConversationState, error) {
@@ -197,18 +226,6 @@ func (st *Store) ConversationState(ctx context.Context, u im.UserID, c im.Conver
 	return stateFrom(out.Item), nil
 }
 
-// AdvanceDelivered moves u's delivered watermark of conversation c (the
-// highest convSeq any of u's devices acked) forward; it reports whether it
-// moved. The ack route calls it for groups only: a 1:1 conversation's is
-// derived from the device cursors when it is read (withDerivedDelivered).
-func (st *Store) AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error) {
-	_, moved, err := st.advance(ctx, inboxKey(u, convIndexSK(c)), attrDelivered, "deliveredAt", upTo, now)
-	if err != nil {
-		return false, fmt.Errorf("delivered %s in %s: %w", u, c, err)
-	}
-	return moved, nil
-}
-
 // indexPos is where a conversation index item says the conversation's
 // newest entry is: its convSeq (last) and inbox seq (iseq; 0 on items
 // written before the index recorded it).
@@ -218,21 +235,24 @@ func indexPosFrom(it map[string]types.AttributeValue) indexPos {
 	return indexPos{last: getN(it, attrLast), iseq: getN(it, attrInboxSeq)}
 }
 
-// directConversation reports whether c is a 1:1 conversation (not a group,
-// not an app's alert conversation).
-func directConversation(c im.ConversationID) bool { return !c.IsGroup() && !c.AppConversation() }
+// derivedDelivered reports whether c's delivered watermark is derived from
+// the device cursors: a 1:1 conversation's or a group's; an app's alert
+// conversation answers from its messages' "acked" events.
+func derivedDelivered(c im.ConversationID) bool { return !c.AppConversation() }
 
 // deliveredWalk bounds how many entries withDerivedDelivered reads back from
 // the cursor for the conversations whose newest entry is not acked.
 const deliveredWalk = 1000
 
-// withDerivedDelivered sets the Delivered watermark of the 1:1
+// withDerivedDelivered sets the Delivered watermark of the 1:1 and group
 // conversations among states (u's index items, pos their positions) to
 // what u's devices acked: the highest convSeq of the conversation at or
 // below the highest device cursor, or the stored watermark (written by the
-// ack route before the fifteenth session) where that is higher. Writing it
-// in every ack cost a write unit per message at chat pace; deriving it
-// costs a read when it is asked for (issue 12; invariant 5 prefers it).
+// ack route before the fifteenth session for 1:1, the sixteenth for
+// groups) where that is higher. Writing it in every ack cost a write unit
+// per message and recipient at chat pace (200 for a 200-member group's
+// message); deriving it costs reads when it is asked for — by a summary or
+// a "receipts" query (issue 12; invariant 5 prefers it).
 //
 // The entries of one conversation are in convSeq order in the inbox, so a
 // conversation whose newest entry (iseq) is at or below the cursor is
@@ -244,11 +264,11 @@ const deliveredWalk = 1000
 // newest first, to the first of each (at most deliveredWalk entries: an
 // older one keeps the stored value).
 func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states []im.ConversationState, pos []indexPos) error {
-	direct := false
+	derived := false
 	for _, s := range states {
-		direct = direct || directConversation(s.Conversation)
+		derived = derived || derivedDelivered(s.Conversation)
 	}
-	if !direct {
+	if !derived {
 		return nil
 	}
 	devices, err := st.Devices(ctx, u)
@@ -265,7 +285,7 @@ func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states [
 	pending := map[im.ConversationID]int{}
 	var keys []map[string]types.AttributeValue
 	for i, s := range states {
-		if !directConversation(s.Conversation) {
+		if !derivedDelivered(s.Conversation) {
 			continue
 		}
 		pending[s.Conversation] = i

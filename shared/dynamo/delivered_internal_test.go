@@ -47,3 +47,28 @@ func TestDerivedDeliveredDoesNotTrustAClaimThatLostItsSeq(t *testing.T) {
 		t.Fatalf("delivered %+v, %v; want 1 (message 2 is not in bob's inbox)", got["bob"], err)
 	}
 }
+
+// A delivered watermark the ack route stored before it was derived (1:1
+// until the fifteenth session, groups until the sixteenth) still counts
+// where it is higher than the device cursors show (an entry reaped since).
+func TestAStoredDeliveredWatermarkStillCounts(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := testStore(t), context.Background(), time.Now()
+	cb, g := im.Direct("carol", "bob"), im.Group("ops")
+	if _, err := st.Send(ctx, im.Draft{From: "carol", ClientMsgID: "c1", Conversation: cb, Body: []byte(`1`)}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.Ack(ctx, "bob", "phone", 1, now); err != nil {
+		t.Fatal(err)
+	}
+	for c, stored := range map[im.ConversationID]int64{cb: 7, g: 5} {
+		// What AdvanceDelivered wrote.
+		if _, _, err := st.advance(ctx, inboxKey("bob", convIndexSK(c)), attrDelivered, "deliveredAt", stored, now); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.ConversationStates(ctx, c, []im.UserID{"bob"})
+		if err != nil || got["bob"].Delivered != stored {
+			t.Fatalf("%s: delivered %+v, %v; want the stored %d", c, got["bob"], err, stored)
+		}
+	}
+}

@@ -30,7 +30,6 @@ type Inbox interface {
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
 	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error)
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
-	AdvanceDelivered(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (bool, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
 	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)

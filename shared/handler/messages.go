@@ -311,14 +311,12 @@ const maxAckTrace = 200
 // afterAck records the ack in the traces of the messages it covered — one
 // ack range for every 1:1 message (their "acked" events are derived from
 // it), an "acked" event per alert (an app's delivery status reads them) —
-// and a status callback job per alert (for its app's webhook), and moves
-// this user's delivered watermark of each group the ack reached (one write
-// per conversation, never per message; group senders ask with "receipts").
-// A 1:1 conversation's delivered watermark is not written: it is derived
-// from the device cursors when asked for (dynamo's Store.withDerivedDelivered; a
-// write per message at chat pace, issue 12), and the sender gets a
-// delivered receipt for the peer's messages no other device of this user
-// had acked.
+// and a status callback job per alert (for its app's webhook). No
+// conversation's delivered watermark is written: it is derived from the
+// device cursors when asked for (dynamo's Store.withDerivedDelivered; a
+// write per message and recipient at chat pace, issue 12; group senders ask
+// with "receipts"), and the sender of a 1:1 message gets a delivered
+// receipt for the peer's messages no other device of this user had acked.
 func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now time.Time) {
 	from := max(old, upTo-maxAckTrace)
 	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
@@ -327,8 +325,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 		return
 	}
 	tr := h.trail("ack", c.RequestID)
-	delivered := map[im.ConversationID]int64{} // groups
-	receipts := map[im.ConversationID]int64{}  // 1:1
+	receipts := map[im.ConversationID]int64{} // 1:1
 	// others is the highest cursor of this user's other devices that
 	// acked before this one: what they acked was delivered before, and
 	// its receipt is theirs to send. "Before" orders (ackedAt, device), so
@@ -358,9 +355,8 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 	var alerts []im.MessageID
 	for _, r := range refs {
 		// Group messages get no "acked" event at all: at a login that
-		// would be one trace write per message per member, while the
-		// delivered watermark below is one write per conversation and
-		// "receipts" answers from it.
+		// would be one trace write per message per member; "receipts"
+		// answers from the device cursors.
 		switch {
 		case r.Conversation.IsGroup():
 		case r.Conversation.AppConversation():
@@ -370,9 +366,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 			direct = true
 		}
 		switch {
-		case r.From == c.User || r.Conversation.AppConversation():
-		case r.Conversation.IsGroup():
-			delivered[r.Conversation] = max(delivered[r.Conversation], r.ConvSeq)
+		case r.From == c.User || r.Conversation.AppConversation() || r.Conversation.IsGroup():
 		case r.Seq > othersAcked():
 			receipts[r.Conversation] = max(receipts[r.Conversation], r.ConvSeq)
 		}
@@ -383,11 +377,6 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 		a := im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, From: old, UpTo: upTo, At: h.now()}
 		if err := h.Tracer.AppendAck(ctx, a); err != nil {
 			h.log().WarnContext(ctx, "ack trace not recorded", "err", err.Error(), "userId", c.User)
-		}
-	}
-	for conv, cseq := range delivered {
-		if _, err := h.Inbox.AdvanceDelivered(ctx, c.User, conv, cseq, h.now()); err != nil {
-			h.log().WarnContext(ctx, "delivered watermark not recorded", "err", err.Error(), "conversationId", conv)
 		}
 	}
 	for conv, cseq := range receipts {
