@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -369,5 +370,60 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 	owner.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 100}, &rc)
 	if rc.Members != 199 || rc.Read != 199 {
 		t.Fatalf("receipts = %+v", rc)
+	}
+}
+
+// A group ack writes the device's cursor and nothing else (issue 12: the
+// member's delivered watermark was a second write per member and message),
+// and "receipts" derives every member's watermark from their cursors.
+func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
+	t.Parallel()
+	counter := callcount.New()
+	st := startStack(t, devstack.Options{Concurrency: 1000, APIOptions: counter.APIOptions()})
+	owner := dial(t, st, "owner", "laptop")
+	const members = 100 // more than one BatchGetItem's keys, and than deriveWorkers
+	var users []string
+	for i := range members {
+		users = append(users, fmt.Sprintf("m%03d", i))
+	}
+	var g wire.GroupInfo
+	owner.request(map[string]any{"action": "group", "op": "create", "name": "Acks", "users": users}, &g)
+	conns := make([]*wsClient, members)
+	for i, u := range users {
+		conns[i] = dial(t, st, u, "d")
+	}
+	owner.sendTo("m1", g.ConversationID, 1)
+	pushed := make([]frame, members)
+	for i, c := range conns {
+		pushed[i] = c.next("message", time.Minute)
+	}
+	inboxUpdates := func(s callcount.Snapshot) (n int) {
+		for call, wcu := range s.WCUByCall {
+			if strings.HasPrefix(call, "UpdateItem ") && strings.Contains(call, "Inbox") {
+				n += wcu
+			}
+		}
+		return n
+	}
+	before := quiesce(counter)
+	var wg sync.WaitGroup
+	for i, c := range conns {
+		wg.Go(func() { c.write(map[string]any{"action": "ack", "upTo": pushed[i].Seq}) })
+	}
+	wg.Wait()
+	acks := quiesce(counter).Sub(before)
+	if got := inboxUpdates(acks); got != members {
+		t.Errorf("%d acks wrote %d units of inbox updates, want one cursor each (%d); writes %v", members, got, members, acks.WCUByCall)
+	}
+	before = quiesce(counter)
+	var rc wire.ReceiptsAnswer
+	owner.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 1}, &rc)
+	query := quiesce(counter).Sub(before)
+	if rc.Members != members || rc.Delivered != members || rc.Read != 0 {
+		t.Fatalf("receipts = %+v, want all %d delivered", rc, members)
+	}
+	t.Logf("receipts of a %d-member group's message: %.1f read units (%v)", members, query.RRU, query.RRUByCall)
+	if query.RRU > 5*members {
+		t.Errorf("receipts read %.1f units for %d members: more than 5 each", query.RRU, members)
 	}
 }
