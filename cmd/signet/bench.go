@@ -53,7 +53,11 @@ var costScenarios = []struct {
 		}},
 	{"login", "--logins users connect for the first time to --waiting messages each (the 9:00 login); per login",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return loginCost(ctx, f.logins, f.waiting, f.emulator)
+			return loginCost(ctx, "login", f.logins, f.waiting, false, f.emulator)
+		}},
+	{"login-console", "the same login as the web console makes it: it also asks for the conversation summary and its peers' presence; per login",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return loginCost(ctx, "login-console", f.logins, f.waiting, true, f.emulator)
 		}},
 	{"idle-day", "a connected device with nothing to receive for a day (keep-alive pings), scaled from a short run; per device-day",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) { return idleCost(ctx, f.emulator) }},
@@ -609,8 +613,10 @@ func groupCost(ctx context.Context, scenario string, members, online, messages i
 
 // loginCost has a sender leave waiting messages for each of logins users
 // who never connected, then meters their first connection: sync, pushes of
-// what is left, acks.
-func loginCost(ctx context.Context, logins, waiting int, emulator string) (cost.Usage, error) {
+// what is left, acks — and with console, the requests the web console
+// makes when it opens: the conversation summary and its 1:1 peers'
+// presence.
+func loginCost(ctx context.Context, scenario string, logins, waiting int, console bool, emulator string) (cost.Usage, error) {
 	r, err := newCostRun(ctx, emulator)
 	if err != nil {
 		return cost.Usage{}, err
@@ -653,10 +659,41 @@ func loginCost(ctx context.Context, logins, waiting int, emulator string) (cost.
 				return cost.Usage{}, err
 			}
 		}
+		if console {
+			if err := consoleOpens(ctx, c, fmt.Sprintf("user%d", u)); err != nil {
+				return cost.Usage{}, err
+			}
+		}
 	}
-	u := r.usage("login", logins)
+	u := r.usage(scenario, logins)
 	u.Unit = "login"
 	return u, nil
+}
+
+// consoleOpens makes the requests the web console makes when it opens
+// (web/console/src/app.ts): the conversation summary, then the presence of
+// the 1:1 peers in it.
+func consoleOpens(ctx context.Context, c *client.Client, me string) error {
+	qctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sum, err := c.Summary(qctx)
+	if err != nil {
+		return fmt.Errorf("summary: %w", err)
+	}
+	var peers []string
+	for _, s := range sum {
+		conv := im.ConversationID(s.ConversationID)
+		if peer, err := conv.Peer(im.UserID(me)); err == nil && !conv.IsGroup() && !conv.AppConversation() {
+			peers = append(peers, string(peer))
+		}
+	}
+	if len(peers) == 0 {
+		return fmt.Errorf("summary of %s: no 1:1 conversation (%d conversations)", me, len(sum))
+	}
+	if _, err := c.QueryPresence(qctx, peers...); err != nil {
+		return fmt.Errorf("presence: %w", err)
+	}
+	return nil
 }
 
 // drain takes n messages a client was shown, as far as they have come.

@@ -117,6 +117,12 @@ func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
 			}
 			return ""
 		}},
+		{[]string{"--scenario", "login-console", "--logins", "2", "--waiting", "30"}, "login", 2, func(p cost.Priced) string {
+			if p.Invocations["SyncFunction"] < 2 || p.Invocations["SummaryFunction"] != 2 || p.Invocations["PresenceFunction"] != 2 {
+				return "a console's login is a sync, a summary and a presence query each"
+			}
+			return ""
+		}},
 		{[]string{"--scenario", "idle-day"}, "device-day", 4, func(p cost.Priced) string {
 			// A day of the SDK's pings per device (60: a third of its 180
 			// keep-alive ticks of 8 minutes), 1,440 minutes.

@@ -41,7 +41,11 @@ var Goals = map[string][]Bound{
 	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1250}},
 	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 730}},
 	"login":        {{Figure: "total", Goal: 30, Ceiling: 30}},
-	"idle-day":     {{Figure: "total", Ceiling: 800}},
+	// A login as the web console makes it (sixteenth session): the issue's
+	// login goal is for the sync of the waiting messages; the console's
+	// summary and presence query cost ~$5 per million logins more.
+	"login-console": {{Figure: "total", Ceiling: 35}},
+	"idle-day":      {{Figure: "total", Ceiling: 800}},
 }
 
 // Verdict is one bound checked against a run.
