@@ -131,10 +131,12 @@ NOT_SQS := TestGroupCreateDedupesUsers|TestReceiptsHonourTheMembersRange|TestHTT
 test-fauxqs: $(TOOLS)/node_modules/.bin/fauxqs
 	@FAUXQS_PORT=$(FAUXQS_PORT) FAUXQS_LOGGER=false $(TOOLS)/node_modules/.bin/fauxqs > $(TOOLS)/fauxqs.log 2>&1 & \
 	pid=$$!; trap "kill $$pid" EXIT; \
-	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(FAUXQS_PORT)/ && break; sleep 0.2; done; \
+	for i in $$(seq 1500); do curl -s -o /dev/null http://127.0.0.1:$(FAUXQS_PORT)/ && break; kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(FAUXQS_PORT) $(GO) test -count=1 -skip '$(NOT_SQS)' ./shared/devstack/ ./shared/memsqs/
 
-# The same tests against LocalStack's own SQS (without -race, as above), run on the host from PyPI
+# The same tests against LocalStack's own SQS (without -race, as above), run on the host from PyPI.
+# It starts in ~15 s on an idle machine and took over a minute beside CI's
+# other suites: the wait is up to 5 minutes, and ends early if it exits
 # (no Docker: OVERRIDE_IN_DOCKER=0; SQS and SNS — the wake-up tests publish
 # to its platform endpoints, with the v2 provider: v1 needs moto for them;
 # path-style queue URLs).
@@ -146,7 +148,8 @@ test-localstack: $(LOCALSTACK)/bin/python
 		LOCALSTACK_HOST=127.0.0.1:$(LOCALSTACK_PORT) SQS_ENDPOINT_STRATEGY=path SERVICES=sqs,sns PROVIDER_OVERRIDE_SNS=v2 DNS_ADDRESS=0 \
 		$(LOCALSTACK)/bin/python -m localstack.runtime.main > $(TOOLS)/localstack.log 2>&1 & \
 	pid=$$!; trap "kill $$pid" EXIT; \
-	for i in $$(seq 120); do curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q "\"sns\": \"available\"" && break; sleep 0.5; done; \
+	for i in $$(seq 600); do curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q "\"sns\": \"available\"" && break; \
+		kill -0 $$pid 2>/dev/null || break; sleep 0.5; done; \
 	curl -s http://127.0.0.1:$(LOCALSTACK_PORT)/_localstack/health | grep -q '"sqs": "available"' || { echo "LocalStack did not start:"; tail -20 $(TOOLS)/localstack.log; exit 1; }; \
 	SIGNET_TEST_SQS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) SIGNET_TEST_SNS_ENDPOINT=http://127.0.0.1:$(LOCALSTACK_PORT) $(GO) test -count=1 -skip '$(NOT_SQS)' ./shared/devstack/ ./shared/memsqs/
 
@@ -215,7 +218,7 @@ test-stores: $(MOTO)/bin/moto_server
 	SIGNET_DYNAMODB_EMULATOR=memdyn $(GO) test -race -count=1 ./shared/dynamo/ ./shared/memdyn/
 	@$(MOTO)/bin/python infra/moto-serial.py $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
 	trap 'kill $$pid' EXIT; \
-	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
+	for i in $$(seq 1500); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) $(GO) test -count=1 ./shared/dynamo/
 
 # The end-to-end suites on memdyn and memsqs, the emulators the large runs
@@ -254,7 +257,7 @@ BENCH_SHARDS ?= 10
 bench-login: $(MOTO)/bin/moto_server
 	@$(MOTO)/bin/moto_server -p $(MOTO_PORT) >$(TOOLS)/moto.log 2>&1 & pid=$$!; \
 	trap 'kill $$pid' EXIT; \
-	for i in $$(seq 50); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; sleep 0.2; done; \
+	for i in $$(seq 1500); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) SIGNET_BENCH_USERS=$(BENCH_USERS) SIGNET_BENCH_WAITING=$(BENCH_WAITING) \
 		SIGNET_BENCH_SHARDS=$(BENCH_SHARDS) \
 		$(GO) test -run '^$$' -bench 'Login' -benchtime 1x -timeout 60m ./shared/devstack/
@@ -264,7 +267,7 @@ $(MOTO)/bin/moto_server: infra/requirements-bench.txt
 	$(MOTO)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-bench.txt
 	@touch $@
 
-tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs $(LOCALSTACK)/bin/python
+tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs $(LOCALSTACK)/bin/python $(MOTO)/bin/moto_server
 
 $(VENV)/bin/sam: infra/requirements.txt
 	python3 -m venv $(VENV)
