@@ -248,6 +248,11 @@ test("a send whose ACK was lost is sent again with its clientMsgId after a resta
   });
   await eventually("the outbox empties", async () => (await a.pending()).length === 0, 30000);
   assert.equal(acks[0]?.messageId, got.messageId, "the retry got the first attempt's message back");
+  // "seen" is what the device holds when a send is queued: wait until it
+  // holds its first message (the outbox may empty a moment before; a send
+  // queued then would rightly say 0).
+  const conv = "d:alice-lost-ack:bob-lost-ack";
+  await eventually("the device holds the conversation's first message", async () => (await st.newestConvSeq((c) => c === conv)) === 1, 30000);
   const next = await a.send("bob-lost-ack", { n: 1, text: "next" });
   // Now the client knows its user: a send by recipient says what it holds
   // of that conversation (its first message, convSeq 1).
