@@ -93,6 +93,8 @@ type Options struct {
 	// OnReceipt is called (from the client's goroutine; keep it short) for
 	// each delivered/read receipt about this user's 1:1 messages, and
 	// OnRead when another device of this user read a conversation.
+	// Receipts are watermarks that can arrive out of order (acks handled
+	// at once): keep the highest UpTo per conversation and kind.
 	OnReceipt func(Receipt)
 	OnRead    func(conversationID string, upTo int64)
 	// OnPresence is called when a peer of one of this user's 1:1

@@ -87,6 +87,7 @@ export interface ClientOptions {
   /** Start messages() with the stored messages after shownUpTo: exactly once across restarts for an app that records how far it has shown. */
   replay?: boolean;
   shownUpTo?: number;
+  /** A delivered/read watermark of a 1:1 peer; they can arrive out of order (acks handled at once): keep the highest upTo. */
   onReceipt?: (r: ReceiptFrame) => void;
   onRead?: (conversationId: string, upTo: number) => void;
   onPresence?: (userId: string, status: string) => void;
