@@ -2,6 +2,7 @@ package memdyn
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode"
@@ -590,14 +591,18 @@ func project(it Item, paths []path) Item {
 type update func(Item) error
 
 // parseUpdate parses SET, REMOVE, ADD and DELETE clauses; touched lists
-// the top-level attributes they change (for ReturnValues UPDATED_*).
+// the top-level attributes they change (for ReturnValues UPDATED_*). As in
+// DynamoDB, every operand reads the item as it was before the update (SET
+// a = b, b = a swaps them), and REMOVE a[0], a[1] removes the first two
+// elements of a, not the first and the third.
 func parseUpdate(expr string, e *env) (up update, touched []string, err error) {
 	toks, err := lex(expr)
 	if err != nil {
 		return nil, nil, err
 	}
 	p := &parser{toks: toks, env: e}
-	var steps []update
+	var steps []func(it, before Item) error
+	var removes []path
 	seen := map[string]bool{}
 	for p.pos < len(toks) {
 		var clause string
@@ -621,7 +626,6 @@ func parseUpdate(expr string, e *env) (up update, touched []string, err error) {
 			if !containsStr(touched, pa[0].name) {
 				touched = append(touched, pa[0].name)
 			}
-			var step update
 			switch clause {
 			case "SET":
 				if err := p.expect("="); err != nil {
@@ -631,36 +635,55 @@ func parseUpdate(expr string, e *env) (up update, touched []string, err error) {
 				if err != nil {
 					return nil, nil, err
 				}
-				step = func(it Item) error {
-					v, err := val(it)
+				steps = append(steps, func(it, before Item) error {
+					v, err := val(before)
 					if err != nil {
 						return err
 					}
 					return pa.set(it, v.clone())
-				}
+				})
 			case "REMOVE":
-				step = func(it Item) error { pa.remove(it); return nil }
+				removes = append(removes, pa)
 			case "ADD", "DELETE":
 				o, err := p.operand()
 				if err != nil || o.value == nil {
 					return nil, nil, fmt.Errorf("syntax error: %s needs a value", clause)
 				}
-				step = addOrDelete(clause, pa, o.value)
+				add := addOrDelete(clause, pa, o.value)
+				steps = append(steps, func(it, _ Item) error { return add(it) })
 			}
-			steps = append(steps, step)
 			if !p.accept(",") {
 				break
 			}
 		}
 	}
+	// Later list elements first, so that each index names an element of
+	// the list as it was.
+	sort.SliceStable(removes, func(i, j int) bool { return laterElement(removes[i], removes[j]) })
 	return func(it Item) error {
+		before := it.clone()
 		for _, s := range steps {
-			if err := s(it); err != nil {
+			if err := s(it, before); err != nil {
 				return err
 			}
 		}
+		for _, pa := range removes {
+			pa.remove(it)
+		}
 		return nil
 	}, touched, nil
+}
+
+// laterElement reports whether a and b name elements of the same list (at
+// the first step where they differ) and a's index is the higher.
+func laterElement(a, b path) bool {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		return a[i].isIdx && b[i].isIdx && a[i].index > b[i].index
+	}
+	return false
 }
 
 type valueFn func(Item) (*Value, error)

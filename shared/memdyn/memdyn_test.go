@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -104,6 +105,26 @@ func TestConditionsUpdatesAndTransactionsAsDynamoDB(t *testing.T) {
 	_, err = up("SET seq = :z", aws.String("seq = :z"), map[string]types.AttributeValue{":z": n("0")})
 	if _, ok := errors.AsType[*types.ConditionalCheckFailedException](err); !ok {
 		t.Fatalf("failed condition: %v", err)
+	}
+	// Every operand reads the item as it was before the update, and REMOVE
+	// of several list elements names them by their indexes before it.
+	if _, err := up("SET a = :l, b = :two", nil, map[string]types.AttributeValue{":two": n("2"),
+		":l": &types.AttributeValueMemberL{Value: []types.AttributeValue{n("10"), n("11"), n("12"), n("13")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := up("SET b = seq, seq = b REMOVE a[0], a[2]", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key("u", "head")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []string
+	for _, v := range got.Item["a"].(*types.AttributeValueMemberL).Value {
+		list = append(list, v.(*types.AttributeValueMemberN).Value)
+	}
+	if strings.Join(list, ",") != "11,13" || got.Item["b"].(*types.AttributeValueMemberN).Value != "1" || got.Item["seq"].(*types.AttributeValueMemberN).Value != "2" {
+		t.Fatalf("after SET b = seq, seq = b REMOVE a[0], a[2]: a=%v b=%v seq=%v (want a=[11 13], b=1, seq=2)", list, got.Item["b"], got.Item["seq"])
 	}
 	// Unused values are refused, as DynamoDB refuses them.
 	_, err = up("SET seq = :z", nil, map[string]types.AttributeValue{":z": n("0"), ":extra": n("1")})
