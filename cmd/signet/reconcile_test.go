@@ -28,7 +28,7 @@ func TestReconcileReportsMissingDuplicatedAndOutOfOrder(t *testing.T) {
 	if err != nil || len(page.Entries) != 4 {
 		t.Fatalf("bob's inbox: %+v, %v", page, err)
 	}
-	if _, _, err := st.Store.Ack(ctx, "bob", "phone", 2, time.Now()); err != nil {
+	if _, err := st.Store.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	journal := func(name string, seqs ...int) string {

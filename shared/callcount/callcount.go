@@ -10,7 +10,9 @@
 // an eventually consistent read, double in a transaction. For UpdateItem
 // and transactional Updates the size is that of the key plus the values the
 // update sets, which is exact for Signet's updated items (small counters) and
-// a lower bound in general.
+// a lower bound in general; an UpdateItem that returns the whole item as it
+// was (ALL_OLD: an ack's write of the device's cursor item, which carries
+// its pending ack ranges) is counted as that item plus the values set.
 package callcount
 
 import (
@@ -63,6 +65,7 @@ func (c *Counter) APIOptions() []func(*middleware.Stack) error {
 				out, md, err := next.HandleInitialize(ctx, in)
 				if err == nil {
 					c.recordRead(awsmiddleware.GetOperationName(ctx), in.Parameters, out.Result)
+					c.recordUpdatedItem(awsmiddleware.GetOperationName(ctx), in.Parameters, out.Result)
 				}
 				return out, md, err
 			}), middleware.After)
@@ -89,6 +92,29 @@ func (c *Counter) recordRead(op string, params, result any) {
 		c.rruBy[table] += rru
 		c.rruByCall[op+" "+table] += rru
 	})
+}
+
+// recordUpdatedItem adds what an UpdateItem cost beyond its key and values
+// when it returned the whole item as it was (ALL_OLD): DynamoDB bills the
+// larger of the item before and after, and after is at most before plus
+// the values set (a device's cursor item carries its pending ack ranges).
+func (c *Counter) recordUpdatedItem(op string, params, result any) {
+	in, ok := params.(*dynamodb.UpdateItemInput)
+	out, _ := result.(*dynamodb.UpdateItemOutput)
+	if !ok || out == nil || in.ReturnValues != types.ReturnValueAllOld || len(out.Attributes) == 0 {
+		return
+	}
+	estimated := units(itemSize(in.Key) + itemSize(in.ExpressionAttributeValues))
+	extra := units(itemSize(out.Attributes)+itemSize(in.ExpressionAttributeValues)) - estimated
+	if extra <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	table := aws.ToString(in.TableName)
+	c.wcu += extra
+	c.wcuBy[table] += extra
+	c.wcuByCall[op+" "+table] += extra
 }
 
 // itemOverhead is what DynamoDB adds to each stored item for billing.

@@ -115,3 +115,32 @@ func TestUnitsByOperationAndTable(t *testing.T) {
 		t.Errorf("calls %v and %d write units, want 2 PutItems and 4", got.Calls, got.WCU)
 	}
 }
+
+// An UpdateItem is billed by the larger of the item before and after:
+// where it returns the item as it was (ALL_OLD), that size counts.
+func TestAnUpdateReturningTheOldItemCountsItsSize(t *testing.T) {
+	t.Parallel()
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "u"}}
+	vals := map[string]types.AttributeValue{":n": &types.AttributeValueMemberN{Value: "7"}}
+	old := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "u"}, "acks": &types.AttributeValueMemberS{Value: strings.Repeat("x", 1100)}}
+	for _, tc := range []struct {
+		name string
+		in   *dynamodb.UpdateItemInput
+		out  *dynamodb.UpdateItemOutput
+		want int
+	}{
+		{"small item", &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: key, ExpressionAttributeValues: vals, ReturnValues: types.ReturnValueAllOld},
+			&dynamodb.UpdateItemOutput{Attributes: key}, 1},
+		{"1.1 KB item", &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: key, ExpressionAttributeValues: vals, ReturnValues: types.ReturnValueAllOld},
+			&dynamodb.UpdateItemOutput{Attributes: old}, 2},
+		{"not returned: key and values", &dynamodb.UpdateItemInput{TableName: aws.String("t"), Key: key, ExpressionAttributeValues: vals},
+			&dynamodb.UpdateItemOutput{}, 1},
+	} {
+		c := New()
+		c.record("DynamoDB", "UpdateItem", tc.in)
+		c.recordUpdatedItem("UpdateItem", tc.in, tc.out)
+		if got := c.Snapshot().WCU; got != tc.want {
+			t.Errorf("%s: %d write units, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -28,15 +28,17 @@ var Goals = map[string][]Bound{
 	// ceilings were raised to what that measures, not because a lever was
 	// undone. burst-1dev is the shape the old figures described. Then the
 	// delivered watermark derived (no write per ack: 1:1 in the fifteenth
-	// session, groups in the sixteenth) lowered them again.
+	// session, groups in the sixteenth) lowered them again, and the ack
+	// range riding on the cursor item (1.25 write units per ack instead of
+	// 2, seventeenth) the 1:1 ones.
 	"chat-1dev": {
-		{Figure: "total", Goal: 10, Ceiling: 17},
+		{Figure: "total", Goal: 10, Ceiling: 16.5},
 		{Figure: "API Gateway messages", PerUnit: true, Goal: 2.5, Ceiling: 5.3},
 		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 2.8},
-		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 7.6},
+		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 7.0},
 		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 2.4},
 	},
-	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 26.5}},
+	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 24.5}},
 	"burst-1dev":   {{Figure: "total", Ceiling: 14}},
 	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1250}},
 	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 730}},

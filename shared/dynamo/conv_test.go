@@ -61,7 +61,7 @@ func TestAckCursorsReadManyDevicesAtOnce(t *testing.T) {
 		if _, err := st.Send(ctx, im.Draft{From: "boss", ClientMsgID: string(u), Conversation: im.Direct("boss", u), Body: []byte(`"hi"`)}, now); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := st.Ack(ctx, u, "phone", 1, now); err != nil {
+		if _, err := st.Ack(ctx, im.AckRange{User: u, Device: "phone", UpTo: 1, At: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,7 +128,7 @@ func TestDirectDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
 		{"phone", 5, 4, 1, "every entry"},
 	}
 	for _, s := range steps {
-		if _, _, err := st.Ack(ctx, "bob", s.device, s.upTo, now); err != nil {
+		if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: s.device, UpTo: s.upTo, At: now}); err != nil {
 			t.Fatal(err)
 		}
 		if got := delivered(); got[ab] != s.ab || got[cb] != s.cb {
@@ -201,7 +201,7 @@ func TestGroupDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
 		{3, 2, "carol's entry: the group read back past it"},
 		{4, 3, "the newest entry"},
 	} {
-		if _, _, err := st.Ack(ctx, "bob", "phone", s.upTo, now); err != nil {
+		if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: s.upTo, At: now}); err != nil {
 			t.Fatal(err)
 		}
 		if b, d := delivered(); b != s.want || d != 0 {

@@ -29,7 +29,7 @@ func TestDerivedDeliveredDoesNotTrustAClaimThatLostItsSeq(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, _, err := st.Ack(ctx, "bob", "phone", 2, now); err != nil {
+	if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	// alice's message #2 claimed bob's seq 2, which carol's message took.
@@ -58,7 +58,7 @@ func TestAStoredDeliveredWatermarkStillCounts(t *testing.T) {
 	if _, err := st.Send(ctx, im.Draft{From: "carol", ClientMsgID: "c1", Conversation: cb, Body: []byte(`1`)}, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.Ack(ctx, "bob", "phone", 1, now); err != nil {
+	if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: 1, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	for c, stored := range map[im.ConversationID]int64{cb: 7, g: 5} {

@@ -306,31 +306,40 @@ func (st *Store) Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.Dev
 	return im.DeviceCursor{Acked: getN(out.Item, "acked"), SyncNext: getN(out.Item, "syncNext")}, nil
 }
 
-// Ack moves the device's ack cursor forward to upTo. A lower or equal value
-// changes nothing (forward-only); a value beyond the inbox head is rejected
-// with im.ErrAckBeyondHead (in an *im.HeadError). It returns the previous cursor and whether the
-// cursor moved.
-func (st *Store) Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error) {
+// Ack moves device a.Device's ack cursor forward to a.UpTo and records the
+// ack's range for the trace (a.From is what the cursor was: the store sets
+// it) in the same write, on the device's cursor item (ackRing). A lower or
+// equal value changes nothing (forward-only); a value beyond the inbox head
+// is rejected with im.ErrAckBeyondHead (in an *im.HeadError).
+func (st *Store) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error) {
+	u, d, upTo := a.User, a.Device, a.UpTo
 	// An entry at or above upTo proves upTo is not beyond the head (one
 	// read); only otherwise is the head itself read.
 	newest, _, found, err := st.newestEntry(ctx, u)
 	if err != nil {
-		return 0, false, err
+		return im.AckResult{}, err
 	}
 	if !found || newest.seq < upTo {
 		head, epoch, err := st.Head(ctx, u)
 		if err != nil {
-			return 0, false, err
+			return im.AckResult{}, err
 		}
 		if upTo > head {
-			return 0, false, fmt.Errorf("ack %s/%s: %w", u, d, &im.HeadError{Err: im.ErrAckBeyondHead, Position: upTo, Head: head, Epoch: epoch})
+			return im.AckResult{}, fmt.Errorf("ack %s/%s: %w", u, d, &im.HeadError{Err: im.ErrAckBeyondHead, Position: upTo, Head: head, Epoch: epoch})
 		}
 	}
-	old, moved, err := st.advance(ctx, inboxKey(u, deviceSK(d)), "acked", "ackedAt", upTo, now)
-	if err != nil {
-		return 0, false, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+	if st.tables.Trace == "" { // no trace: the cursor alone
+		old, moved, err := st.advance(ctx, inboxKey(u, deviceSK(d)), "acked", "ackedAt", upTo, a.At)
+		if err != nil {
+			return im.AckResult{}, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+		}
+		return im.AckResult{Old: old, Moved: moved}, nil
 	}
-	return old, moved, nil
+	r, err := st.ackRecorded(ctx, a)
+	if err != nil {
+		return im.AckResult{}, fmt.Errorf("ack %s/%s up to %d: %w", u, d, upTo, err)
+	}
+	return r, nil
 }
 
 // advance moves the watermark attribute attr of an inbox item forward to
@@ -358,7 +367,20 @@ func (st *Store) advance(ctx context.Context, key map[string]types.AttributeValu
 
 // Devices returns the ack cursors of all of a user's devices.
 func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error) {
+	items, err := st.deviceItems(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("devices of %s: %w", u, err)
+	}
 	out := map[im.DeviceID]im.DeviceCursor{}
+	for _, it := range items {
+		out[im.DeviceID(getS(it, attrSK)[2:])] = im.DeviceCursor{Acked: getN(it, "acked"), AckedAt: time.UnixMilli(getN(it, "ackedAt")).UTC(), SyncNext: getN(it, "syncNext")}
+	}
+	return out, nil
+}
+
+// deviceItems reads the cursor items of all of a user's devices (one
+// Query, strongly consistent).
+func (st *Store) deviceItems(ctx context.Context, u im.UserID) ([]map[string]types.AttributeValue, error) {
 	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :c)"),
@@ -367,12 +389,9 @@ func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.D
 		ConsistentRead:            aws.Bool(true),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("devices of %s: %w", u, err)
+		return nil, err
 	}
-	for _, it := range res.Items {
-		out[im.DeviceID(getS(it, attrSK)[2:])] = im.DeviceCursor{Acked: getN(it, "acked"), AckedAt: time.UnixMilli(getN(it, "ackedAt")).UTC(), SyncNext: getN(it, "syncNext")}
-	}
-	return out, nil
+	return res.Items, nil
 }
 
 // SetSyncNext records where a device's unfinished sync continues (0: finished).

@@ -57,7 +57,7 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"], Alerts: names["AlertsTable"]}
+	tables := dynamo.Tables{Connections: names["ConnectionsTable"], Inbox: names["InboxTable"], Messages: names["MessagesTable"], Alerts: names["AlertsTable"], Trace: names["TraceTable"]}
 	// SIGNET_TEST_SEND_MODE runs the suite with a 1:1 send mode other
 	// than the default (make test-send-transaction).
 	newStore := func(db *dynamodb.Client) *dynamo.Store {
@@ -247,9 +247,9 @@ func TestAckIsForwardOnlyAndBoundedByHead(t *testing.T) {
 		{3, true, 2, nil, 3},
 	}
 	for _, s := range steps {
-		old, moved, err := st.Ack(ctx, "bob", "phone", s.upTo, now)
+		r, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: s.upTo, At: now})
 		d, _ := st.Device(ctx, "bob", "phone")
-		if moved != s.moved || old != s.old || !errors.Is(err, s.err) || d.Acked != s.acked {
+		if moved, old := r.Moved, r.Old; moved != s.moved || old != s.old || !errors.Is(err, s.err) || d.Acked != s.acked {
 			t.Fatalf("ack %d: moved %v old %d err %v acked %d; want %v %d %v %d", s.upTo, moved, old, err, d.Acked, s.moved, s.old, s.err, s.acked)
 		}
 	}

@@ -1,12 +1,16 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,41 +116,194 @@ func eventFrom(id im.MessageID, it map[string]types.AttributeValue) im.Event {
 // message id starts with "ack#").
 func ackPartition(u im.UserID) string { return "ack#" + string(u) }
 
-// AppendAck records one cumulative ack of a device: one item in the user's
-// ack partition (sort key: the zero-padded upTo, then the device), from
-// which Events derives the "acked" event of every 1:1 message the ack
-// covered — one write per ack, where an "acked" event per message cost a
-// write each (a login's 200 waiting messages: 200).
-func (st *Store) AppendAck(ctx context.Context, a im.AckRange) error {
-	if st.tables.Trace == "" {
-		return nil
+// Ack ranges. Every ack records its range — the device's cursor before
+// and after it, when, on which connection and request — from which a 1:1
+// message's trace derives each device's "acked" event (issue 12: an
+// "acked" event per message cost a write each; a login's 200 waiting
+// messages, 200). The ack's own UpdateItem of the device's cursor item
+// appends the range to the item's "acks" list; once ackRing new ranges are
+// there (or the list nears ackRingBytes) that ack puts them into the user's
+// ack partition of the Trace table as one item and trims them from the
+// cursor item (moveAcks: all but the newest). An ack so costs 1 + 2/ackRing
+// write units where a trace item of its own made 2. A range's from is the
+// previous range's upTo; the list's first starts at the item's "ackBase"
+// (0 for a new device, the cursor it had for a device from before ranges
+// were kept on it, the newest moved range's from after a move).
+const (
+	ackRing      = 8
+	ackRingBytes = 800 // the cursor item stays within one 1 KB write unit
+	ackRingMax   = 64  // pending ranges kept while the trace cannot take them
+	attrAcks     = "acks"
+	attrAckBase  = "ackBase"
+)
+
+// ackRecorded moves the device's cursor to a.UpTo and appends the ack's
+// range to its cursor item in one conditional write; it moves the pending
+// ranges to the trace when they are due.
+func (st *Store) ackRecorded(ctx context.Context, a im.AckRange) (im.AckResult, error) {
+	key := inboxKey(a.User, deviceSK(a.Device))
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Inbox),
+		Key:       key,
+		UpdateExpression: aws.String("SET #w = :n, #at = :now, #acks = list_append(if_not_exists(#acks, :none), :e), " +
+			"#base = if_not_exists(#base, :zero)"),
+		ConditionExpression:      aws.String("attribute_not_exists(#w) OR #w < :n"),
+		ExpressionAttributeNames: map[string]string{"#w": "acked", "#at": "ackedAt", "#acks": attrAcks, "#base": attrAckBase},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":n": n(a.UpTo), ":now": n(a.At.UnixMilli()), ":zero": n(0),
+			":none": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+			":e":    &types.AttributeValueMemberL{Value: []types.AttributeValue{ackElement(a)}},
+		},
+		// The whole item as it was (an emulator may leave out of
+		// UPDATED_OLD an attribute set to the value it had).
+		ReturnValues: types.ReturnValueAllOld,
+	})
+	if isConditionFailed(err) {
+		return im.AckResult{}, nil
 	}
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	item := map[string]types.AttributeValue{
-		"messageId": s(ackPartition(a.User)),
-		attrSK:      s(fmt.Sprintf("%020d#%s#%s", a.UpTo, a.Device, hex.EncodeToString(r[:]))),
-		"from":      n(a.From), "upTo": n(a.UpTo), "at": n(a.At.UnixMilli()), "deviceId": s(string(a.Device)),
-		attrTTL: n(a.At.Add(TraceRetention).Unix()),
+	if err != nil {
+		return im.AckResult{}, err
 	}
-	if a.Connection != "" {
-		item[attrConn] = s(string(a.Connection))
+	old := out.Attributes
+	a.From = getN(old, "acked")
+	pending := ackRanges(a.User, a.Device, getN(old, attrAckBase), old[attrAcks])
+	res := im.AckResult{Old: a.From, Moved: true}
+	if len(pending) == 0 && old[attrAckBase] == nil && a.From > 0 {
+		// A cursor item from before ack ranges were kept on it: the
+		// list's first range starts at the cursor it had, not at 0.
+		res.TraceErr = st.setAckBase(ctx, key, a)
 	}
-	if a.RequestID != "" {
-		item["requestId"] = s(a.RequestID)
+	pending = append(pending, a)
+	bytes := 0
+	for _, p := range pending {
+		bytes += ackElementBytes(p)
 	}
-	// BatchWriteItem, as every trace write (the functions' policies grant
-	// it), retried if throttled (it used to drop an unprocessed item).
-	if err := st.batchPut(ctx, st.tables.Trace, []map[string]types.AttributeValue{item}); err != nil {
-		return fmt.Errorf("append ack %s/%s (%d, %d]: %w", a.User, a.Device, a.From, a.UpTo, err)
+	if len(pending) > ackRing || bytes >= ackRingBytes { // ackRing new and the one kept
+		if err := st.moveAcks(ctx, a.User, a.Device, pending); err != nil {
+			res.TraceErr = errors.Join(res.TraceErr, err)
+		}
+	}
+	return res, nil
+}
+
+// setAckBase records, on a cursor item that had no ack ranges yet, where
+// the first one (a) started — on condition that it is still the first.
+func (st *Store) setAckBase(ctx context.Context, key map[string]types.AttributeValue, a im.AckRange) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       key,
+		UpdateExpression:          aws.String("SET #base = :from"),
+		ConditionExpression:       aws.String("#base = :zero AND #acks[0].#u = :upTo"),
+		ExpressionAttributeNames:  map[string]string{"#base": attrAckBase, "#acks": attrAcks, "#u": "u"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":from": n(a.From), ":zero": n(0), ":upTo": n(a.UpTo)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("ack ranges of %s/%s: where the first starts: %w", a.User, a.Device, err)
 	}
 	return nil
 }
 
-// acksCovering returns, per device, the first ack of u that covered inbox
-// seq. Acks are cumulative and per device do not overlap, so the ranges
-// with upTo ≥ seq, in ascending order, hold each device's covering one
-// early; one page of ackPage is read.
+// moveAcks puts a device's pending ack ranges (oldest first, as its cursor
+// item lists them) into the user's ack partition as one item, then trims
+// all but the newest from the cursor item — on condition that they are
+// still its first, so that of two acks moving them at once one trims (the
+// other's item repeats ranges: readers take each device's covering range
+// once). The newest stays so that the list is never empty (it starts the
+// next item too; minidyn, the tests' emulator, mishandles empty lists). A
+// crash between the put and the trim leaves ranges in both places, never
+// in neither.
+func (st *Store) moveAcks(ctx context.Context, u im.UserID, d im.DeviceID, pending []im.AckRange) error {
+	first, last := pending[0], pending[len(pending)-1]
+	list := make([]types.AttributeValue, len(pending))
+	for i, a := range pending {
+		list[i] = ackElement(a)
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	item := map[string]types.AttributeValue{
+		"messageId": s(ackPartition(u)),
+		attrSK:      s(fmt.Sprintf("%020d#%s#%s", last.UpTo, d, hex.EncodeToString(r[:]))),
+		"deviceId":  s(string(d)), attrAckBase: n(first.From), attrAcks: &types.AttributeValueMemberL{Value: list},
+		attrTTL: n(last.At.Add(TraceRetention).Unix()),
+	}
+	// BatchWriteItem, as every trace write (the functions' policies grant
+	// it), retried if throttled. Should it keep failing, the ranges stay
+	// pending up to ackRingMax; past that they are dropped from the trace
+	// (reported) rather than grow the cursor item until acks fail.
+	var dropped error
+	if err := st.batchPut(ctx, st.tables.Trace, []map[string]types.AttributeValue{item}); err != nil {
+		err = fmt.Errorf("ack ranges of %s/%s (%d, %d]: %w", u, d, first.From, last.UpTo, err)
+		if len(pending) < ackRingMax {
+			return err
+		}
+		dropped = fmt.Errorf("%d dropped from the trace: %w", len(pending)-1, err)
+	}
+	if len(pending) < 2 {
+		return dropped
+	}
+	remove := make([]string, len(pending)-1)
+	for i := range remove {
+		remove[i] = fmt.Sprintf("#acks[%d]", i)
+	}
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, deviceSK(d)),
+		UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET #base = :base"),
+		ConditionExpression:       aws.String("#acks[0].#u = :first"),
+		ExpressionAttributeNames:  map[string]string{"#acks": attrAcks, "#base": attrAckBase, "#u": "u"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":first": n(first.UpTo), ":base": n(last.From)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return errors.Join(dropped, fmt.Errorf("ack ranges of %s/%s moved to the trace, not trimmed: %w", u, d, err))
+	}
+	return dropped
+}
+
+// ackElement is one range as the lists hold it (its from is implied).
+func ackElement(a im.AckRange) types.AttributeValue {
+	m := map[string]types.AttributeValue{"u": n(a.UpTo), "t": n(a.At.UnixMilli())}
+	if a.Connection != "" {
+		m["c"] = s(string(a.Connection))
+	}
+	if a.RequestID != "" {
+		m["r"] = s(a.RequestID)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+// ackElementBytes bounds an element's size in DynamoDB's measure (names,
+// numbers of up to 21 digits, the map's overhead).
+func ackElementBytes(a im.AckRange) int { return 40 + len(a.Connection) + len(a.RequestID) }
+
+// ackRanges reads a list of ranges of u's device d, the first from base.
+func ackRanges(u im.UserID, d im.DeviceID, base int64, v types.AttributeValue) []im.AckRange {
+	l, _ := v.(*types.AttributeValueMemberL)
+	if l == nil {
+		return nil
+	}
+	out := make([]im.AckRange, 0, len(l.Value))
+	from := base
+	for _, e := range l.Value {
+		m, ok := e.(*types.AttributeValueMemberM)
+		if !ok {
+			continue
+		}
+		a := im.AckRange{User: u, Device: d, Connection: im.ConnectionID(getS(m.Value, "c")), RequestID: getS(m.Value, "r"),
+			From: from, UpTo: getN(m.Value, "u"), At: time.UnixMilli(getN(m.Value, "t")).UTC()}
+		out = append(out, a)
+		from = a.UpTo
+	}
+	return out
+}
+
+// acksCovering returns, per device, the ack of u that first covered inbox
+// seq: of the ranges that cover it (a range moved to the trace may also
+// still be pending, or be in two items), the one with the lowest upTo.
+// Ranges moved to the trace are found from their item's last upTo: the
+// items with one ≥ seq, in ascending order, hold each device's covering one
+// early (one page of ackPage is read); ranges still pending are on the
+// devices' cursor items. Items of one range each (from before ranges were
+// kept on the cursor item) are read alike.
 func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im.AckRange, error) {
 	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Trace),
@@ -159,20 +316,41 @@ func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im
 	if err != nil {
 		return nil, fmt.Errorf("acks of %s covering %d: %w", u, seq, err)
 	}
-	var acks []im.AckRange
-	seen := map[im.DeviceID]bool{}
-	for _, it := range out.Items {
-		a := im.AckRange{User: u, Device: im.DeviceID(getS(it, "deviceId")), Connection: im.ConnectionID(getS(it, attrConn)),
-			RequestID: getS(it, "requestId"), From: getN(it, "from"), UpTo: getN(it, "upTo"), At: time.UnixMilli(getN(it, "at")).UTC()}
-		if a.Covers(seq) && !seen[a.Device] {
-			seen[a.Device] = true
-			acks = append(acks, a)
+	first := map[im.DeviceID]im.AckRange{}
+	consider := func(a im.AckRange) {
+		if b, ok := first[a.Device]; a.Covers(seq) && (!ok || a.UpTo < b.UpTo) {
+			first[a.Device] = a
 		}
 	}
+	for _, it := range out.Items {
+		d := im.DeviceID(getS(it, "deviceId"))
+		if list, ok := it[attrAcks]; ok {
+			for _, a := range ackRanges(u, d, getN(it, attrAckBase), list) {
+				consider(a)
+			}
+			continue
+		}
+		consider(im.AckRange{User: u, Device: d, Connection: im.ConnectionID(getS(it, attrConn)),
+			RequestID: getS(it, "requestId"), From: getN(it, "from"), UpTo: getN(it, "upTo"), At: time.UnixMilli(getN(it, "at")).UTC()})
+	}
+	devices, err := st.deviceItems(ctx, u)
+	if err != nil {
+		return nil, fmt.Errorf("pending acks of %s covering %d: %w", u, seq, err)
+	}
+	for _, it := range devices {
+		for _, a := range ackRanges(u, im.DeviceID(getS(it, attrSK)[2:]), getN(it, attrAckBase), it[attrAcks]) {
+			consider(a)
+		}
+	}
+	acks := slices.Collect(maps.Values(first))
+	slices.SortFunc(acks, func(a, b im.AckRange) int {
+		return cmp.Or(cmp.Compare(a.UpTo, b.UpTo), strings.Compare(string(a.Device), string(b.Device)))
+	})
 	return acks, nil
 }
 
-// ackPage bounds the ack ranges read to derive one entry's "acked" events.
+// ackPage bounds the trace items of ack ranges read to derive one entry's
+// "acked" events.
 const ackPage = 25
 
 // Events returns a message's trace, oldest first. It reads packed items

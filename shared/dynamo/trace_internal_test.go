@@ -3,11 +3,13 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 	"github.com/google/go-cmp/cmp"
 
@@ -102,7 +104,7 @@ func TestAckedEventsOfDirectMessagesAreDerivedFromAckRanges(t *testing.T) {
 		{User: "alice", Device: "laptop", From: 2, UpTo: 3, At: at(5)}, // the sender's own copy
 		{User: "carol", Device: "x", From: 0, UpTo: 100, At: at(6)},    // someone else
 	} {
-		if err := st.AppendAck(ctx, a); err != nil {
+		if err := st.moveAcks(ctx, a.User, a.Device, []im.AckRange{a}); err != nil { // each in a trace item of its own
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +147,7 @@ func TestTheTraceOfAnUnwrittenDirectSendIsDerivedFromWhatIsStored(t *testing.T) 
 			}
 			first := send("alice", "c1", t0)
 			send("bob", "c2", t0.Add(time.Second)) // the first is no longer the index's last
-			if err := st.AppendAck(ctx, im.AckRange{User: "bob", Device: "phone", From: 0, UpTo: first.Inboxed["bob"], At: t0.Add(2 * time.Second)}); err != nil {
+			if err := st.moveAcks(ctx, "bob", "phone", []im.AckRange{{User: "bob", Device: "phone", From: 0, UpTo: first.Inboxed["bob"], At: t0.Add(2 * time.Second)}}); err != nil {
 				t.Fatal(err)
 			}
 			got, err := st.Events(ctx, first.Message.ID)
@@ -184,5 +186,66 @@ func TestTheTraceOfAnUnwrittenDirectSendIsDerivedFromWhatIsStored(t *testing.T) 
 				t.Fatalf("an id not in the log: %d events (%v)", len(got), err)
 			}
 		})
+	}
+}
+
+// A device whose cursor moved before ack ranges were kept on its cursor
+// item: the first range kept starts at that cursor, not at 0, and every
+// range starts where the one before it ended — on the cursor item and in
+// the trace item the first nine move to (the newest stays on the cursor
+// item: a list there is never emptied).
+func TestAckRangesOfAnUpgradedCursorItemStartAtItsCursor(t *testing.T) {
+	t.Parallel()
+	st := testStore(t)
+	st.tables.Trace = provision.Name("rt", "TraceTable")
+	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
+	var seqs []int64
+	for i := range 12 {
+		s, err := st.Send(ctx, im.Draft{From: "alice", ClientMsgID: fmt.Sprint(i), Conversation: im.Direct("alice", "bob"), Body: []byte(`"hi"`)}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s.Inboxed["bob"])
+	}
+	key := inboxKey("bob", deviceSK("phone"))
+	if _, _, err := st.advance(ctx, key, "acked", "ackedAt", seqs[2], t0); err != nil { // as the code before wrote it
+		t.Fatal(err)
+	}
+	for i := 3; i < 12; i++ {
+		if r, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", UpTo: seqs[i], At: t0}); err != nil || r.TraceErr != nil || r.Old != seqs[i-1] {
+			t.Fatalf("ack %d: %+v, %v", seqs[i], r, err)
+		}
+	}
+	render := func(rs []im.AckRange) string {
+		var b strings.Builder
+		for _, r := range rs {
+			fmt.Fprintf(&b, "(%d,%d]", r.From, r.UpTo)
+		}
+		return b.String()
+	}
+	want := func(from, to int) string { // the ranges of acks seqs[from+1..to]
+		var rs []im.AckRange
+		for i := from + 1; i <= to; i++ {
+			rs = append(rs, im.AckRange{From: seqs[i-1], UpTo: seqs[i]})
+		}
+		return render(rs)
+	}
+	dev, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := render(ackRanges("bob", "phone", getN(dev.Item, attrAckBase), dev.Item[attrAcks])); got != want(10, 11) {
+		t.Fatalf("pending on the cursor item: %s, want %s", got, want(10, 11))
+	}
+	moved, err := st.db.Query(ctx, &dynamodb.QueryInput{
+		TableName: aws.String(st.tables.Trace), KeyConditionExpression: aws.String("messageId = :m"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(ackPartition("bob"))}, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || len(moved.Items) != 1 {
+		t.Fatalf("moved: %d items, %v; want 1", len(moved.Items), err)
+	}
+	it := moved.Items[0]
+	if got := render(ackRanges("bob", "phone", getN(it, attrAckBase), it[attrAcks])); got != want(2, 11) {
+		t.Fatalf("moved to the trace: %s, want %s", got, want(2, 11))
 	}
 }

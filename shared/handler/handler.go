@@ -28,7 +28,7 @@ type Inbox interface {
 	EnsureHead(ctx context.Context, u im.UserID, now time.Time) (int64, string, error)
 	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
-	Ack(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64, now time.Time) (int64, bool, error)
+	Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
@@ -64,9 +64,6 @@ type Scheduler interface {
 // Tracer appends events to messages' traces.
 type Tracer interface {
 	AppendEvents(ctx context.Context, events []im.Event) error
-	// AppendAck records one cumulative ack, from which the traces of the
-	// 1:1 messages it covered derive their "acked" events.
-	AppendAck(ctx context.Context, a im.AckRange) error
 }
 
 // Deps are what Signet's functions are built from: app.New fills them

@@ -294,13 +294,18 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	upTo := *f.UpTo
 	now := h.now()
-	old, moved, err := h.Inbox.Ack(ctx, c.User, c.Device, upTo, now)
+	// The ack's range for the trace goes in the same write as the cursor
+	// (dynamo's Store.Ack), where 1:1 messages' "acked" events come from.
+	res, err := h.Inbox.Ack(ctx, im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, UpTo: upTo, At: now})
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
-	if moved {
+	if res.TraceErr != nil {
+		h.log().WarnContext(ctx, "ack ranges not moved to the trace (kept on the device's cursor item unless the error says dropped)", "err", res.TraceErr.Error(), "userId", c.User, "deviceId", c.Device)
+	}
+	if res.Moved {
 		h.log().DebugContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
-		h.afterAck(ctx, c, old, upTo, now)
+		h.afterAck(ctx, c, res.Old, upTo, now)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
@@ -308,10 +313,10 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 // maxAckTrace bounds how many messages one ack records in their traces.
 const maxAckTrace = 200
 
-// afterAck records the ack in the traces of the messages it covered — one
-// ack range for every 1:1 message (their "acked" events are derived from
-// it), an "acked" event per alert (an app's delivery status reads them) —
-// and a status callback job per alert (for its app's webhook). No
+// afterAck records the ack in the traces of the alerts it covered (an
+// "acked" event each: an app's delivery status reads them; a 1:1 message's
+// are derived from the ack's range, stored with the cursor) and a status
+// callback job per alert (for its app's webhook). No
 // conversation's delivered watermark is written: it is derived from the
 // device cursors when asked for (dynamo's Store.withDerivedDelivered; a
 // write per message and recipient at chat pace, issue 12; group senders ask
@@ -351,19 +356,14 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 		}
 		return others
 	}
-	direct := false
 	var alerts []im.MessageID
 	for _, r := range refs {
 		// Group messages get no "acked" event at all: at a login that
 		// would be one trace write per message per member; "receipts"
 		// answers from the device cursors.
-		switch {
-		case r.Conversation.IsGroup():
-		case r.Conversation.AppConversation():
+		if r.Conversation.AppConversation() {
 			tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
 			alerts = append(alerts, r.ID)
-		default:
-			direct = true
 		}
 		switch {
 		case r.From == c.User || r.Conversation.AppConversation() || r.Conversation.IsGroup():
@@ -373,12 +373,6 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 	}
 	tr.flush(ctx)
 	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) // after the flush: the job reads the trace
-	if direct && h.Tracer != nil {
-		a := im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, From: old, UpTo: upTo, At: h.now()}
-		if err := h.Tracer.AppendAck(ctx, a); err != nil {
-			h.log().WarnContext(ctx, "ack trace not recorded", "err", err.Error(), "userId", c.User)
-		}
-	}
 	for conv, cseq := range receipts {
 		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 	}

@@ -16,8 +16,6 @@ func (t *tracer) AppendEvents(_ context.Context, evs []im.Event) error {
 	return nil
 }
 
-func (t *tracer) AppendAck(context.Context, im.AckRange) error { return nil }
-
 // Issue 12: a 1:1 send that went as expected leaves its trace to be derived
 // (Store.Events) unless its id is in the sampled share; one event outside
 // what is derived — a failed push, no connection, a re-push, a retry — and

@@ -52,6 +52,16 @@ type AckRange struct {
 	At         time.Time
 }
 
+// AckResult is what one ack did: the device's previous cursor and whether
+// it moved. TraceErr, when set, says the device's pending ack ranges could
+// not be moved to the trace: the ack itself is stored, and its range with
+// it, on the device's cursor item; a later ack moves them.
+type AckResult struct {
+	Old      int64
+	Moved    bool
+	TraceErr error
+}
+
 // Covers reports whether the ack covers inbox seq.
 func (a AckRange) Covers(seq int64) bool { return a.From < seq && seq <= a.UpTo }
 
