@@ -671,9 +671,15 @@ func TestKeepaliveInvokesNothingAndAnswersNothing(t *testing.T) {
 	alice := dial(t, st, "alice", "laptop")
 	alice.write(`{"action":"ping"}`)
 	alice.next("pong", 5*time.Second)
+	// Frames invoke route functions; the queue-driven ones may run at any
+	// time (the connect's presence hint can reach HintsFunction inside
+	// the window on a loaded machine: CI saw 2 invocations once).
+	queued := map[string]bool{"HintsFunction": true, "RedeliverFunction": true, "FanoutFunction": true}
 	calls := func(m devstack.Metering) (n int64) {
-		for _, inv := range m.Invocations {
-			n += inv.Requests
+		for fn, inv := range m.Invocations {
+			if !queued[fn] {
+				n += inv.Requests
+			}
 		}
 		return n
 	}
@@ -687,8 +693,8 @@ func TestKeepaliveInvokesNothingAndAnswersNothing(t *testing.T) {
 		t.Fatalf("frames before the pong: %+v; keepalive must answer nothing", alice.backlog)
 	}
 	after := st.Metered()
-	if got := calls(after) - calls(before); got != 1 {
-		t.Errorf("3 keepalives and a ping made %d invocations, want 1 (the ping's)", got)
+	if got := calls(after) - calls(before); got != 1 || after.Invocations["PingFunction"].Requests-before.Invocations["PingFunction"].Requests != 1 {
+		t.Errorf("3 keepalives and a ping made %d route invocations, want 1 (the ping's); by function before %+v, after %+v", got, before.Invocations, after.Invocations)
 	}
 	if got := after.WebSocketMessages - before.WebSocketMessages; got != 5 {
 		t.Errorf("metered %d messages, want 5 (3 keepalives, a ping and its pong)", got)
