@@ -166,3 +166,37 @@ type InboxPosition struct {
 	// append creates it).
 	Epoch string
 }
+
+// DeviceKey names one device of one user.
+type DeviceKey struct {
+	User   UserID
+	Device DeviceID
+}
+
+// GroupPage is one cursor pull from a group's log by a member (read
+// diffusion: docs/proposal-group-read-diffusion.md). Positions are the
+// group's convSeqs.
+type GroupPage struct {
+	Messages []Message
+	// Next is the cursor to continue from: the last returned convSeq, or
+	// the request's cursor when nothing was returned.
+	Next int64
+	// More reports whether messages above Next are due to the member.
+	More bool
+	// Head is the last convSeq due to the member: the group's head, or
+	// where the member left.
+	Head int64
+	// Truncated is set when messages after the cursor have expired (history
+	// retention): the page starts at FirstSeq, not at cursor+1.
+	Truncated bool
+	// FirstSeq is the oldest retained convSeq after the cursor (with Truncated).
+	FirstSeq int64
+}
+
+// GroupBehind names a group whose log, within the member's range, is
+// above one device's cursor in it.
+type GroupBehind struct {
+	Conversation ConversationID
+	// Head is the last convSeq due to the member, Acked the device's cursor.
+	Head, Acked int64
+}

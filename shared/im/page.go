@@ -28,10 +28,11 @@ type Page struct {
 	FirstSeq int64
 }
 
-// Fit cuts entries (ascending, contiguous from cursor+1) to at most limit
-// entries whose sizes sum to at most maxBytes; it always keeps at least one
-// entry so a single large message cannot stall a cursor.
-func Fit(entries []Entry, limit, maxBytes int, size func(Entry) int) []Entry {
+// Fit cuts entries (ascending, contiguous from cursor+1: inbox entries or
+// group log messages) to at most limit entries whose sizes sum to at most
+// maxBytes; it always keeps at least one entry so a single large message
+// cannot stall a cursor.
+func Fit[T any](entries []T, limit, maxBytes int, size func(T) int) []T {
 	if limit > 0 && len(entries) > limit {
 		entries = entries[:limit]
 	}

@@ -1,0 +1,273 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/signet-im/signet/shared/im"
+)
+
+// Group read diffusion, the store's part (docs/proposal-group-read-diffusion.md,
+// step 1 of its order of work; no handler uses it yet). Under read diffusion
+// a group message is written once, to the group's log; a member's devices
+// pull the log within the member's range and ack it with a cursor per
+// device and group. The cursors are attributes of the member's index item
+// of the group (Inbox table, userId / v#<group>):
+//
+//	gc:<deviceId>    the highest convSeq the device acked (forward-only)
+//	gt:<deviceId>    when it last moved, Unix ms
+//
+// so that one conditional write moves a cursor only for a member, only
+// within the member's range and only forward — the membership fields are on
+// the same item (base, left, removed: joinIndexUpdate and ChangeMembers
+// keep them) — and one read of the item gives every device's cursor.
+const (
+	attrGroupCursor   = "gc:"
+	attrGroupCursorAt = "gt:"
+)
+
+// AckGroup moves the cursor of a.User's device a.Device in group c forward
+// to a.UpTo (stamped a.At). A lower or equal ack changes nothing
+// (AckResult.Moved false); an ack above the last convSeq due to the member
+// (the group's head, or where they left) is refused with a HeadError
+// (im.ErrAckBeyondHead), and one by a user who was never a member with
+// im.ErrNotMember — neither writes anything. It costs one write (and a read
+// of half a unit: the log item at a.UpTo, which proves the head is at
+// least there; the head itself only when that item is not found).
+func (st *Store) AckGroup(ctx context.Context, c im.ConversationID, a im.AckRange) (im.AckResult, error) {
+	if !c.ValidGroup() {
+		return im.AckResult{}, fmt.Errorf("group ack in %s: %w", c, im.ErrMalformedConversation)
+	}
+	if err := st.logReaches(ctx, c, a.UpTo); err != nil {
+		if _, beyond := errors.AsType[*im.HeadError](err); beyond {
+			// Only a member learns where the head is.
+			if it, rerr := st.indexItem(ctx, a.User, c); rerr == nil && (it == nil || it[attrBase] == nil) {
+				err = im.ErrNotMember
+			}
+		}
+		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c, err)
+	}
+	cur, at := attrGroupCursor+string(a.Device), attrGroupCursorAt+string(a.Device)
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        aws.String(st.tables.Inbox),
+		Key:              inboxKey(a.User, convIndexSK(c)),
+		UpdateExpression: aws.String("SET #c = :n, #t = :now"),
+		ConditionExpression: aws.String("attribute_exists(#base) AND (attribute_not_exists(#removed) OR #removed = :zero OR #left >= :n)" +
+			" AND (attribute_not_exists(#c) OR #c < :n)"),
+		ExpressionAttributeNames: map[string]string{"#c": cur, "#t": at, "#base": attrBase, "#removed": attrRemoved, "#left": attrLeft},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":n": n(a.UpTo), ":now": n(a.At.UnixMilli()), ":zero": n(0),
+		},
+		ReturnValues: types.ReturnValueUpdatedOld,
+	})
+	if err == nil {
+		return im.AckResult{Old: getN(out.Attributes, cur), Moved: true}, nil
+	}
+	if !isConditionFailed(err) {
+		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s up to %d: %w", a.User, a.Device, c, a.UpTo, err)
+	}
+	// Not moved: say why (one read, on this path only).
+	it, err := st.indexItem(ctx, a.User, c)
+	if err != nil {
+		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c, err)
+	}
+	if it == nil || it[attrBase] == nil {
+		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c, im.ErrNotMember)
+	}
+	if m := indexMember(a.User, it); m.Removed && a.UpTo > m.Left {
+		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c,
+			&im.HeadError{Err: im.ErrAckBeyondHead, Position: a.UpTo, Head: m.Left})
+	}
+	return im.AckResult{Old: getN(it, cur)}, nil
+}
+
+// logReaches returns nil when group c's log has reached convSeq upTo (a
+// HeadError when it has not): the log item at upTo, read eventually
+// consistent, proves it; only when that is not found (just written, or
+// expired) is the head read, strongly consistent.
+func (st *Store) logReaches(ctx context.Context, c im.ConversationID, upTo int64) error {
+	if upTo <= 0 {
+		return nil
+	}
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(st.tables.Messages),
+		Key:                      convKey(c, convSK(upTo)),
+		ProjectionExpression:     aws.String("#sk"),
+		ExpressionAttributeNames: map[string]string{"#sk": attrSK},
+	})
+	if err != nil {
+		return err
+	}
+	if out.Item != nil {
+		return nil
+	}
+	h, err := st.readHead(ctx, c)
+	if err != nil {
+		return err
+	}
+	if upTo > h.seq {
+		return &im.HeadError{Err: im.ErrAckBeyondHead, Position: upTo, Head: h.seq}
+	}
+	return nil
+}
+
+// indexItem reads u's index item of conversation c (nil when none),
+// strongly consistent.
+func (st *Store) indexItem(ctx context.Context, u im.UserID, c im.ConversationID) (map[string]types.AttributeValue, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// indexMember reads the membership fields of u's index item of a group.
+func indexMember(u im.UserID, it map[string]types.AttributeValue) im.Member {
+	return im.Member{User: u, Role: im.RoleMember, Joined: getN(it, attrBase), Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft)}
+}
+
+// groupCursorsOf reads the group cursors an index item holds, by device.
+func groupCursorsOf(it map[string]types.AttributeValue) map[im.DeviceID]im.DeviceCursor {
+	out := map[im.DeviceID]im.DeviceCursor{}
+	for name := range it {
+		d, ok := strings.CutPrefix(name, attrGroupCursor)
+		if !ok {
+			continue
+		}
+		out[im.DeviceID(d)] = im.DeviceCursor{Acked: getN(it, name), AckedAt: time.UnixMilli(getN(it, attrGroupCursorAt+d)).UTC()}
+	}
+	return out
+}
+
+// GroupCursors returns the cursors in group c of the given members'
+// devices (BatchGetItem of their index items, strongly consistent); a
+// device that never acked in c has none.
+func (st *Store) GroupCursors(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.DeviceKey]im.DeviceCursor, error) {
+	keys := make([]map[string]types.AttributeValue, len(users))
+	for i, u := range users {
+		keys[i] = inboxKey(u, convIndexSK(c))
+	}
+	out := map[im.DeviceKey]im.DeviceCursor{}
+	err := st.batchGet(ctx, st.tables.Inbox, keys, true, func(it map[string]types.AttributeValue) {
+		u := im.UserID(getS(it, attrUser))
+		for d, cur := range groupCursorsOf(it) {
+			out[im.DeviceKey{User: u, Device: d}] = cur
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group cursors in %s: %w", c, err)
+	}
+	return out, nil
+}
+
+// GroupPage pulls the messages of group c above cursor that are due to
+// member u (im.Member.Range), oldest first: at most limit (≤
+// im.MaxPageEntries) whose sizes sum to at most im.MaxPageBytes, at least
+// one. A user who was never a member gets im.ErrNotMember; a cursor above
+// the last convSeq due to them a HeadError (im.ErrCursorBeyondHead).
+// Messages past the history retention are gone: the page then starts
+// later (Truncated, FirstSeq).
+func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID, cursor int64, limit int, size func(im.Message) int) (im.GroupPage, error) {
+	h, members, err := st.groupState(ctx, c, []im.UserID{u})
+	if err != nil {
+		return im.GroupPage{}, err
+	}
+	m := members[u]
+	if !h.live() || !m.Role.Valid() {
+		return im.GroupPage{}, fmt.Errorf("group page of %s in %s: %w", u, c, im.ErrNotMember)
+	}
+	from, due := m.Range(cursor, h.seq)
+	if cursor > due {
+		return im.GroupPage{}, fmt.Errorf("group page of %s in %s: %w", u, c, &im.HeadError{Err: im.ErrCursorBeyondHead, Position: cursor, Head: due})
+	}
+	limit = min(max(limit, 1), im.MaxPageEntries)
+	p := im.GroupPage{Next: cursor, Head: due}
+	if from >= due {
+		return p, nil
+	}
+	q := st.logSpan(c, from+1, due)
+	q.ConsistentRead = aws.Bool(true)
+	q.Limit = aws.Int32(int32(limit))
+	var bad error
+	err = st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
+		msg, err := messageFrom(c, it)
+		if err != nil {
+			bad = err
+			return false
+		}
+		p.Messages = append(p.Messages, msg)
+		return len(p.Messages) < limit
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return im.GroupPage{}, fmt.Errorf("group page of %s in %s after %d: %w", u, c, cursor, err)
+	}
+	p.Messages = im.Fit(p.Messages, limit, im.MaxPageBytes, size)
+	if k := len(p.Messages); k > 0 {
+		p.Next = p.Messages[k-1].ConvSeq
+		if first := p.Messages[0].ConvSeq; first > from+1 {
+			p.Truncated, p.FirstSeq = true, first
+		}
+	} else {
+		// Every message due after from has expired.
+		p.Truncated, p.FirstSeq, p.Next = true, due+1, due
+	}
+	p.More = p.Next < due
+	return p, nil
+}
+
+// BehindGroups lists u's groups whose log, within u's range, is above
+// device d's cursor in it (a device that never acked in a group stands at
+// the member's start) — what a device that missed pushes must pull. One
+// Query of u's group index items and one BatchGetItem of those groups'
+// heads (eventually consistent: a head a moment old is caught next time).
+func (st *Store) BehindGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupBehind, error) {
+	q := &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :g)"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":g": s(convIndexSK("g:"))},
+	}
+	type mine struct {
+		m     im.Member
+		acked int64
+	}
+	groups := map[im.ConversationID]mine{}
+	var keys []map[string]types.AttributeValue
+	err := st.queryAll(ctx, q, func(it map[string]types.AttributeValue) {
+		c := im.ConversationID(strings.TrimPrefix(getS(it, attrSK), convIndexSK("")))
+		if it[attrBase] == nil {
+			return
+		}
+		groups[c] = mine{indexMember(u, it), getN(it, attrGroupCursor+string(d))}
+		keys = append(keys, convKey(c, skHead))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("groups of %s: %w", u, err)
+	}
+	var out []im.GroupBehind
+	err = st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
+		c := im.ConversationID(getS(it, attrConv))
+		g := groups[c]
+		if from, due := g.m.Range(g.acked, headFrom(it).seq); from < due {
+			out = append(out, im.GroupBehind{Conversation: c, Head: due, Acked: g.acked})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("group heads of %s: %w", u, err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Conversation < out[j].Conversation })
+	return out, nil
+}

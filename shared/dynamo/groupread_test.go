@@ -1,0 +1,202 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/dynamo"
+	"github.com/signet-im/signet/shared/im"
+)
+
+// The store's part of group read diffusion (groupread.go): cursors per
+// device and group, pulls of the group log within a member's range, and
+// the groups a device is behind in.
+
+// groupWith creates group c owned by alice with members and sends it n
+// messages from alice.
+func groupWith(t *testing.T, st *dynamo.Store, c im.ConversationID, members []im.UserID, n int, now time.Time) {
+	t.Helper()
+	if _, err := st.CreateGroup(context.Background(), c, "G", "alice", members, now); err != nil {
+		t.Fatal(err)
+	}
+	sendToGroup(t, st, c, n, now)
+}
+
+func sendToGroup(t *testing.T, st *dynamo.Store, c im.ConversationID, n int, now time.Time) {
+	t.Helper()
+	for range n {
+		if _, err := st.SendGroup(context.Background(), im.Draft{From: "alice", ClientMsgID: fmt.Sprintf("%d", time.Now().UnixNano()), Conversation: c, Body: []byte(`"m"`)}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func removeMember(t *testing.T, st *dynamo.Store, c im.ConversationID, u im.UserID, now time.Time) {
+	t.Helper()
+	if _, err := st.ChangeMembers(context.Background(), c, "alice", im.OpRemove, []im.UserID{u}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGroupCursorsMoveForwardOnlyWithinTheMembersRange(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now().Truncate(time.Millisecond)
+	g := im.Group("ops")
+	groupWith(t, st, g, []im.UserID{"bob", "carol"}, 3, now)
+	removeMember(t, st, g, "carol", now)
+	sendToGroup(t, st, g, 2, now) // head 5; carol's range ends at 3
+
+	steps := []struct {
+		u     im.UserID
+		d     im.DeviceID
+		upTo  int64
+		moved bool
+		old   int64
+		err   error
+		head  int64 // of a HeadError
+	}{
+		{"bob", "phone", 2, true, 0, nil, 0},
+		{"bob", "phone", 1, false, 2, nil, 0},
+		{"bob", "phone", 2, false, 2, nil, 0},
+		{"bob", "phone", 6, false, 0, im.ErrAckBeyondHead, 5},
+		{"bob", "laptop", 5, true, 0, nil, 0},
+		{"carol", "phone", 3, true, 0, nil, 0},
+		{"carol", "phone", 4, false, 0, im.ErrAckBeyondHead, 3},
+		{"dave", "phone", 1, false, 0, im.ErrNotMember, 0},
+		{"dave", "phone", 9, false, 0, im.ErrNotMember, 0}, // not told the head
+	}
+	for _, s := range steps {
+		r, err := st.AckGroup(ctx, g, im.AckRange{User: s.u, Device: s.d, UpTo: s.upTo, At: now})
+		if r.Moved != s.moved || r.Old != s.old || !errors.Is(err, s.err) {
+			t.Fatalf("%s/%s acks %d: moved %v old %d err %v; want %v %d %v", s.u, s.d, s.upTo, r.Moved, r.Old, err, s.moved, s.old, s.err)
+		}
+		if he, ok := errors.AsType[*im.HeadError](err); s.head != 0 && (!ok || he.Head != s.head) {
+			t.Fatalf("%s/%s acks %d: %v, want a head error at %d", s.u, s.d, s.upTo, err, s.head)
+		}
+	}
+	got, err := st.GroupCursors(ctx, g, []im.UserID{"bob", "carol", "dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[im.DeviceKey]int64{{User: "bob", Device: "phone"}: 2, {User: "bob", Device: "laptop"}: 5, {User: "carol", Device: "phone"}: 3}
+	if len(got) != len(want) {
+		t.Fatalf("cursors = %+v, want %v", got, want)
+	}
+	for k, acked := range want {
+		if c := got[k]; c.Acked != acked || !c.AckedAt.Equal(now) {
+			t.Fatalf("cursor of %v = %+v, want %d at %v", k, c, acked, now)
+		}
+	}
+	// The cursors sit on the index items: the conversation list reads them unharmed.
+	state, err := st.ConversationState(ctx, "bob", g)
+	if err != nil || state.Conversation != g || state.Title != "G" || state.Removed {
+		t.Fatalf("bob's state of %s = %+v, %v", g, state, err)
+	}
+	// A 1:1 conversation is no group.
+	if _, err := st.AckGroup(ctx, im.Direct("alice", "bob"), im.AckRange{User: "bob", Device: "phone", UpTo: 1, At: now}); !errors.Is(err, im.ErrMalformedConversation) {
+		t.Fatalf("group ack in a 1:1 conversation: %v", err)
+	}
+}
+
+func TestGroupPagesServeTheMembersRangeInOrder(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g := im.Group("eng")
+	groupWith(t, st, g, nil, 5, now)
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	sendToGroup(t, st, g, 115, now) // bob gets 6–120
+	removeMember(t, st, g, "bob", now)
+	sendToGroup(t, st, g, 10, now) // head 130
+
+	one := func(im.Message) int { return 1 }
+	pull := func(u im.UserID, limit int, size func(im.Message) int) (seqs []int64, pages int) {
+		t.Helper()
+		cursor := int64(0)
+		for {
+			p, err := st.GroupPage(ctx, g, u, cursor, limit, size)
+			if err != nil {
+				t.Fatalf("%s pulls after %d: %v", u, cursor, err)
+			}
+			pages++
+			for _, m := range p.Messages {
+				if m.Conversation != g || string(m.Body) != `"m"` || m.From != "alice" {
+					t.Fatalf("%s's page holds %+v", u, m)
+				}
+				seqs = append(seqs, m.ConvSeq)
+			}
+			if p.Truncated {
+				t.Fatalf("%s's page after %d is truncated: %+v", u, cursor, p)
+			}
+			if !p.More {
+				if p.Next != p.Head {
+					t.Fatalf("%s's last page: next %d, head %d", u, p.Next, p.Head)
+				}
+				return seqs, pages
+			}
+			cursor = p.Next
+		}
+	}
+	span := func(lo, hi int64) []int64 {
+		var out []int64
+		for i := lo; i <= hi; i++ {
+			out = append(out, i)
+		}
+		return out
+	}
+	if seqs, pages := pull("bob", 50, one); !slices.Equal(seqs, span(6, 120)) || pages != 3 {
+		t.Fatalf("bob pulled %v in %d pages, want 6–120 in 3", seqs, pages)
+	}
+	if seqs, pages := pull("alice", 200, one); !slices.Equal(seqs, span(1, 130)) || pages != 2 {
+		t.Fatalf("alice pulled %v in %d pages, want 1–130 in 2 (100 a page at most)", seqs, pages)
+	}
+	// The byte budget cuts a page too (at least one message each).
+	third := func(im.Message) int { return im.MaxPageBytes/3 + 1 }
+	if p, err := st.GroupPage(ctx, g, "bob", 10, 100, third); err != nil || len(p.Messages) != 2 || p.Next != 12 || !p.More {
+		t.Fatalf("page of large messages: %d messages, next %d, more %v, %v", len(p.Messages), p.Next, p.More, err)
+	}
+	if _, err := st.GroupPage(ctx, g, "bob", 121, 100, one); !errors.Is(err, im.ErrCursorBeyondHead) {
+		t.Fatalf("bob's cursor past where he left: %v", err)
+	}
+	if _, err := st.GroupPage(ctx, g, "carol", 0, 100, one); !errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("a stranger's pull: %v", err)
+	}
+}
+
+func TestBehindGroupsNamesWhatADeviceHasNotAcked(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	g1, g2, g3 := im.Group("one"), im.Group("two"), im.Group("three")
+	groupWith(t, st, g1, []im.UserID{"bob"}, 2, now)
+	groupWith(t, st, g2, []im.UserID{"bob"}, 3, now)
+	groupWith(t, st, g3, []im.UserID{"bob"}, 0, now)
+	if _, err := st.Send(ctx, draft("carol", "x", "bob", "1"), now); err != nil { // a 1:1 conversation is not listed
+		t.Fatal(err)
+	}
+	if _, err := st.AckGroup(ctx, g1, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(d im.DeviceID, want []im.GroupBehind) {
+		t.Helper()
+		got, err := st.BehindGroups(ctx, "bob", d)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("bob/%s is behind in %+v, %v; want %+v", d, got, err, want)
+		}
+	}
+	check("phone", []im.GroupBehind{{Conversation: g2, Head: 3}})
+	check("laptop", []im.GroupBehind{{Conversation: g1, Head: 2}, {Conversation: g2, Head: 3}})
+	// Removed from g2 at 3: what is sent after is not due to bob.
+	removeMember(t, st, g2, "bob", now)
+	sendToGroup(t, st, g2, 2, now)
+	if _, err := st.AckGroup(ctx, g2, im.AckRange{User: "bob", Device: "phone", UpTo: 3, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	check("phone", nil)
+	sendToGroup(t, st, g1, 1, now)
+	check("phone", []im.GroupBehind{{Conversation: g1, Head: 3, Acked: 2}})
+}
