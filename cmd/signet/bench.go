@@ -45,11 +45,19 @@ var costScenarios = []struct {
 		}},
 	{"group-online", "a group of --members at chat pace, every member connected; per group message",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-online", f.members, f.members, f.groupMessages, f.emulator)
+			return groupCost(ctx, "group-online", f.members, f.members, f.groupMessages, f.emulator, false)
 		}},
 	{"group-30pct", "the same group with 30 % of the members connected",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-30pct", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator)
+			return groupCost(ctx, "group-30pct", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, false)
+		}},
+	{"group-online-read", "group-online with the group read-diffused (GroupDelivery read, experimental: pushed to online members, copied into no inbox)",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return groupCost(ctx, "group-online-read", f.members, f.members, f.groupMessages, f.emulator, true)
+		}},
+	{"group-30pct-read", "group-30pct read-diffused; the offline members' later pull is not in it (about a read unit per 100 messages and an ack each)",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return groupCost(ctx, "group-30pct-read", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, true)
 		}},
 	{"login", "--logins users connect for the first time to --waiting messages each (the 9:00 login); per login",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
@@ -230,11 +238,16 @@ type costRun struct {
 
 // newCostRun starts a metered local stack (every SDK call counted, logs
 // counted at the template's level) on emulator.
-func newCostRun(ctx context.Context, emulator string) (*costRun, error) {
+func newCostRun(ctx context.Context, emulator string, params ...map[string]string) (*costRun, error) {
 	r := &costRun{counter: callcount.New(), logs: &countingWriter{}}
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
+	var parameters map[string]string
+	if len(params) > 0 {
+		parameters = params[0]
+	}
 	st, err := devstack.Start(ctx, devstack.Options{
-		Prefix: fmt.Sprintf("cost%d", time.Now().UnixNano()), DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Emulator: emulator,
+		Parameters: parameters,
+		Prefix:     fmt.Sprintf("cost%d", time.Now().UnixNano()), DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Emulator: emulator,
 		Concurrency: 1000, APIOptions: r.counter.APIOptions(), RateLimits: "off", PollWait: 20 * time.Second,
 		// What the functions log at the template's level, as CloudWatch
 		// would ingest it.
@@ -298,6 +311,28 @@ func (r *costRun) awaitSynced() error {
 	return nil
 }
 
+// settle waits for the set-up's queued work to run: the presence changes
+// of the devices that just connected, pushed after the debounce (with 200
+// members, two writes and a hint invocation per member that belong to
+// their connects, not to the messages metered next).
+func (r *costRun) settle() {
+	time.Sleep(r.st.Config.PresenceDebounce + time.Second)
+	r.awaitIdle()
+}
+
+// awaitIdle waits until no invocation has run for three looks in a row
+// (at most a minute).
+func (r *costRun) awaitIdle() {
+	for idle, deadline := 0, time.Now().Add(time.Minute); idle < 3 && time.Now().Before(deadline); {
+		if r.st.Running() == 0 {
+			idle++
+		} else {
+			idle = 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // start begins metering (after the scenario's set-up).
 func (r *costRun) start() {
 	r.calls, r.stack, r.logsBefore = r.counter.Snapshot(), r.st.Metered(), r.logs.n.Load()
@@ -310,14 +345,7 @@ func (r *costRun) start() {
 func (r *costRun) usage(scenario string, delivered int) cost.Usage {
 	first, _ := r.st.Config.Redelivery.CheckDelay(0)
 	time.Sleep(first + 3*time.Second)
-	for idle, deadline := 0, time.Now().Add(time.Minute); idle < 3 && time.Now().Before(deadline); {
-		if r.st.Running() == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	r.awaitIdle()
 	calls := r.counter.Snapshot().Sub(r.calls)
 	stack := r.st.Metered()
 	u := cost.Usage{
@@ -560,8 +588,12 @@ func chatCost(ctx context.Context, scenario string, devices, burst, pairs, messa
 // groupCost sends messages to a group of members users, of whom online
 // (the owner among them) are connected, at chat pace; the cost is per
 // group message.
-func groupCost(ctx context.Context, scenario string, members, online, messages int, emulator string) (cost.Usage, error) {
-	r, err := newCostRun(ctx, emulator)
+func groupCost(ctx context.Context, scenario string, members, online, messages int, emulator string, reads bool) (cost.Usage, error) {
+	delivery := "write"
+	if reads {
+		delivery = "read"
+	}
+	r, err := newCostRun(ctx, emulator, map[string]string{"GroupDelivery": delivery})
 	if err != nil {
 		return cost.Usage{}, err
 	}
@@ -591,6 +623,7 @@ func groupCost(ctx context.Context, scenario string, members, online, messages i
 	if err := r.awaitSynced(); err != nil {
 		return cost.Usage{}, err
 	}
+	r.settle()
 	r.start()
 	for m := range messages {
 		sctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -47,9 +47,10 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	store.HistoryRetention = cfg.HistoryRetention
 	store.CompressBodies = cfg.CompressBodies
 	store.SendMode = cfg.SendMode
+	store.GroupReads = cfg.GroupReads
 	h := sdkfree.Deps(cfg, log)
 	h.Inbox, h.Connections, h.Tracer, h.Reads, h.Histories = store, store, store, store, store
-	h.Groups, h.Fanouts, h.Index, h.Presences, h.Wakes = store, store, store, store, store
+	h.Groups, h.Fanouts, h.Index, h.Presences, h.Wakes, h.GroupLogs = store, store, store, store, store, store
 	h.Limits = &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
 		log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
 	}}

@@ -776,7 +776,7 @@ func (r *runner) fanoutBehind(ctx context.Context) []string {
 	var out []string
 	for _, g := range r.groups {
 		conv := im.ConversationID(g)
-		head, marked, err := r.st.Store.FanoutMark(ctx, conv)
+		head, marked, _, err := r.st.Store.FanoutMark(ctx, conv)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: %v", g, err))
 			continue

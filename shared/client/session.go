@@ -152,6 +152,9 @@ type session struct {
 	// rate_limited: the limit is the user's, so every other send would be
 	// refused too, and a client that keeps sending is closed.
 	sendHold time.Time
+	// groups are the read-diffused groups this session has touched
+	// (groupread.go).
+	groups map[string]*groupState
 }
 
 // incoming is one frame read from the connection.
@@ -228,6 +231,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		case <-ackTick.C:
 			if s.ackDue(time.Now()) {
 				err = s.ack(sctx)
+			}
+			if err == nil {
+				err = s.retryGroupSyncs(sctx)
 			}
 			if err == nil && !s.syncAt.IsZero() && time.Now().After(s.syncAt) {
 				s.syncAt = time.Time{}
@@ -366,7 +372,23 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &p); err != nil {
 			return nil
 		}
+		// The groups first: the client counts as synced once they are too.
+		if err := s.pullGroups(ctx, p.Groups); err != nil {
+			return err
+		}
 		return s.page(ctx, p)
+	case wire.TypeGroupMessage:
+		var p wire.GroupPush
+		if err := json.Unmarshal(data, &p); err != nil {
+			return nil
+		}
+		return s.groupPush(ctx, p.Message)
+	case wire.TypeGroupSync:
+		var p wire.GroupSyncPage
+		if err := json.Unmarshal(data, &p); err != nil {
+			return nil
+		}
+		return s.groupPage(ctx, p)
 	case wire.TypeSent:
 		var a wire.Sent
 		if err := json.Unmarshal(data, &a); err != nil {
@@ -407,6 +429,9 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		var h wire.Notify
 		if err := json.Unmarshal(data, &h); err != nil {
 			return nil
+		}
+		if err := s.pullGroups(ctx, h.Groups); err != nil {
+			return err
 		}
 		return s.headSeen(ctx, typ.Type, h.Head, h.Epoch)
 	case wire.TypeError:
@@ -644,7 +669,7 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		s.resyncAgain = false
 		return s.requestSync(ctx, s.cursor)
 	}
-	s.c.synced.Store(true)
+	s.c.synced.Store(!s.groupsSyncing())
 	return s.ack(ctx)
 }
 
@@ -679,7 +704,12 @@ func (s *session) ackDue(now time.Time) bool {
 // ack acknowledges everything up to the cursor, when something the server
 // waits for (a pushed or synced entry) or a duplicate push asks for it.
 func (s *session) ack(ctx context.Context) error {
+	if err := s.ackGroups(ctx); err != nil {
+		return err
+	}
 	if s.needAck <= s.lastAck && !s.forceAck {
+		// Nothing of the inbox waits: what did (group pushes) is acked.
+		s.unacked, s.syncedUnacked, s.pushWaiting = 0, 0, false
 		return nil
 	}
 	if h := s.c.opts.hooks.beforeAck; h != nil && h(s.cursor) == errCrash {

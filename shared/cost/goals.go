@@ -42,11 +42,17 @@ var Goals = map[string][]Bound{
 		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 7.0},
 		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 2.7},
 	},
-	"chat-2dev":    {{Figure: "total", Goal: 14, Ceiling: 24.5}},
-	"burst-1dev":   {{Figure: "total", Ceiling: 14}},
-	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1250}},
-	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 730}},
-	"login":        {{Figure: "total", Goal: 30, Ceiling: 30}},
+	"chat-2dev":  {{Figure: "total", Goal: 14, Ceiling: 24.5}},
+	"burst-1dev": {{Figure: "total", Ceiling: 14}},
+	// Eighteenth session: the group scenarios meter from after the
+	// members' connect-time presence has run (it was in the window:
+	// ~$70 of group-online's $1165); the -read ones are the same groups
+	// read-diffused (GroupDelivery read, experimental).
+	"group-online":      {{Figure: "total", Goal: 600, Ceiling: 1150}},
+	"group-30pct":       {{Figure: "total", Goal: 200, Ceiling: 700}},
+	"group-online-read": {{Figure: "total", Goal: 600, Ceiling: 700}},
+	"group-30pct-read":  {{Figure: "total", Goal: 200, Ceiling: 260}},
+	"login":             {{Figure: "total", Goal: 30, Ceiling: 30}},
 	// A login as the web console makes it (sixteenth session): the issue's
 	// login goal is for the sync of the waiting messages; the console's
 	// summary and presence query cost ~$5 per million logins more.

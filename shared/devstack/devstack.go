@@ -279,7 +279,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	st.Store = dynamo.New(st.DynamoDB, dynamo.Tables{Connections: st.Config.ConnectionsTable, Inbox: st.Config.InboxTable,
 		Messages: st.Config.MessagesTable, Trace: st.Config.TraceTable, Alerts: st.Config.AlertsTable})
 	st.Store.Retention, st.Store.HistoryRetention, st.Store.CompressBodies = st.Config.InboxRetention, st.Config.HistoryRetention, st.Config.CompressBodies
-	st.Store.SendMode = st.Config.SendMode
+	st.Store.SendMode, st.Store.GroupReads = st.Config.SendMode, st.Config.GroupReads
 
 	if err := routeGateway(gw, tmpl, fns); err != nil {
 		ln.Close()

@@ -683,6 +683,7 @@ func TestKeepaliveInvokesNothingAndAnswersNothing(t *testing.T) {
 		}
 		return n
 	}
+	waitFor(t, "the first ping's invocation to end", func() bool { return st.Running() == 0 })
 	before := st.Metered()
 	for range 3 {
 		alice.write(`{"action":"keepalive"}`)
@@ -692,6 +693,10 @@ func TestKeepaliveInvokesNothingAndAnswersNothing(t *testing.T) {
 	if len(alice.backlog) != 0 {
 		t.Fatalf("frames before the pong: %+v; keepalive must answer nothing", alice.backlog)
 	}
+	// An invocation is metered when it ends, which can be just after its
+	// route response (the pong) reached the client: wait for every
+	// invocation under way to end.
+	waitFor(t, "the ping's invocation to end", func() bool { return st.Running() == 0 })
 	after := st.Metered()
 	if got := calls(after) - calls(before); got != 1 || after.Invocations["PingFunction"].Requests-before.Invocations["PingFunction"].Requests != 1 {
 		t.Errorf("3 keepalives and a ping made %d route invocations, want 1 (the ping's); by function before %+v, after %+v", got, before.Invocations, after.Invocations)

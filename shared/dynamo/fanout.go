@@ -65,14 +65,15 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 }
 
 // FanoutMark returns group c's head and how far fan-out has been taken
-// care of: every message up to it is in member inboxes or covered by fan-out
-// jobs already enqueued (which SQS retries until they succeed).
-func (st *Store) FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, err error) {
+// care of: every message up to it is in member inboxes (pushed to online
+// members, for a read-diffused group: reads) or covered by fan-out jobs
+// already enqueued (which SQS retries until they succeed).
+func (st *Store) FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, reads bool, err error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Messages), Key: convKey(c, skHead), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return 0, 0, fmt.Errorf("fan-out mark of %s: %w", c, err)
+		return 0, 0, false, fmt.Errorf("fan-out mark of %s: %w", c, err)
 	}
-	return getN(out.Item, attrSeq), getN(out.Item, "fanned"), nil
+	return getN(out.Item, attrSeq), getN(out.Item, "fanned"), getN(out.Item, attrReads) == 1, nil
 }
 
 // SetFanoutMark raises group c's fan-out mark to upTo (never lowers it).

@@ -75,7 +75,7 @@ func (st *Store) createInOne(ctx context.Context, c im.ConversationID, name stri
 	items := []types.TransactWriteItem{
 		{Put: &types.Put{
 			TableName:           aws.String(st.tables.Messages),
-			Item:                groupHeadItem(c, name, owner, len(members), now),
+			Item:                st.groupHeadItem(c, name, owner, len(members), now),
 			ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
 		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0)},
@@ -101,11 +101,15 @@ func (st *Store) createInOne(ctx context.Context, c im.ConversationID, name stri
 }
 
 // groupHeadItem is the head item of a new group of owner and members others.
-func groupHeadItem(c im.ConversationID, name string, owner im.UserID, members int, now time.Time) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
+func (st *Store) groupHeadItem(c im.ConversationID, name string, owner im.UserID, members int, now time.Time) map[string]types.AttributeValue {
+	it := map[string]types.AttributeValue{
 		attrConv: s(string(c)), attrSK: s(skHead), "name": s(name), "count": n(int64(1 + members)), "owners": n(1),
 		"createdAt": n(now.UnixMilli()), "createdBy": s(string(owner)),
 	}
+	if st.GroupReads {
+		it[attrReads] = n(1)
+	}
+	return it
 }
 
 // memberItem is the member item of m in a new group created by owner;
@@ -129,7 +133,7 @@ func (st *Store) createStaged(ctx context.Context, c im.ConversationID, name str
 	for _, u := range members {
 		added = append(added, im.Member{User: u, Role: im.RoleMember})
 	}
-	head := groupHeadItem(c, name, owner, len(members), now)
+	head := st.groupHeadItem(c, name, owner, len(members), now)
 	head[attrPending] = s(token)
 	first := min(len(added), itemsPerTransaction-1)
 	items := []types.TransactWriteItem{{Put: &types.Put{

@@ -150,15 +150,17 @@ func groupCursorsOf(it map[string]types.AttributeValue) map[im.DeviceID]im.Devic
 }
 
 // GroupCursors returns the cursors in group c of the given members'
-// devices (BatchGetItem of their index items, strongly consistent); a
-// device that never acked in c has none.
+// devices (BatchGetItem of their index items, eventually consistent: the
+// redelivery check reads them seconds after the push, and a cursor read a
+// moment stale costs one push again, never a message); a device that
+// never acked in c has none.
 func (st *Store) GroupCursors(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.DeviceKey]im.DeviceCursor, error) {
 	keys := make([]map[string]types.AttributeValue, len(users))
 	for i, u := range users {
 		keys[i] = inboxKey(u, convIndexSK(c))
 	}
 	out := map[im.DeviceKey]im.DeviceCursor{}
-	err := st.batchGet(ctx, st.tables.Inbox, keys, true, func(it map[string]types.AttributeValue) {
+	err := st.batchGet(ctx, st.tables.Inbox, keys, false, func(it map[string]types.AttributeValue) {
 		u := im.UserID(getS(it, attrUser))
 		for d, cur := range groupCursorsOf(it) {
 			out[im.DeviceKey{User: u, Device: d}] = cur
@@ -193,6 +195,9 @@ func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID
 	limit = min(max(limit, 1), im.MaxPageEntries)
 	p := im.GroupPage{Next: cursor, Head: due}
 	if from >= due {
+		// Nothing due above the cursor: continue from the last due (or
+		// from where the member's range starts, when the cursor is below it).
+		p.Next = due
 		return p, nil
 	}
 	q := st.logSpan(c, from+1, due)
@@ -228,12 +233,13 @@ func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID
 	return p, nil
 }
 
-// BehindGroups lists u's groups whose log, within u's range, is above
-// device d's cursor in it (a device that never acked in a group stands at
-// the member's start) — what a device that missed pushes must pull. One
-// Query of u's group index items and one BatchGetItem of those groups'
-// heads (eventually consistent: a head a moment old is caught next time).
-func (st *Store) BehindGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupBehind, error) {
+// ReadGroups lists u's read-diffused groups with where device d stands in
+// each: the last convSeq due to u and the device's cursor (a device that
+// never acked in a group stands at the member's start) — what a device
+// pulls when it connects (im.GroupPosition.Behind). One Query of u's group
+// index items and one BatchGetItem of those groups' heads (eventually
+// consistent: a head a moment old is caught by the pushes under way).
+func (st *Store) ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupPosition, error) {
 	q := &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :g)"),
@@ -257,12 +263,12 @@ func (st *Store) BehindGroups(ctx context.Context, u im.UserID, d im.DeviceID) (
 	if err != nil {
 		return nil, fmt.Errorf("groups of %s: %w", u, err)
 	}
-	var out []im.GroupBehind
+	var out []im.GroupPosition
 	err = st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
 		c := im.ConversationID(getS(it, attrConv))
-		g := groups[c]
-		if from, due := g.m.Range(g.acked, headFrom(it).seq); from < due {
-			out = append(out, im.GroupBehind{Conversation: c, Head: due, Acked: g.acked})
+		g, h := groups[c], headFrom(it)
+		if from, due := g.m.Range(g.acked, h.seq); h.reads {
+			out = append(out, im.GroupPosition{Conversation: c, Head: due, Acked: min(from, due)})
 		}
 	})
 	if err != nil {

@@ -168,10 +168,12 @@ func TestGroupPagesServeTheMembersRangeInOrder(t *testing.T) {
 	}
 }
 
-func TestBehindGroupsNamesWhatADeviceHasNotAcked(t *testing.T) {
+func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
-	g1, g2, g3 := im.Group("one"), im.Group("two"), im.Group("three")
+	g1, g2, g3, written := im.Group("one"), im.Group("two"), im.Group("three"), im.Group("written")
+	groupWith(t, st, written, []im.UserID{"bob"}, 2, now) // copied into inboxes: acked there, never listed
+	st.GroupReads = true
 	groupWith(t, st, g1, []im.UserID{"bob"}, 2, now)
 	groupWith(t, st, g2, []im.UserID{"bob"}, 3, now)
 	groupWith(t, st, g3, []im.UserID{"bob"}, 0, now)
@@ -181,22 +183,36 @@ func TestBehindGroupsNamesWhatADeviceHasNotAcked(t *testing.T) {
 	if _, err := st.AckGroup(ctx, g1, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	check := func(d im.DeviceID, want []im.GroupBehind) {
+	check := func(d im.DeviceID, want ...im.GroupPosition) {
 		t.Helper()
-		got, err := st.BehindGroups(ctx, "bob", d)
+		got, err := st.ReadGroups(ctx, "bob", d)
 		if err != nil || !slices.Equal(got, want) {
-			t.Fatalf("bob/%s is behind in %+v, %v; want %+v", d, got, err, want)
+			t.Fatalf("bob/%s stands at %+v, %v; want %+v", d, got, err, want)
 		}
 	}
-	check("phone", []im.GroupBehind{{Conversation: g2, Head: 3}})
-	check("laptop", []im.GroupBehind{{Conversation: g1, Head: 2}, {Conversation: g2, Head: 3}})
+	// Sorted by id: g:one, g:three (no message yet), g:two.
+	check("phone", im.GroupPosition{Conversation: g1, Head: 2, Acked: 2}, im.GroupPosition{Conversation: g3}, im.GroupPosition{Conversation: g2, Head: 3})
+	check("laptop", im.GroupPosition{Conversation: g1, Head: 2}, im.GroupPosition{Conversation: g3}, im.GroupPosition{Conversation: g2, Head: 3})
 	// Removed from g2 at 3: what is sent after is not due to bob.
 	removeMember(t, st, g2, "bob", now)
 	sendToGroup(t, st, g2, 2, now)
 	if _, err := st.AckGroup(ctx, g2, im.AckRange{User: "bob", Device: "phone", UpTo: 3, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	check("phone", nil)
 	sendToGroup(t, st, g1, 1, now)
-	check("phone", []im.GroupBehind{{Conversation: g1, Head: 3, Acked: 2}})
+	check("phone", im.GroupPosition{Conversation: g1, Head: 3, Acked: 2}, im.GroupPosition{Conversation: g3}, im.GroupPosition{Conversation: g2, Head: 3, Acked: 3})
+	if p := (im.GroupPosition{Conversation: g1, Head: 3, Acked: 2}); !p.Behind() || (im.GroupPosition{Head: 3, Acked: 3}).Behind() {
+		t.Fatal("Behind")
+	}
+	// A member added later starts where they joined: not behind, and a
+	// pull from 0 finds nothing and continues from there.
+	if _, err := st.ChangeMembers(ctx, g1, "alice", im.OpAdd, []im.UserID{"dave"}, im.RoleMember, 500, now); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ReadGroups(ctx, "dave", "phone"); err != nil || len(got) != 1 || got[0] != (im.GroupPosition{Conversation: g1, Head: 3, Acked: 3}) {
+		t.Fatalf("dave, just added, stands at %+v, %v", got, err)
+	}
+	if p, err := st.GroupPage(ctx, g1, "dave", 0, 100, func(im.Message) int { return 1 }); err != nil || len(p.Messages) != 0 || p.Next != 3 || p.More {
+		t.Fatalf("dave's first pull: %+v, %v", p, err)
+	}
 }

@@ -49,7 +49,12 @@ type groupHead struct {
 	// pending is the token of a create still staging its members (see
 	// createStaged): until it commits, the group does not exist for anyone.
 	pending string
+	// reads: the group is read-diffused (Store.GroupReads when created).
+	reads bool
 }
+
+// attrReads is 1 on the head item of a read-diffused group.
+const attrReads = "reads"
 
 // live reports whether the head is a created group's.
 func (h groupHead) live() bool { return h.exists && h.name != "" && h.pending == "" }
@@ -99,7 +104,7 @@ func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im
 
 // headFrom reads a group head item.
 func headFrom(it map[string]types.AttributeValue) groupHead {
-	h := groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners")}
+	h := groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners"), reads: getN(it, attrReads) == 1}
 	if p := getS(it, attrPending); p != stageCommitted {
 		h.pending = p
 	}

@@ -53,6 +53,12 @@ type Store struct {
 	// recognised while fewer messages than this were logged in its
 	// conversation after its first try, and no send reads more.
 	SeenWindow int
+	// GroupReads makes the groups created from now on read-diffused
+	// (docs/proposal-group-read-diffusion.md): their messages stay in the
+	// group's log, pushed to online members and pulled by the others, and
+	// are never copied into inboxes. Groups keep the mode they were
+	// created with.
+	GroupReads bool
 }
 
 // DefaultSeenWindow is Store.SeenWindow unless set: 1,000 log items of about

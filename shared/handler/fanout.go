@@ -13,7 +13,7 @@ import (
 // Fanouts is the storage side of a group fan-out.
 type Fanouts interface {
 	Members(ctx context.Context, c im.ConversationID) ([]im.Member, error)
-	FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, err error)
+	FanoutMark(ctx context.Context, c im.ConversationID) (head, marked int64, reads bool, err error)
 	SetFanoutMark(ctx context.Context, c im.ConversationID, upTo int64) error
 	Positions(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.UserID]im.InboxPosition, error)
 	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
@@ -79,7 +79,7 @@ func fanoutBatch(n int) int {
 func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
 	whole := len(job.Members) == 0
 	if whole {
-		head, marked, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
+		head, marked, reads, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
 		if err != nil {
 			return err
 		}
@@ -87,6 +87,7 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 			return nil
 		}
 		job.UpTo = max(job.UpTo, head)
+		job.Reads, job.From = reads, marked
 	}
 	all, err := h.Fanouts.Members(ctx, job.Conversation)
 	if err != nil {
@@ -103,7 +104,7 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 		}
 	}
 	if !whole {
-		return h.fill(ctx, job.Conversation, job.UpTo, job.Members, byUser)
+		return h.fillOrPush(ctx, job, job.Members, byUser)
 	}
 	if len(due) > fanoutBatch(h.FanoutBatch) {
 		// Enqueue first, mark after: a mark never covers a job not queued.
@@ -112,10 +113,91 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 			return err
 		}
 		h.log().InfoContext(ctx, "fan-out split", "conversationId", job.Conversation, "convSeq", job.UpTo, "members", len(due), "batches", len(batches))
-	} else if err := h.fill(ctx, job.Conversation, job.UpTo, due, byUser); err != nil {
+	} else if err := h.fillOrPush(ctx, job, due, byUser); err != nil {
 		return err
 	}
 	return h.Fanouts.SetFanoutMark(ctx, job.Conversation, job.UpTo)
+}
+
+// fillOrPush does a job's work for users: fills their inboxes or, for a
+// read-diffused group, pushes to their connected devices.
+func (h *FanoutWorker) fillOrPush(ctx context.Context, job im.FanoutJob, users []im.UserID, members map[im.UserID]im.Member) error {
+	if job.Reads {
+		return h.pushReads(ctx, job.Conversation, job.From, job.UpTo, users, members)
+	}
+	return h.fill(ctx, job.Conversation, job.UpTo, users, members)
+}
+
+// pushReads pushes the messages (from, upTo] of read-diffused group conv
+// to the connected devices of users — only the newest maxPushedPerFill:
+// a device that sees a gap before a message pulls it (group sync) — with
+// one redelivery check per connection, of the newest message it was
+// pushed. Nothing is written to the members' inboxes: the group's log is
+// their copy, and a member with no connection pulls it when back. An error
+// listing a member's connections fails the job (SQS retries it; devices
+// drop a message they have).
+func (h *FanoutWorker) pushReads(ctx context.Context, conv im.ConversationID, from, upTo int64, users []im.UserID, members map[im.UserID]im.Member) error {
+	if h.Pusher == nil || from >= upTo {
+		return nil
+	}
+	log, err := h.Fanouts.Log(ctx, conv, max(from, upTo-maxPushedPerFill), upTo)
+	if err != nil {
+		return err
+	}
+	tr := h.trail("fanout", "")
+	tr.firstPushesOmitted = true // 200 members: ~40 write units of trace per message
+	cs := &checks{}
+	var work []memberMessages
+	for _, u := range users {
+		var msgs []im.Message
+		for _, msg := range log {
+			if members[u].Receives(msg.ConvSeq) {
+				msgs = append(msgs, msg)
+			}
+		}
+		if len(msgs) > 0 {
+			work = append(work, memberMessages{u, msgs})
+		}
+	}
+	err = perMember(work, func(u im.UserID, msgs []im.Message) error {
+		if err := h.pushGroupMessages(ctx, tr, cs, u, msgs); err != nil {
+			return fmt.Errorf("push to %s: %w", u, err)
+		}
+		return nil
+	})
+	h.scheduleChecks(ctx, tr, cs)
+	tr.flush(ctx)
+	return err
+}
+
+// memberMessages is one member's part of a fan-out: the messages due.
+type memberMessages struct {
+	user im.UserID
+	msgs []im.Message
+}
+
+// perMember runs do for each member's part, fanoutConcurrency at once,
+// and joins their errors.
+func perMember(work []memberMessages, do func(u im.UserID, msgs []im.Message) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		slots = make(chan struct{}, fanoutConcurrency)
+	)
+	for _, w := range work {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := do(w.user, w.msgs); err != nil {
+				mu.Lock()
+				defer mu.Unlock()
+				errs = append(errs, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // fanoutConcurrency bounds the inboxes one invocation fills at once.
@@ -146,12 +228,7 @@ func (h *FanoutWorker) fill(ctx context.Context, conv im.ConversationID, upTo in
 	}
 	tr := h.trail("fanout", "")
 	cs := &checks{}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		errs  []error
-		slots = make(chan struct{}, fanoutConcurrency)
-	)
+	var work []memberMessages
 	for _, u := range users {
 		m := members[u]
 		f, t := m.Range(pos[u].Last, upTo)
@@ -164,25 +241,22 @@ func (h *FanoutWorker) fill(ctx context.Context, conv im.ConversationID, upTo in
 				msgs = append(msgs, msg)
 			}
 		}
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			entries, err := h.Fanouts.AppendGroup(ctx, conv, u, pos[u], msgs, h.now())
-			for _, e := range entries {
-				tr.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
-			}
-			h.deliverAll(ctx, tr, cs, u, entries)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("fan-out to %s: %w", u, err))
-			}
-		})
+		work = append(work, memberMessages{u, msgs})
 	}
-	wg.Wait()
+	err = perMember(work, func(u im.UserID, msgs []im.Message) error {
+		entries, err := h.Fanouts.AppendGroup(ctx, conv, u, pos[u], msgs, h.now())
+		for _, e := range entries {
+			tr.add(im.Event{Message: e.Message.ID, Type: im.EventInboxed, User: u, Seq: e.Seq, Detail: "fan-out"})
+		}
+		h.deliverAll(ctx, tr, cs, u, entries)
+		if err != nil {
+			return fmt.Errorf("fan-out to %s: %w", u, err)
+		}
+		return nil
+	})
 	h.scheduleChecks(ctx, tr, cs)
 	tr.flush(ctx)
-	return errors.Join(errs...)
+	return err
 }
 
 // maxPushedPerFill is how many new entries of one inbox a fill pushes one

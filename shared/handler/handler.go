@@ -35,6 +35,17 @@ type Inbox interface {
 	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)
 }
 
+// GroupLogs is the storage of groups under read diffusion
+// (docs/proposal-group-read-diffusion.md): each device's cursor in a
+// group's log and pulls of the log within a member's range.
+type GroupLogs interface {
+	AckGroup(ctx context.Context, c im.ConversationID, a im.AckRange) (im.AckResult, error)
+	GroupPage(ctx context.Context, c im.ConversationID, u im.UserID, cursor int64, limit int, size func(im.Message) int) (im.GroupPage, error)
+	GroupCursors(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.DeviceKey]im.DeviceCursor, error)
+	ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupPosition, error)
+	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
+}
+
 // Connections is the storage of connection records.
 type Connections interface {
 	SaveConnection(ctx context.Context, c im.Connection) error
@@ -87,6 +98,9 @@ type Deps struct {
 	Groups      Groups
 	Fanouts     Fanouts
 	FanoutQueue FanoutQueue
+	// GroupLogs serves groups under read diffusion (nil: group acks and
+	// syncs are refused).
+	GroupLogs GroupLogs
 	// PresenceQueue carries debounced presence pushes, apart from the
 	// fan-out jobs so that they never delay a message.
 	PresenceQueue FanoutQueue
@@ -370,6 +384,11 @@ type trail struct {
 	mu       sync.Mutex
 	events   []im.Event
 	omit     im.MessageID // see omitIfDerivable
+	// firstPushesOmitted drops every message's first pushes and their
+	// redelivery checks (a read-diffused group's fan-out: a member's
+	// device cursor says it got the message; re-pushes, failures and
+	// waits for a pull are written).
+	firstPushesOmitted bool
 }
 
 // omitIfDerivable leaves id's events out of the flush when they are only
@@ -420,6 +439,11 @@ func (t *trail) flush(ctx context.Context) {
 	t.mu.Unlock()
 	if t.omit != "" && !slices.ContainsFunc(events, func(e im.Event) bool { return e.Message == t.omit && !derivable(e) }) {
 		events = slices.DeleteFunc(events, func(e im.Event) bool { return e.Message == t.omit })
+	}
+	if t.firstPushesOmitted {
+		events = slices.DeleteFunc(events, func(e im.Event) bool {
+			return (e.Type == im.EventPushed || e.Type == im.EventRedeliveryScheduled) && e.Attempt == 0
+		})
 	}
 	if t.h.Tracer == nil || len(events) == 0 {
 		return

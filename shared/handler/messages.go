@@ -202,7 +202,11 @@ func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, co
 		h.wake(ctx, conn.User, e, conn.Device) // a half-open connection: the device may sleep
 		return
 	}
-	cs.add(im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}, ev)
+	check := im.Check{User: conn.User, Device: conn.Device, Connection: conn.ID, Seq: e.Seq, Attempt: attempt}
+	if e.Seq == 0 { // a read-diffused group's message (groupEntry)
+		check.Conversation, check.Seq = e.Message.Conversation, e.Message.ConvSeq
+	}
+	cs.add(check, ev)
 }
 
 // checks collects the redelivery checks of one invocation's pushes, each
@@ -274,7 +278,15 @@ func (h *delivery) notify(ctx context.Context, conn im.Connection) {
 		h.log().WarnContext(ctx, "notify skipped: reading the inbox head failed", "err", err.Error(), "userId", conn.User)
 		return
 	}
-	frame, _ := json.Marshal(wire.Notify{Type: wire.TypeNotify, Head: head, Epoch: epoch})
+	n := wire.Notify{Type: wire.TypeNotify, Head: head, Epoch: epoch}
+	if h.GroupLogs != nil {
+		groups, err := h.GroupLogs.ReadGroups(ctx, conn.User, conn.Device)
+		if err != nil {
+			h.log().WarnContext(ctx, "notify without groups: reading them failed", "err", err.Error(), "userId", conn.User)
+		}
+		n.Groups = wire.GroupHeads(slices.DeleteFunc(groups, func(p im.GroupPosition) bool { return !p.Behind() }))
+	}
+	frame, _ := json.Marshal(n)
 	if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
 		h.log().WarnContext(ctx, "notify push failed", "err", err.Error(), "connectionId", conn.ID)
 	}
@@ -291,6 +303,9 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	f, err := wire.DecodeAck(req.Body)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
+	}
+	if f.ConversationID != "" {
+		return h.ackGroup(ctx, c, im.ConversationID(f.ConversationID), *f.UpTo)
 	}
 	upTo := *f.UpTo
 	now := h.now()
@@ -422,6 +437,9 @@ func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxy
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
+	if f.ConversationID != "" {
+		return h.syncGroup(ctx, c, im.ConversationID(f.ConversationID), *f.Cursor, f.Limit)
+	}
 	cursor, limit := *f.Cursor, f.Limit
 	dev, err := h.Inbox.Device(ctx, c.User, c.Device)
 	if err != nil {
@@ -449,7 +467,19 @@ func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxy
 			return h.fail(ctx, c, wire.ActionSync, err, "")
 		}
 	}
-	return reply(wire.NewSyncPage(page, h.Redelivery.PushTimeout))
+	out := wire.NewSyncPage(page, h.Redelivery.PushTimeout)
+	if !page.More && h.GroupLogs != nil {
+		// The last page names the caller's read-diffused groups and
+		// the last convSeq due in each: the device pulls those it is
+		// behind in (what it missed while away) and those it has never
+		// pulled (it learns where it starts).
+		groups, err := h.GroupLogs.ReadGroups(ctx, c.User, c.Device)
+		if err != nil {
+			return h.fail(ctx, c, wire.ActionSync, err, "")
+		}
+		out.Groups = wire.GroupHeads(groups)
+	}
+	return reply(out)
 }
 
 // syncInterval is how often a user may start a new sync (SyncInterval, or

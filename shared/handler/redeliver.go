@@ -44,6 +44,9 @@ func (h *Redeliverer) RunChecks(ctx context.Context, id string, list []im.Check)
 
 // redeliverOne runs one check, adding the next one (if any) to cs.
 func (h *Redeliverer) redeliverOne(ctx context.Context, tr *trail, cs *checks, check im.Check) error {
+	if check.Conversation != "" {
+		return h.redeliverGroup(ctx, tr, cs, check)
+	}
 	log := h.log().With("userId", check.User, "deviceId", check.Device, "connectionId", check.Connection, "seq", check.Seq, "attempt", check.Attempt)
 	dev, err := h.Inbox.Device(ctx, check.User, check.Device)
 	if err != nil {

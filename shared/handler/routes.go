@@ -38,6 +38,8 @@ type delivery struct {
 	// WakeQueue carries wake jobs for devices that are offline (the
 	// presence queue; nil: no offline push).
 	WakeQueue FanoutQueue
+	// GroupLogs serves groups under read diffusion (nil: none).
+	GroupLogs GroupLogs
 }
 
 // Sessions serves $connect, $disconnect, ping and $default.
@@ -193,7 +195,7 @@ func (noDisconnect) Disconnect(context.Context, im.ConnectionID) error { return 
 // delivery is the part of d the use cases that append or push have.
 func (d *Deps) delivery() *delivery {
 	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery,
-		WakeQueue: d.WakeQueue}
+		WakeQueue: d.WakeQueue, GroupLogs: d.GroupLogs}
 }
 
 // Sessions is the connection routes' use case.

@@ -48,6 +48,11 @@ type FanoutJob struct {
 	// the user's), and whether the entry is an urgent alert.
 	Device DeviceID
 	Urgent bool
+	// Reads marks a batch of a read-diffused group's job: push the
+	// messages (From, UpTo] to the members' connected devices; nothing is
+	// written to their inboxes.
+	Reads bool
+	From  int64
 	// NotBefore, when set, is when the job is due: a job due later than
 	// one SQS delay (15 minutes) reaches it in hops, each re-enqueued with
 	// the delay left.

@@ -193,10 +193,14 @@ type GroupPage struct {
 	FirstSeq int64
 }
 
-// GroupBehind names a group whose log, within the member's range, is
-// above one device's cursor in it.
-type GroupBehind struct {
+// GroupPosition is where one device stands in a read-diffused group.
+type GroupPosition struct {
 	Conversation ConversationID
-	// Head is the last convSeq due to the member, Acked the device's cursor.
+	// Head is the last convSeq due to the member; Acked the device's
+	// cursor, at least where the member's range starts (nothing before it
+	// is due).
 	Head, Acked int64
 }
+
+// Behind reports whether messages due to the device are above its cursor.
+func (p GroupPosition) Behind() bool { return p.Acked < p.Head }

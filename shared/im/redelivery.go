@@ -84,4 +84,7 @@ type Check struct {
 	Connection ConnectionID
 	Seq        int64
 	Attempt    int
+	// Conversation, when set, is a read-diffused group: Seq is then a
+	// convSeq of its log, acked by the device's cursor in the group.
+	Conversation ConversationID
 }

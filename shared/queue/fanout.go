@@ -40,12 +40,15 @@ type fanoutBody struct {
 	Device  string   `json:"d,omitempty"`
 	Urgent  bool     `json:"g,omitempty"`
 	NotBef  int64    `json:"nb,omitempty"`
+	// From and Reads: a read-diffused group's job pushes (From, UpTo].
+	From  int64 `json:"f,omitempty"`
+	Reads bool  `json:"r,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
 	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick,
-		Device: string(j.Device), Urgent: j.Urgent}
+		Device: string(j.Device), Urgent: j.Urgent, From: j.From, Reads: j.Reads}
 	if !j.NotBefore.IsZero() {
 		b.NotBef = j.NotBefore.UnixMilli()
 	}
@@ -63,7 +66,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
 	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick,
-		Device: im.DeviceID(b.Device), Urgent: b.Urgent}
+		Device: im.DeviceID(b.Device), Urgent: b.Urgent, From: b.From, Reads: b.Reads}
 	if b.NotBef > 0 {
 		j.NotBefore = time.UnixMilli(b.NotBef).UTC()
 	}

@@ -40,6 +40,8 @@ type body struct {
 	Connection string `json:"c"`
 	Seq        int64  `json:"s"`
 	Attempt    int    `json:"a"`
+	// Conv: a check of a read-diffused group's message (Seq its convSeq).
+	Conv string `json:"g,omitempty"`
 }
 
 // MaxChecksPerMessage bounds the checks one queue message carries (the
@@ -52,7 +54,7 @@ const MaxChecksPerMessage = im.MaxChecksPerSchedule
 func Encode(cs ...im.Check) string {
 	bs := make([]body, len(cs))
 	for i, c := range cs {
-		bs[i] = body{string(c.User), string(c.Device), string(c.Connection), c.Seq, c.Attempt}
+		bs[i] = body{string(c.User), string(c.Device), string(c.Connection), c.Seq, c.Attempt, string(c.Conversation)}
 	}
 	var b []byte
 	if len(bs) == 1 {
@@ -82,8 +84,9 @@ func Decode(s string) ([]im.Check, error) {
 	}
 	cs := make([]im.Check, len(bs))
 	for i, b := range bs {
-		c := im.Check{User: im.UserID(b.User), Device: im.DeviceID(b.Device), Connection: im.ConnectionID(b.Connection), Seq: b.Seq, Attempt: b.Attempt}
-		if !c.User.Valid() || c.Connection == "" || c.Seq < 1 || c.Attempt < 0 {
+		c := im.Check{User: im.UserID(b.User), Device: im.DeviceID(b.Device), Connection: im.ConnectionID(b.Connection), Seq: b.Seq, Attempt: b.Attempt,
+			Conversation: im.ConversationID(b.Conv)}
+		if !c.User.Valid() || c.Connection == "" || c.Seq < 1 || c.Attempt < 0 || c.Conversation != "" && !c.Conversation.ValidGroup() {
 			return nil, fmt.Errorf("decode redelivery check %q: missing fields", s)
 		}
 		cs[i] = c

@@ -110,20 +110,30 @@ type Send struct {
 }
 
 // Ack is the client frame {"action":"ack","upTo":N}: every inbox entry with
-// seq ≤ N is persisted on this device. Acks are cumulative.
+// seq ≤ N is persisted on this device. Acks are cumulative. With a
+// conversationId (a group under read diffusion) it acks the group's log up
+// to convSeq N instead: {"action":"ack","conversationId":"g:…","upTo":N}.
 type Ack struct {
 	// Action is "ack".
 	Action string `json:"action"`
-	// UpTo is the highest inbox seq persisted on the device.
+	// ConversationID, when set, names the group whose log UpTo is a
+	// convSeq of ("": UpTo is an inbox seq).
+	ConversationID string `json:"conversationId,omitempty"`
+	// UpTo is the highest inbox seq (or group convSeq) persisted on the device.
 	UpTo *int64 `json:"upTo"`
 }
 
 // Sync is the client frame {"action":"sync","cursor":N,"limit":L}: return
-// inbox entries with seq > Cursor in ascending order.
+// inbox entries with seq > Cursor in ascending order. With a
+// conversationId (a group under read diffusion) it pulls the group's log
+// above convSeq Cursor instead, within the caller's membership.
 type Sync struct {
 	// Action is "sync".
 	Action string `json:"action"`
-	// Cursor is the last inbox seq the device has persisted (0 for none).
+	// ConversationID, when set, names the group to pull ("": the inbox).
+	ConversationID string `json:"conversationId,omitempty"`
+	// Cursor is the last inbox seq (or group convSeq) the device has
+	// persisted (0 for none).
 	Cursor *int64 `json:"cursor"`
 	// Limit is the most entries wanted, 1..100 (default 100).
 	Limit int `json:"limit,omitempty"`
@@ -216,6 +226,9 @@ func DecodeAck(body string) (Ack, error) {
 	if f.UpTo == nil || *f.UpTo < 0 {
 		return Ack{}, Problemf(CodeBadRequest, "upTo is required: a non-negative inbox seq")
 	}
+	if f.ConversationID != "" && !im.ConversationID(f.ConversationID).ValidGroup() {
+		return Ack{}, Problemf(CodeBadRequest, "conversationId of an ack must be a group id (g:<id>); acks of 1:1 and alert messages name their inbox seq alone")
+	}
 	return f, nil
 }
 
@@ -227,6 +240,9 @@ func DecodeSync(body string) (Sync, error) {
 	}
 	if f.Cursor == nil || *f.Cursor < 0 {
 		return Sync{}, Problemf(CodeBadRequest, "cursor is required: a non-negative inbox seq")
+	}
+	if f.ConversationID != "" && !im.ConversationID(f.ConversationID).ValidGroup() {
+		return Sync{}, Problemf(CodeBadRequest, "conversationId of a sync must be a group id (g:<id>); 1:1 and alert messages are pulled from the inbox")
 	}
 	if f.Limit == 0 {
 		f.Limit = im.MaxPageEntries

@@ -72,12 +72,13 @@ func schemaFrames() map[string]any {
 	head := int64(7)
 	cur, upTo, cs := int64(40), int64(42), int64(12)
 	page := NewSyncPage(im.Page{Entries: []im.Entry{e}, Next: 56, More: true, Head: 60, Epoch: "m3x1k2-a9f", Truncated: true, FirstSeq: 56}, 5*time.Second)
+	page.Groups = []GroupHead{{ConversationID: "g:oncall", Head: 12}}
 	errFrame := NewError(&im.HeadError{Head: head, Epoch: "m3x1k2-a9f"}, "r1", "c1")
 	errFrame.Ref, errFrame.RetryAfterMs = "q1", 250
 	return map[string]any{
 		"SendFrame":           Send{Action: ActionSend, ClientMsgID: "7f3c-01", To: "bob", Body: json.RawMessage(`"hi"`)},
-		"AckFrame":            Ack{Action: ActionAck, UpTo: &upTo},
-		"SyncFrame":           Sync{Action: ActionSync, Cursor: &cur, Limit: 100},
+		"AckFrame":            Ack{Action: ActionAck, ConversationID: "g:oncall", UpTo: &upTo},
+		"SyncFrame":           Sync{Action: ActionSync, ConversationID: "g:oncall", Cursor: &cur, Limit: 100},
 		"ReadFrame":           Read{Action: ActionRead, ConversationID: "d:alice:bob", UpTo: &cs},
 		"HistoryFrame":        History{Action: ActionHistory, Query: Query{Ref: "q1"}, ConversationID: "d:alice:bob", Before: 40, Limit: 50},
 		"GroupFrame":          Group{Action: ActionGroup, Query: Query{Ref: "q1"}, Op: GroupAdd, ConversationID: "g:oncall", Name: "On-call", Users: []string{"dave"}, Role: "member"},
@@ -90,6 +91,8 @@ func schemaFrames() map[string]any {
 		"SentFrame":           NewSentEntry("7f3c-01", e),
 		"MessageFrame":        Push{Type: TypeMessage, Entry: FromEntry(e), Urgent: true, Renotify: 2},
 		"SyncPageFrame":       page,
+		"GroupMessageFrame":   NewGroupPush(im.Message{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}),
+		"GroupSyncPageFrame":  NewGroupSyncPage("g:oncall", im.GroupPage{Messages: []im.Message{{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}}, Next: 12, More: true, Head: 20, Truncated: true, FirstSeq: 12}, 5*time.Second),
 		"ReceiptFrame":        Receipt{Type: TypeReceipt, Kind: ReceiptDelivered, ConversationID: "d:alice:bob", UserID: "bob", UpTo: 12},
 		"GroupInfoFrame":      GroupInfo{Type: TypeGroup, Ref: "q1", Op: GroupMembers, ConversationID: "g:oncall", Name: "On-call", Head: 12, Count: 2, Members: []Member{{UserID: "carol", Role: "member", Removed: true, Left: 7}}, Changed: []string{"carol"}},
 		"MembershipFrame":     Membership{Type: TypeMembership, Change: "added", ConversationID: "g:oncall", Name: "On-call", By: "alice"},
@@ -99,7 +102,7 @@ func schemaFrames() map[string]any {
 		"HistoryPageFrame":    HistoryPage{Type: TypeHistory, Ref: "q1", ConversationID: "d:alice:bob", Messages: []Message{FromMessage(m)}, HasMore: true, Before: 12},
 		"ReadSyncFrame":       ReadSync{Type: TypeRead, ConversationID: "d:alice:bob", UpTo: 12},
 		"PongFrame":           Pong{Type: TypePong, Head: 57, Epoch: "m3x1k2-a9f"},
-		"NotifyFrame":         Notify{Type: TypeNotify, Head: 57, Epoch: "m3x1k2-a9f"},
+		"NotifyFrame":         Notify{Type: TypeNotify, Head: 57, Epoch: "m3x1k2-a9f", Groups: []GroupHead{{ConversationID: "g:oncall", Head: 12}}},
 		"ErrorFrame":          errFrame,
 		"AnswerFrame":         Answer{Action: ActionAnswer, Query: Query{Ref: "q1"}, MessageID: string(m.ID), Option: "approve"},
 		"AnswerResultFrame":   AnswerResult{Type: TypeAnswer, Ref: "q1", MessageID: string(m.ID), UserID: "bob", Option: "approve", AnsweredAt: Timestamp(m.SentAt)},
@@ -135,6 +138,7 @@ func TestTheProtocolSchemaRefusesWhatTheServerRefuses(t *testing.T) {
 		`{"action":"send","clientMsgId":"c1","to":"bob","conversationId":"d:a:b","body":1}`, // both
 		`{"action":"ack"}`, `{"action":"ack","upTo":-1}`, `{"action":"sync","cursor":0,"limit":101}`,
 		`{"action":"presence","status":"busy"}`, `{"action":"nope"}`, `{"action":"ack","upTo":1,"extra":true}`,
+		`{"action":"ack","conversationId":"d:alice:bob","upTo":1}`, `{"action":"sync","conversationId":"a:app","cursor":0}`, // groups only
 	} {
 		var v any
 		if err := json.Unmarshal([]byte(bad), &v); err != nil {

@@ -18,6 +18,9 @@ const (
 	TypeReceipt = "receipt"
 	TypeHistory = "history"
 	TypeNotify  = "notify"
+	// Group read diffusion (docs/proposal-group-read-diffusion.md).
+	TypeGroupMessage = "groupMessage"
+	TypeGroupSync    = "groupSync"
 )
 
 // HistoryPage answers a history request: messages in ascending convSeq.
@@ -162,6 +165,88 @@ type SyncPage struct {
 	// server pushes it again: a device that batches acks sends each within
 	// well under this (omitted: 5 s).
 	PushTimeoutMs int64 `json:"pushTimeoutMs,omitempty"`
+	// Groups, on the last page of a sync (no more to pull), lists the
+	// caller's groups under read diffusion and the last convSeq due to
+	// them in each: pull those above this device's cursor, and those it
+	// has never pulled, with a group sync.
+	Groups []GroupHead `json:"groups,omitempty"`
+}
+
+// GroupHead names a group under read diffusion and the last convSeq due
+// to the user in it.
+type GroupHead struct {
+	ConversationID string `json:"conversationId"`
+	Head           int64  `json:"head"`
+}
+
+// GroupPush is the server frame {"type":"groupMessage","message":{…}}: a
+// message of a group under read diffusion pushed live. It has no inbox
+// seq: the device applies it at its convSeq in the group (pulling the
+// gap first, with a group sync, if it has not every one before it) and
+// acks the group ({"action":"ack","conversationId":…,"upTo":convSeq}).
+type GroupPush struct {
+	// Type is "groupMessage".
+	Type string `json:"type"`
+	// Message is the message.
+	Message Message `json:"message"`
+}
+
+// GroupSyncPage answers a group sync: the group's messages above the
+// cursor that are due to the caller, ascending and contiguous unless
+// Truncated.
+type GroupSyncPage struct {
+	// Type is "groupSync".
+	Type string `json:"type"`
+	// ConversationID names the group.
+	ConversationID string `json:"conversationId"`
+	// Messages are the messages with convSeq > cursor.
+	Messages []Message `json:"messages"`
+	// NextCursor is the cursor to continue from.
+	NextCursor int64 `json:"nextCursor"`
+	// HasMore reports whether messages beyond NextCursor are due.
+	HasMore bool `json:"hasMore"`
+	// Head is the last convSeq due to the caller: the group's head, or
+	// where they left it.
+	Head int64 `json:"head"`
+	// Truncated is true when messages after the cursor expired (history
+	// retention): the page starts at FirstSeq.
+	Truncated bool  `json:"truncated,omitempty"`
+	FirstSeq  int64 `json:"firstSeq,omitempty"`
+	// PushTimeoutMs is as in a sync page.
+	PushTimeoutMs int64 `json:"pushTimeoutMs,omitempty"`
+}
+
+// NewGroupPush is the push frame of group message m (read diffusion).
+func NewGroupPush(m im.Message) GroupPush {
+	return GroupPush{Type: TypeGroupMessage, Message: FromMessage(m)}
+}
+
+// NewGroupSyncPage is the frame of group page p of conversation c.
+func NewGroupSyncPage(c im.ConversationID, p im.GroupPage, pushTimeout time.Duration) GroupSyncPage {
+	msgs := make([]Message, len(p.Messages))
+	for i, m := range p.Messages {
+		msgs[i] = FromMessage(m)
+	}
+	return GroupSyncPage{Type: TypeGroupSync, ConversationID: string(c), Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head,
+		Truncated: p.Truncated, FirstSeq: p.FirstSeq, PushTimeoutMs: pushTimeout.Milliseconds()}
+}
+
+// GroupHeads converts the store's positions of a device's groups.
+func GroupHeads(groups []im.GroupPosition) []GroupHead {
+	var out []GroupHead
+	for _, b := range groups {
+		out = append(out, GroupHead{ConversationID: string(b.Conversation), Head: b.Head})
+	}
+	return out
+}
+
+// MessageSize is the encoded size of a message inside a group sync page.
+func MessageSize(m im.Message) int {
+	b, err := json.Marshal(FromMessage(m))
+	if err != nil {
+		return im.MaxPageBytes
+	}
+	return len(b) + 1
 }
 
 // Pong answers a ping. It carries the inbox head and epoch, so a connected
@@ -186,6 +271,9 @@ type Notify struct {
 	Head int64 `json:"head"`
 	// Epoch identifies the inbox sequence.
 	Epoch string `json:"epoch"`
+	// Groups, when set, are groups under read diffusion in which pushing
+	// to this device gave up: pull each with a group sync.
+	Groups []GroupHead `json:"groups,omitempty"`
 }
 
 // Timestamp formats t the way every frame does: RFC 3339 in UTC with milliseconds.

@@ -8,12 +8,15 @@ export type JsonValue = string | number | boolean | null | JsonValue[] | { [key:
 export type ClientFrame = SendFrame | AckFrame | SyncFrame | ReadFrame | HistoryFrame | GroupFrame | ReceiptsFrame | PresenceFrame | PresenceQueryFrame | SummaryFrame | PingFrame | KeepaliveFrame | AnswerFrame | RegisterFrame;
 
 /** A frame the server sends: an answer (with the request's clientMsgId or ref) or a push. */
-export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | AnswerResultFrame | GatewayErrorFrame | RegisteredFrame;
+export type ServerFrame = SentFrame | MessageFrame | SyncPageFrame | GroupMessageFrame | GroupSyncPageFrame | ReceiptFrame | GroupInfoFrame | MembershipFrame | ReceiptsAnswerFrame | PresenceAnswerFrame | SummaryPageFrame | HistoryPageFrame | ReadSyncFrame | PongFrame | NotifyFrame | ErrorFrame | AnswerResultFrame | GatewayErrorFrame | RegisteredFrame;
 
 export type UserId = string;
 
 /** d:<a>:<b> (sorted user ids), g:<id> or a:<appId> */
 export type ConversationId = string;
+
+/** a group, g:<id> */
+export type GroupId = string;
 
 /** 1-64 printable ASCII characters */
 export type ClientMsgId = string;
@@ -45,6 +48,11 @@ export interface Message {
 export interface Entry {
   seq: number;
   message: Message;
+}
+
+export interface GroupHead {
+  conversationId: GroupId;
+  head: Seq;
 }
 
 export interface Member {
@@ -87,12 +95,16 @@ export interface SendFrame {
 export interface AckFrame {
   action: "ack";
   upTo: Seq;
+  /** a group under read diffusion: upTo is a convSeq of its log */
+  conversationId?: GroupId;
 }
 
 export interface SyncFrame {
   action: "sync";
   cursor: Seq;
   limit?: number;
+  /** a group under read diffusion: pull its log above cursor, a convSeq */
+  conversationId?: GroupId;
 }
 
 export interface ReadFrame {
@@ -203,6 +215,25 @@ export interface SyncPageFrame {
   truncated?: boolean;
   firstSeq?: Seq;
   pushTimeoutMs?: number;
+  /** groups under read diffusion with messages for this device above its cursor: pull each with a group sync */
+  groups?: GroupHead[];
+}
+
+export interface GroupMessageFrame {
+  type: "groupMessage";
+  message: Message;
+}
+
+export interface GroupSyncPageFrame {
+  type: "groupSync";
+  conversationId: GroupId;
+  messages: Message[];
+  nextCursor: Seq;
+  hasMore: boolean;
+  head: Seq;
+  truncated?: boolean;
+  firstSeq?: Seq;
+  pushTimeoutMs?: number;
 }
 
 export interface ReceiptFrame {
@@ -284,6 +315,8 @@ export interface NotifyFrame {
   type: "notify";
   head: Seq;
   epoch: string;
+  /** groups under read diffusion in which pushing to this device gave up: pull each with a group sync */
+  groups?: GroupHead[];
 }
 
 export interface ErrorFrame {
@@ -328,4 +361,4 @@ export interface GatewayErrorFrame {
 export const clientActions = ["send","ack","sync","read","history","group","receipts","presence","presence.query","summary","ping","keepalive","answer","register"] as const;
 
 /** The types of the frames the server sends. */
-export const serverTypes = ["sent","message","sync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error","answer","registered"] as const;
+export const serverTypes = ["sent","message","sync","groupMessage","groupSync","receipt","group","membership","receipts","presence","summary","history","read","pong","notify","error","answer","registered"] as const;

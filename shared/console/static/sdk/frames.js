@@ -3,4 +3,4 @@
 /** The actions a client frame may name. */
 export const clientActions = ["send", "ack", "sync", "read", "history", "group", "receipts", "presence", "presence.query", "summary", "ping", "keepalive", "answer", "register"];
 /** The types of the frames the server sends. */
-export const serverTypes = ["sent", "message", "sync", "receipt", "group", "membership", "receipts", "presence", "summary", "history", "read", "pong", "notify", "error", "answer", "registered"];
+export const serverTypes = ["sent", "message", "sync", "groupMessage", "groupSync", "receipt", "group", "membership", "receipts", "presence", "summary", "history", "read", "pong", "notify", "error", "answer", "registered"];

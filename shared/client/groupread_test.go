@@ -1,0 +1,75 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+)
+
+// A read-diffused group through the SDK (GroupDelivery read): members
+// online get every message once and in order from pushes and ack their
+// group cursor; a member offline while messages were sent, and one who
+// reconnects after missing some, pull exactly what they miss.
+func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
+	t.Parallel()
+	st := startStackWith(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	bobDev := newDevice(t, st, "bob", "phone")
+	bob := bobDev.dial(t)
+	g, err := alice.CreateGroup(ctx, "Read", "bob", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(from, to int) {
+		t.Helper()
+		for i := from; i <= to; i++ {
+			if _, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: fmt.Appendf(nil, `"m%d"`, i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	inOrder := func(who string, got []Message, from, to int64) {
+		t.Helper()
+		if len(got) != int(to-from+1) {
+			t.Fatalf("%s got %d messages, want %d–%d", who, len(got), from, to)
+		}
+		for i, m := range got {
+			if want := from + int64(i); m.ConversationID != g.ConversationID || m.ConvSeq != want || m.Seq != 0 || string(m.Body) != fmt.Sprintf(`"m%d"`, want) {
+				t.Fatalf("%s's message %d = %+v, want convSeq %d (no inbox seq)", who, i, m, want)
+			}
+		}
+	}
+	serverCursor := func(u im.UserID, d im.DeviceID) int64 {
+		cs, err := st.Store.GroupCursors(ctx, im.ConversationID(g.ConversationID), []im.UserID{u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[im.DeviceKey{User: u, Device: d}].Acked
+	}
+
+	send(1, 20)
+	inOrder("bob", collect(t, bob, 20, 20*time.Second), 1, 20)
+	waitFor(t, "bob's acks", func() bool { return serverCursor("bob", "phone") == 20 })
+	bob.Close()
+
+	send(21, 25)
+	carol := newDevice(t, st, "carol", "phone").dial(t)
+	inOrder("carol", collect(t, carol, 25, 20*time.Second), 1, 25)
+	bob = bobDev.dial(t)
+	inOrder("bob, back", collect(t, bob, 5, 20*time.Second), 21, 25)
+	waitFor(t, "carol's and bob's acks", func() bool { return serverCursor("carol", "phone") == 25 && serverCursor("bob", "phone") == 25 })
+	if c, err := bob.GroupCursor(g.ConversationID); err != nil || c != 25 {
+		t.Fatalf("bob's local cursor = %d, %v", c, err)
+	}
+	select {
+	case m := <-bob.Messages():
+		t.Fatalf("bob got %+v once more", m)
+	case <-time.After(time.Second):
+	}
+}

@@ -1,0 +1,160 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
+)
+
+// rawOf returns the next raw frame of type typ (frames of other types are
+// passed over here; they stay in the decoded backlog).
+func (c *wsClient) rawOf(typ string, timeout time.Duration) string {
+	c.t.Helper()
+	deadline := time.After(max(timeout, 30*time.Second))
+	for {
+		select {
+		case r := <-c.raw:
+			var env struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal([]byte(r), &env) == nil && env.Type == typ {
+				return r
+			}
+		case <-deadline:
+			c.t.Fatalf("no %q frame", typ)
+		}
+	}
+}
+
+// The group ack and sync frames of read diffusion
+// (docs/proposal-group-read-diffusion.md) through the strict local stack:
+// a member pulls the group's log and moves their device's cursor in it;
+// positions beyond what is due, strangers and 1:1 ids are refused and
+// change nothing.
+func TestGroupSyncAndAckFramesMoveOnlyAMembersCursor(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{})
+	alice, bob, carol := dial(t, st, "alice", "phone"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:rd", "name": "RD", "users": []string{"bob"}}, nil)
+	for _, id := range []string{"m1", "m2", "m3"} {
+		alice.sendTo(id, "g:rd", map[string]any{"text": id})
+	}
+
+	bob.write(map[string]any{"action": "sync", "conversationId": "g:rd", "cursor": 1, "limit": 100})
+	var page wire.GroupSyncPage
+	if err := json.Unmarshal([]byte(bob.rawOf(wire.TypeGroupSync, 10*time.Second)), &page); err != nil {
+		t.Fatal(err)
+	}
+	if page.ConversationID != "g:rd" || len(page.Messages) != 2 || page.Messages[0].ConvSeq != 2 || page.Messages[1].ConvSeq != 3 ||
+		string(page.Messages[1].Body) != `{"text":"m3"}` || page.Head != 3 || page.HasMore || page.NextCursor != 3 {
+		t.Fatalf("bob's group page after 1: %+v", page)
+	}
+
+	cursor := func(u im.UserID) int64 {
+		t.Helper()
+		cs, err := st.Store.GroupCursors(context.Background(), "g:rd", []im.UserID{u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs[im.DeviceKey{User: u, Device: "phone"}].Acked
+	}
+	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 2})
+	// An ack above the head is refused (bad_request, not resync: the
+	// inbox is not in question) and moves nothing.
+	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 9})
+	if e := bob.next("error", 10*time.Second); e.Code != string(wire.CodeBadRequest) || e.Head != 0 {
+		t.Fatalf("ack beyond the group's head: %+v", e)
+	}
+	if got := cursor("bob"); got != 2 {
+		t.Fatalf("bob's cursor in g:rd = %d, want 2", got)
+	}
+	refused := func(c *wsClient, frame map[string]any, code wire.Code) {
+		t.Helper()
+		c.write(frame)
+		if e := c.next("error", 10*time.Second); e.Code != string(code) {
+			t.Fatalf("%v answered %+v, want %s", frame, e, code)
+		}
+	}
+	refused(bob, map[string]any{"action": "sync", "conversationId": "g:rd", "cursor": 4}, wire.CodeBadRequest)        // beyond the head
+	refused(bob, map[string]any{"action": "sync", "conversationId": "d:alice:bob", "cursor": 0}, wire.CodeBadRequest) // no group
+	refused(carol, map[string]any{"action": "sync", "conversationId": "g:rd", "cursor": 0}, wire.CodeForbidden)       // a stranger
+	refused(carol, map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 1}, wire.CodeForbidden)
+	if got := cursor("carol"); got != 0 {
+		t.Fatalf("carol's cursor in g:rd = %d", got)
+	}
+}
+
+// groupCursor is u's phone's cursor in group c.
+func groupCursor(t *testing.T, st *devstack.Stack, c im.ConversationID, u im.UserID) int64 {
+	t.Helper()
+	cs, err := st.Store.GroupCursors(context.Background(), c, []im.UserID{u})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs[im.DeviceKey{User: u, Device: "phone"}].Acked
+}
+
+// A stack whose groups are read-diffused (GroupDelivery read): a group
+// message is pushed to the members online, once more while unacked, and
+// copied into no inbox; a member offline when it was sent learns from the
+// last page of their inbox sync where each group stands, pulls it and acks it.
+func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy, Parameters: map[string]string{"GroupDelivery": "read"}})
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:rd", "name": "RD", "users": []string{"bob", "carol"}}, nil)
+	alice.sendTo("m1", "g:rd", map[string]any{"text": "m1"})
+
+	// Pushed to bob, and, unacked, pushed again by its redelivery check.
+	for i := range 2 {
+		f := bob.next(wire.TypeGroupMessage, 10*time.Second)
+		var m wire.Message
+		if err := json.Unmarshal(f.Message, &m); err != nil || m.ConversationID != "g:rd" || m.ConvSeq != 1 || string(m.Body) != `{"text":"m1"}` {
+			t.Fatalf("push %d to bob: %s (%v)", i+1, f.Message, err)
+		}
+	}
+	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 1})
+	waitFor(t, "bob's cursor in g:rd", func() bool { return groupCursor(t, st, "g:rd", "bob") == 1 })
+	bob.quiet("message", 500*time.Millisecond) // no inbox entry was pushed
+	for _, u := range []im.UserID{"alice", "bob", "carol"} {
+		if got := groupEntries(t, st, u, "g:rd"); len(got) != 0 {
+			t.Fatalf("%s's inbox holds g:rd's messages %v: a read-diffused group is copied into no inbox", u, got)
+		}
+	}
+
+	// carol was offline: her first sync names the group, she pulls and acks it.
+	carol := dial(t, st, "carol", "phone")
+	inboxSync := func() wire.SyncPage {
+		t.Helper()
+		carol.write(map[string]any{"action": "sync", "cursor": 0})
+		var p wire.SyncPage
+		if err := json.Unmarshal([]byte(carol.rawOf(wire.TypeSync, 10*time.Second)), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := inboxSync(); len(p.Groups) != 1 || p.Groups[0] != (wire.GroupHead{ConversationID: "g:rd", Head: 1}) {
+		t.Fatalf("carol's sync names the groups %+v, want g:rd at 1", p.Groups)
+	}
+	carol.write(map[string]any{"action": "sync", "conversationId": "g:rd", "cursor": 0})
+	var page wire.GroupSyncPage
+	if err := json.Unmarshal([]byte(carol.rawOf(wire.TypeGroupSync, 10*time.Second)), &page); err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Messages) != 1 || page.Messages[0].ConvSeq != 1 || page.HasMore {
+		t.Fatalf("carol's pull of g:rd: %+v", page)
+	}
+	carol.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 1})
+	waitFor(t, "carol's cursor in g:rd", func() bool { return groupCursor(t, st, "g:rd", "carol") == 1 })
+	// Every read-diffused group is named with its due head (a device
+	// learns where a group it never pulled starts); carol's is at it.
+	if p := inboxSync(); len(p.Groups) != 1 || p.Groups[0].Head != groupCursor(t, st, "g:rd", "carol") {
+		t.Fatalf("after her ack carol's sync names %+v, her cursor at %d", p.Groups, groupCursor(t, st, "g:rd", "carol"))
+	}
+}
