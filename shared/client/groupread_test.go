@@ -72,4 +72,13 @@ func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 		t.Fatalf("bob got %+v once more", m)
 	case <-time.After(time.Second):
 	}
+	// Receipts and the summary read the group's head and the cursors.
+	rc, err := alice.Receipts(ctx, g.ConversationID, 25)
+	if err != nil || rc.Delivered != 2 || rc.Members != 2 {
+		t.Fatalf("receipts of message 25 = %+v, %v", rc, err)
+	}
+	sum, err := carol.Summary(ctx)
+	if err != nil || len(sum) != 1 || sum[0].Last != 25 || sum[0].Unread != 25 || sum[0].Delivered != 25 || sum[0].LastFrom != "alice" {
+		t.Fatalf("carol's summary = %+v, %v", sum, err)
+	}
 }

@@ -102,8 +102,21 @@ func (c indexChange) lastIs(last int64) indexChange {
 	return c
 }
 
-// stateFrom reads a conversation index item.
+// stateFrom reads a conversation index item. A read-diffused group's
+// delivered watermark is its devices' highest cursor in the group
+// (groupread.go); its last message is the group's (withGroupHeads).
 func stateFrom(item map[string]types.AttributeValue) im.ConversationState {
+	s := stateFields(item)
+	if s.ReadDiffused = getN(item, attrReads) == 1; s.ReadDiffused {
+		for _, c := range groupCursorsOf(item) {
+			s.Delivered = max(s.Delivered, c.Acked)
+		}
+	}
+	return s
+}
+
+// stateFields reads the fields every index item has.
+func stateFields(item map[string]types.AttributeValue) im.ConversationState {
 	return im.ConversationState{
 		Conversation: im.ConversationID(strings.TrimPrefix(getS(item, attrSK), "v#")),
 		Last:         getN(item, attrLast),
@@ -150,6 +163,9 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 		}
 		if len(res.LastEvaluatedKey) == 0 || len(out) >= limit {
 			if err := st.withDerivedDelivered(ctx, u, out, pos); err != nil {
+				return nil, "", err
+			}
+			if err := st.withGroupHeads(ctx, out); err != nil {
 				return nil, "", err
 			}
 			if len(res.LastEvaluatedKey) == 0 {
@@ -266,7 +282,7 @@ const deliveredWalk = 1000
 func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states []im.ConversationState, pos []indexPos) error {
 	derived := false
 	for _, s := range states {
-		derived = derived || derivedDelivered(s.Conversation)
+		derived = derived || derivedDelivered(s.Conversation) && !s.ReadDiffused
 	}
 	if !derived {
 		return nil
@@ -285,7 +301,7 @@ func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states [
 	pending := map[im.ConversationID]int{}
 	var keys []map[string]types.AttributeValue
 	for i, s := range states {
-		if !derivedDelivered(s.Conversation) {
+		if !derivedDelivered(s.Conversation) || s.ReadDiffused {
 			continue
 		}
 		pending[s.Conversation] = i

@@ -277,3 +277,46 @@ func (st *Store) ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]
 	sort.Slice(out, func(i, j int) bool { return out[i].Conversation < out[j].Conversation })
 	return out, nil
 }
+
+// withGroupHeads fills in the last message of the read-diffused groups
+// among states (index items, whose last such a group does not move): the
+// group's head as due to the user (where they left, if removed) and that
+// message's sender, time and preview. Two BatchGetItem calls of the
+// Messages table, eventually consistent (a summary a moment old is one).
+func (st *Store) withGroupHeads(ctx context.Context, states []im.ConversationState) error {
+	at := map[im.ConversationID]int{}
+	var keys []map[string]types.AttributeValue
+	for i, s := range states {
+		if s.ReadDiffused {
+			at[s.Conversation] = i
+			keys = append(keys, convKey(s.Conversation, skHead))
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	var logKeys []map[string]types.AttributeValue
+	err := st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
+		i := at[im.ConversationID(getS(it, attrConv))]
+		s := &states[i]
+		m := im.Member{Role: im.RoleMember, Joined: s.Base, Removed: s.Removed, Left: s.Left}
+		if _, due := m.Range(0, headFrom(it).seq); due > s.Base {
+			s.Last = due
+			logKeys = append(logKeys, convKey(s.Conversation, convSK(due)))
+		}
+	})
+	if err == nil && len(logKeys) > 0 {
+		err = st.batchGet(ctx, st.tables.Messages, logKeys, false, func(it map[string]types.AttributeValue) {
+			i := at[im.ConversationID(getS(it, attrConv))]
+			m, merr := messageFrom(states[i].Conversation, it)
+			if merr != nil {
+				return // the preview is left out; last stands
+			}
+			states[i].LastFrom, states[i].LastAt, states[i].Preview = m.From, m.SentAt, im.Preview(m.Body)
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("heads of read-diffused groups: %w", err)
+	}
+	return nil
+}

@@ -216,3 +216,54 @@ func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 		t.Fatalf("dave's first pull: %+v, %v", p, err)
 	}
 }
+
+// A read-diffused group moves no index item per message: the states the
+// summary and receipts read take the last message from the group's head
+// and delivered from the device cursors.
+func TestReadDiffusedGroupStatesComeFromTheHeadAndTheCursors(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	written := im.Group("written")
+	groupWith(t, st, written, []im.UserID{"bob"}, 2, now)
+	st.GroupReads = true
+	g := im.Group("read")
+	groupWith(t, st, g, []im.UserID{"bob", "carol"}, 3, now)
+	for d, upTo := range map[im.DeviceID]int64{"phone": 2, "laptop": 3} {
+		if _, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: d, UpTo: upTo, At: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states, err := st.ConversationStates(ctx, g, []im.UserID{"bob", "carol"})
+	if err != nil || states["bob"].Delivered != 3 || states["carol"].Delivered != 0 || !states["bob"].ReadDiffused {
+		t.Fatalf("states = %+v, %v", states, err)
+	}
+	if _, _, err := st.MarkRead(ctx, "bob", g, 2, now); err != nil {
+		t.Fatal(err)
+	}
+	removeMember(t, st, g, "carol", now)
+	sendToGroup(t, st, g, 2, now) // head 5; carol's view ends at 3
+	summary := func(u im.UserID) map[im.ConversationID]im.ConversationState {
+		t.Helper()
+		list, _, err := st.Conversations(ctx, u, "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[im.ConversationID]im.ConversationState{}
+		for _, s := range list {
+			out[s.Conversation] = s
+		}
+		return out
+	}
+	bob := summary("bob")
+	if s := bob[g]; s.Last != 5 || s.Unread() != 3 || s.LastFrom != "alice" || s.Preview != im.Preview([]byte(`"m"`)) || s.Delivered != 3 {
+		t.Fatalf("bob's summary of the read-diffused group: %+v (unread %d)", s, s.Unread())
+	}
+	// The written group's last is its index item's (no fan-out ran here:
+	// 0), not its head's.
+	if s := bob[written]; s.Last != 0 || s.ReadDiffused {
+		t.Fatalf("bob's summary of the written group: %+v", s)
+	}
+	if s := summary("carol")[g]; s.Last != 3 || !s.Removed {
+		t.Fatalf("carol's summary after her removal: %+v", s)
+	}
+}

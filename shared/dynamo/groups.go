@@ -69,14 +69,22 @@ func headCond(old int64, values map[string]types.AttributeValue) string {
 }
 
 // joinIndexUpdate starts (or restarts) u's view of group c at head.
-func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string, head int64) *types.Update {
-	return &types.Update{
+func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string, head int64, reads bool) *types.Update {
+	up := &types.Update{
 		TableName:                 aws.String(table),
 		Key:                       inboxKey(u, convIndexSK(c)),
 		UpdateExpression:          aws.String("SET #base = :h, #last = if_not_exists(#last, :h), title = :name, #left = :zero, #removed = :zero"),
 		ExpressionAttributeNames:  map[string]string{"#base": attrBase, "#last": attrLast, "#left": attrLeft, "#removed": attrRemoved},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(head), ":name": s(name), ":zero": n(0)},
 	}
+	if reads {
+		// A read-diffused group: readers of the item take last and
+		// delivered from the group's head and the device cursors on it.
+		*up.UpdateExpression += ", #reads = :one"
+		up.ExpressionAttributeNames["#reads"] = attrReads
+		up.ExpressionAttributeValues[":one"] = n(1)
+	}
+	return up
 }
 
 // groupState reads the head item and the member items of users, strongly
@@ -255,7 +263,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 					types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: map[string]types.AttributeValue{
 						attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(now.UnixMilli()), "by": s(string(actor)),
 					}}},
-					types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, h.name, h.seq)})
+					types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, h.name, h.seq, h.reads)})
 			case im.OpRemove:
 				if !t.Active() {
 					continue

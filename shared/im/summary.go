@@ -47,6 +47,10 @@ type ConversationState struct {
 	// UnreadAlerts counts unread alerts in an app conversation, whose
 	// convSeqs also number alerts to other users.
 	UnreadAlerts int64
+	// ReadDiffused marks a read-diffused group (no inbox copies): Last is
+	// its due head and Delivered the highest of the user's devices'
+	// cursors in it.
+	ReadDiffused bool
 }
 
 // Unread is the number of messages after the read watermark: head minus
