@@ -8,6 +8,7 @@ import (
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 // A read-diffused group through the SDK (GroupDelivery read): members
@@ -80,5 +81,28 @@ func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 	sum, err := carol.Summary(ctx)
 	if err != nil || len(sum) != 1 || sum[0].Last != 25 || sum[0].Unread != 25 || sum[0].Delivered != 25 || sum[0].LastFrom != "alice" {
 		t.Fatalf("carol's summary = %+v, %v", sum, err)
+	}
+}
+
+// A device that receives none of a read-diffused group's pushes (they are
+// dropped on the way) still gets the message: redelivery gives up with a
+// notify naming the group, and the SDK pulls it.
+func TestReadDiffusedGroupMessageArrivesWhenEveryPushIsLost(t *testing.T) {
+	t.Parallel()
+	st := startStackWith(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) { o.Dialer = dropFrames(WebSocket, wire.TypeGroupMessage) })
+	g, err := alice.CreateGroup(ctx, "Lossy", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: []byte(`"lost on the way"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := collect(t, bob, 1, 30*time.Second); got[0].MessageID != sent.MessageID || got[0].ConvSeq != 1 {
+		t.Fatalf("bob got %+v", got[0])
 	}
 }

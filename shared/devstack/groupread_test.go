@@ -158,3 +158,26 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 		t.Fatalf("after her ack carol's sync names %+v, her cursor at %d", p.Groups, groupCursor(t, st, "g:rd", "carol"))
 	}
 }
+
+// A read-diffused group's message a device never acks is pushed on the
+// redelivery schedule, then no more: the connection is told by a notify
+// naming the group to pull it.
+func TestUnackedReadDiffusedPushEndsInANotifyNamingTheGroup(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy, Parameters: map[string]string{"GroupDelivery": "read"}})
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:quiet", "name": "Quiet", "users": []string{"bob"}}, nil)
+	alice.sendTo("q1", "g:quiet", "are you there?")
+	for range 1 + policy.MaxRetries() {
+		bob.next(wire.TypeGroupMessage, 10*time.Second)
+	}
+	var n wire.Notify
+	if err := json.Unmarshal([]byte(bob.rawOf(wire.TypeNotify, 10*time.Second)), &n); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.Groups) != 1 || n.Groups[0] != (wire.GroupHead{ConversationID: "g:quiet", Head: 1}) {
+		t.Fatalf("notify names %+v, want g:quiet at 1", n.Groups)
+	}
+	bob.quiet(wire.TypeGroupMessage, 3*time.Second)
+}
