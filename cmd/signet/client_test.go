@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -23,14 +24,22 @@ import (
 
 func startLocal(t *testing.T, concurrency ...int) *devstack.Stack {
 	t.Helper()
+	return startLocalWith(t, func(o *devstack.Options) {
+		if len(concurrency) > 0 {
+			o.Concurrency = concurrency[0]
+		}
+	})
+}
+
+// startLocalWith is startLocal with options changed by mutate.
+func startLocalWith(t *testing.T, mutate func(*devstack.Options)) *devstack.Stack {
+	t.Helper()
 	quick := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second, time.Second, time.Second, time.Second}}
 	o := devstack.Options{
 		Prefix: fmt.Sprintf("cli%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
 		RateLimits: "off",
 	}
-	if len(concurrency) > 0 {
-		o.Concurrency = concurrency[0]
-	}
+	mutate(&o)
 	st, err := devstack.Start(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -380,18 +389,7 @@ func TestSendRefusesAnIDReusedForOtherText(t *testing.T) {
 func TestTailAcksWhatItPrintedBeforeItExits(t *testing.T) {
 	st := startLocal(t)
 	data := t.TempDir()
-	var tailOut syncBuffer
-	exited := make(chan int, 1)
-	go func() {
-		exited <- run(context.Background(), []string{"tail", "--user", "bob", "--device", "pager", "--url", st.URL, "--data", data, "--count", "3"}, &tailOut, &tailOut)
-	}()
-	for {
-		conns, err := st.Store.Connections(context.Background(), "bob")
-		if err == nil && len(conns) == 1 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tailOut, exited := startTail(t, st, data, 3)
 	var out syncBuffer
 	for i := range 3 {
 		if code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", st.URL, "--data", data, fmt.Sprintf("m%d", i)}, &out, &out); code != 0 {
@@ -442,5 +440,51 @@ func TestASendThatCannotConnectIsSentByTheNextRun(t *testing.T) {
 	}
 	if strings.Join(got, "|") != "the deploy window moved|second" {
 		t.Fatalf("bob's inbox: %q; want the queued message once, then the next run's", got)
+	}
+}
+
+// `signet tail` and a read-diffused group (GroupDelivery=read,
+// experimental): the group's messages come without an inbox seq (0), and
+// printing one must not move the recorded seq of the inbox back (a restart
+// would print the inbox again).
+func TestTailKeepsItsShownSeqAcrossReadDiffusedGroupMessages(t *testing.T) {
+	st := startLocalWith(t, func(o *devstack.Options) { o.Parameters = map[string]string{"GroupDelivery": "read"} })
+	if _, err := st.Store.CreateGroup(context.Background(), "g:ops", "Ops", "alice", []im.UserID{"bob"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	tailOut, exited := startTail(t, st, data, 2)
+	var out syncBuffer
+	for _, to := range []string{"bob", "g:ops"} {
+		if code := run(context.Background(), []string{"send", "--user", "alice", "--to", to, "--url", st.URL, "--data", data, "to " + to}, &out, &out); code != 0 {
+			t.Fatalf("send to %s: exit %d: %s", to, code, out.String())
+		}
+	}
+	if code := <-exited; code != 0 {
+		t.Fatalf("tail: exit %d: %s", code, tailOut.String())
+	}
+	if !strings.Contains(tailOut.String(), `"conversationId":"g:ops"`) {
+		t.Fatalf("tail printed %q, want the group's message", tailOut.String())
+	}
+	shown, err := os.ReadFile(filepath.Join(data, "bob", "pager", "tail.shown"))
+	if err != nil || strings.TrimSpace(string(shown)) != "1" {
+		t.Fatalf("tail.shown = %q, %v; want 1 (the inbox's seq of the 1:1 message)", shown, err)
+	}
+}
+
+// startTail runs `signet tail --count n` for bob/pager until bob is
+// connected; exited gets its exit code.
+func startTail(t *testing.T, st *devstack.Stack, data string, n int) (out *syncBuffer, exited chan int) {
+	t.Helper()
+	out, exited = &syncBuffer{}, make(chan int, 1)
+	go func() {
+		exited <- run(context.Background(), []string{"tail", "--user", "bob", "--device", "pager", "--url", st.URL, "--data", data, "--count", fmt.Sprint(n)}, out, out)
+	}()
+	for {
+		conns, err := st.Store.Connections(context.Background(), "bob")
+		if err == nil && len(conns) == 1 {
+			return out, exited
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -31,7 +31,10 @@ messages, in seq order. The last printed seq is kept in
 <data>/<user>/<device>/tail.shown, so a restart continues where the last run
 stopped. Only a crash between printing a line and recording it can print
 that one line again on the next run; every line carries its "seq", so a
-consumer drops a repeat by seq.
+consumer drops a repeat by seq. (A read-diffused group's message —
+GroupDelivery=read, experimental — has seq 0, and tail does not replay
+those: one persisted by the device and not yet printed when tail stopped
+is not printed by the next run.)
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
@@ -64,8 +67,12 @@ consumer drops a repeat by seq.
 			if _, err := fmt.Fprintln(stdout, string(line)); err != nil {
 				return err
 			}
-			if err := writeShown(shownPath, m.Seq); err != nil {
-				return err
+			// A read-diffused group's message (experimental) has no inbox
+			// seq: it leaves the inbox's shown seq where it is.
+			if m.Seq > 0 {
+				if err := writeShown(shownPath, m.Seq); err != nil {
+					return err
+				}
 			}
 			if printed++; *count > 0 && printed >= *count {
 				return nil
