@@ -64,6 +64,9 @@ func TestGroupSyncAndAckFramesMoveOnlyAMembersCursor(t *testing.T) {
 		return cs[im.DeviceKey{User: u, Device: "phone"}].Acked
 	}
 	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 2})
+	// An ack is not answered and frames run concurrently (as on API
+	// Gateway): wait for it to be stored before the next one.
+	waitFor(t, "bob's cursor in g:rd at 2", func() bool { return cursor("bob") == 2 })
 	// An ack above the head is refused (bad_request, not resync: the
 	// inbox is not in question) and moves nothing.
 	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 9})
