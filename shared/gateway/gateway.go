@@ -515,13 +515,18 @@ func (g *Gateway) enqueue(c *conn, data []byte) bool {
 		return false
 	default:
 	}
+	// Metered before the hand-off: once the writer has the frame the client
+	// may read it, and a reading taken after that must include it.
+	units := meterUnits(len(data))
+	g.stats.Messages.Add(units)
 	select {
 	case c.out <- data:
-		g.stats.Messages.Add(meterUnits(len(data)))
 		return true
 	case <-c.gone:
+		g.stats.Messages.Add(-units)
 		return false
 	default:
+		g.stats.Messages.Add(-units)
 		g.slowConsumer(c, "its outbound queue is full")
 		return false
 	}
