@@ -1,5 +1,5 @@
 import type {
-  Body, ClientFrame, ConversationSummary, Entry, ErrorCode, ErrorFrame, GroupFrame, GroupInfoFrame, HistoryPageFrame,
+  Body, ClientFrame, ConversationSummary, Entry, ErrorCode, ErrorFrame, GroupFrame, GroupHead, GroupInfoFrame, GroupSyncPageFrame, HistoryPageFrame, Message,
   MembershipFrame, ReceiptFrame, ReceiptsAnswerFrame, SendFrame, SentFrame, ServerFrame, SyncPageFrame, SummaryPageFrame,
   PresenceAnswerFrame, Role, AnswerResultFrame, RegisteredFrame,
 } from "./frames.js";
@@ -7,7 +7,9 @@ import type { DeviceStore, OutboxItem } from "./store.js";
 
 /** A message persisted on this device. */
 export interface StoredMessage {
-  /** The message's seq in this user's inbox. */
+  /** The message's seq in this user's inbox; 0 for a message of a group
+   * under read diffusion (it is in the group's log only: its place is
+   * conversationId and convSeq). */
   seq: number;
   messageId: string;
   conversationId: string;
@@ -157,7 +159,25 @@ interface Session {
   sendHold: number;
   timers: ReturnType<typeof setInterval>[];
   ended: boolean;
+  /** The read-diffused groups this session has touched. */
+  groups: Map<string, GroupState>;
 }
+
+/** One read-diffused group's position in a session. */
+interface GroupState {
+  cursor: number;
+  lastAck: number;
+  needAck: number;
+  /** The highest convSeq known to exist (a push not applied, a head a sync
+   * page or notify named): a group sync that ends below it is followed by another. */
+  behind: number;
+  forceAck: boolean;
+  syncing: boolean;
+  syncSent: number;
+}
+
+/** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
+const groupSyncRetryMs = 10000;
 
 type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
 
@@ -272,6 +292,17 @@ export class SignetClient {
   /** Persisted messages with seq > after, ascending (limit 0: all). */
   async history(after = 0, limit = 0): Promise<StoredMessage[]> {
     return (await this.store.entries(after, limit)).map(toStored);
+  }
+
+  /** Persisted messages of read-diffused groups (seq 0): of one group with
+   * convSeq > after, or of every group (conversationId ""), ascending. */
+  async groupHistory(conversationId = "", after = 0, limit = 0): Promise<StoredMessage[]> {
+    return (await this.store.groupMessages(conversationId, after, limit)).map((m) => toStored({ seq: 0, message: m }));
+  }
+
+  /** The highest convSeq of read-diffused group conversationId persisted on this device (0: none). */
+  async groupCursor(conversationId: string): Promise<number> {
+    return (await this.store.groupCursor(conversationId)).cursor;
   }
 
   /** The last range of inbox seqs ("from-to") that expired before this device synced them, or "". */
@@ -552,6 +583,7 @@ export class SignetClient {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
       pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0,
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
+      groups: new Map(),
     };
     this.session = s;
     this.startedAt = now;
@@ -683,7 +715,13 @@ export class SignetClient {
         }
         return this.apply(s, { seq: f.seq, message: f.message }, "pushed");
       case "sync":
+        // The groups first: the client counts as synced once they are too.
+        await this.pullGroups(s, f.groups);
         return this.page(s, f);
+      case "groupMessage":
+        return this.groupPush(s, f.message);
+      case "groupSync":
+        return this.groupPage(s, f);
       case "sent": {
         s.sentAt.delete(f.clientMsgId);
         if (f.message && f.conversationId.startsWith("d:")) this.me = f.message.from; // the sender of a 1:1 ACK is this user
@@ -707,6 +745,7 @@ export class SignetClient {
         return;
       case "pong":
       case "notify":
+        if (f.type === "notify") await this.pullGroups(s, f.groups);
         return this.headSeen(s, f.type, f.head, f.epoch);
       case "error":
         return this.serverError(s, f);
@@ -856,11 +895,115 @@ export class SignetClient {
       this.requestSync(s, s.cursor);
       return;
     }
-    if (!this.isSynced) {
-      this.isSynced = true;
-      this.state();
-    }
+    this.markSynced(s);
     await this.ack(s);
+  }
+
+  /** Counts the client as synced once neither the inbox nor a group sync is under way. */
+  private markSynced(s: Session): void {
+    if (this.isSynced || s.syncing || [...s.groups.values()].some((g) => g.syncing)) return;
+    this.isSynced = true;
+    this.state();
+  }
+
+  // ---- groups under read diffusion (docs/proposal-group-read-diffusion.md) ----
+
+  /** The session's state of a group, loading its stored cursor (known false: never pulled). */
+  private async groupState(s: Session, conv: string): Promise<{ g: GroupState; known: boolean }> {
+    const have = s.groups.get(conv);
+    if (have) return { g: have, known: true };
+    const { cursor, known } = await this.store.groupCursor(conv);
+    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0 };
+    if (known) s.groups.set(conv, g);
+    return { g, known };
+  }
+
+  /** Pulls conv above the group's cursor (one group sync at a time). */
+  private requestGroupSync(s: Session, conv: string, g: GroupState): void {
+    if (g.syncing && Date.now() - g.syncSent < groupSyncRetryMs) return;
+    s.groups.set(conv, g);
+    g.syncing = true;
+    g.syncSent = Date.now();
+    this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100 });
+  }
+
+  /** Applies a pushed group message next in line; a gap, or a group never
+   * pulled here, is pulled first; a duplicate asks for an ack. */
+  private async groupPush(s: Session, m: Message): Promise<void> {
+    const { g, known } = await this.groupState(s, m.conversationId);
+    if (known && m.convSeq <= g.cursor) {
+      g.forceAck = true;
+      return;
+    }
+    if (!known || m.convSeq > g.cursor + 1 || g.syncing) {
+      g.behind = Math.max(g.behind, m.convSeq);
+      this.requestGroupSync(s, m.conversationId, g);
+      return;
+    }
+    await this.applyGroupMessage(g, m, false);
+    if (!s.pushWaiting) {
+      s.pushWaiting = true;
+      s.pushedAt = Date.now();
+    }
+    if (++s.unacked >= this.o.ackBatch) await this.ack(s);
+  }
+
+  /** Persists m (message and group cursor in one store step) and emits it. */
+  private async applyGroupMessage(g: GroupState, m: Message, synced: boolean): Promise<void> {
+    if (!(await this.store.applyGroup(m, synced))) return;
+    g.cursor = m.convSeq;
+    g.needAck = m.convSeq;
+    this.emit(toStored({ seq: 0, message: m }));
+  }
+
+  /** Applies one page of a group sync; the last one is acked. */
+  private async groupPage(s: Session, p: GroupSyncPageFrame): Promise<void> {
+    if (p.pushTimeoutMs) s.pushTimeoutMs = p.pushTimeoutMs;
+    const { g } = await this.groupState(s, p.conversationId);
+    for (const m of p.messages) await this.applyGroupMessage(g, m, true);
+    if (p.messages.length === 0) {
+      // Nothing due above the cursor (or it all expired): the group is known from here.
+      const cursor = Math.max(g.cursor, p.nextCursor);
+      await this.store.markGroupKnown(p.conversationId, cursor);
+      g.cursor = cursor;
+    }
+    s.groups.set(p.conversationId, g);
+    g.syncing = false;
+    if (p.hasMore || g.cursor < Math.min(g.behind, p.head)) {
+      this.requestGroupSync(s, p.conversationId, g);
+      return;
+    }
+    this.markSynced(s);
+    await this.ack(s);
+  }
+
+  /** Pulls the groups a sync page or notify names that this device is behind in or has never pulled. */
+  private async pullGroups(s: Session, heads: GroupHead[] | undefined): Promise<void> {
+    for (const h of heads ?? []) {
+      const { g, known } = await this.groupState(s, h.conversationId);
+      if (known && h.head <= g.cursor) continue;
+      if (this.isSynced) {
+        this.isSynced = false;
+        this.state();
+      }
+      g.behind = Math.max(g.behind, h.head);
+      this.requestGroupSync(s, h.conversationId, g);
+    }
+  }
+
+  /** Acks every group with something applied since its last ack (or a duplicate push). */
+  private ackGroups(s: Session): void {
+    for (const [conv, g] of s.groups) {
+      if (g.needAck <= g.lastAck && !g.forceAck) continue;
+      this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor });
+      g.lastAck = g.cursor;
+      g.forceAck = false;
+    }
+  }
+
+  /** Asks again for group syncs unanswered for groupSyncRetryMs. */
+  private retryGroupSyncs(s: Session): void {
+    for (const [conv, g] of s.groups) if (g.syncing && Date.now() - g.syncSent >= groupSyncRetryMs) this.requestGroupSync(s, conv, g);
   }
 
   private ackWindow(s: Session): number {
@@ -875,6 +1018,7 @@ export class SignetClient {
       s.syncAt = 0;
       this.requestSync(s, s.cursor);
     }
+    this.retryGroupSyncs(s);
     if (s.behindAt && now - s.behindAt >= catchUpGraceMs) {
       s.behindAt = 0;
       if (s.cursor < s.behindHead && !s.syncing) {
@@ -886,7 +1030,12 @@ export class SignetClient {
 
   /** Acks everything up to the cursor when the server waits for it (or force). */
   private async ack(s: Session, force = false): Promise<void> {
-    if (s.needAck <= s.lastAck && !s.forceAck && !(force && s.cursor > s.lastAck)) return;
+    this.ackGroups(s);
+    if (s.needAck <= s.lastAck && !s.forceAck && !(force && s.cursor > s.lastAck)) {
+      // Nothing of the inbox waits: what did (group pushes) is acked.
+      Object.assign(s, { unacked: 0, syncedUnacked: 0, pushWaiting: false });
+      return;
+    }
     this.crashPoint("before-ack", s.cursor);
     this.writeFrame(s, { action: "ack", upTo: s.cursor });
     Object.assign(s, { lastAck: s.cursor, forceAck: false, unacked: 0, syncedUnacked: 0, pushWaiting: false });

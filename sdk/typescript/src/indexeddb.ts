@@ -1,7 +1,7 @@
-import type { Entry, SentFrame } from "./frames.js";
+import type { Entry, Message, SentFrame } from "./frames.js";
 import type { DeviceStore, OutboxItem, Position, SentRecord } from "./store.js";
 
-const stores = ["meta", "inbox", "outbox", "sent", "known"] as const;
+const stores = ["meta", "inbox", "outbox", "sent", "known", "gcursors", "glog"] as const;
 
 /**
  * A device store in the browser's IndexedDB (one database per user and
@@ -17,14 +17,21 @@ export class IndexedDBStore implements DeviceStore {
   /** Opens (creating if needed) the database `name`, e.g. `signet:${user}:${device}`. */
   static open(name: string, factory: IDBFactory = globalThis.indexedDB): Promise<IndexedDBStore> {
     return new Promise((resolve, reject) => {
-      const req = factory.open(name, 1);
-      req.onupgradeneeded = () => {
+      // Version 2 adds read-diffused groups (their cursors and messages).
+      const req = factory.open(name, 2);
+      req.onupgradeneeded = (ev) => {
         const db = req.result;
-        db.createObjectStore("meta");
-        db.createObjectStore("inbox", { keyPath: "seq" });
-        db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true }).createIndex("id", "item.clientMsgId", { unique: true });
-        db.createObjectStore("sent");
-        db.createObjectStore("known");
+        if (ev.oldVersion < 1) {
+          db.createObjectStore("meta");
+          db.createObjectStore("inbox", { keyPath: "seq" });
+          db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true }).createIndex("id", "item.clientMsgId", { unique: true });
+          db.createObjectStore("sent");
+          db.createObjectStore("known");
+        }
+        if (ev.oldVersion < 2) {
+          db.createObjectStore("gcursors");
+          db.createObjectStore("glog", { keyPath: ["conversationId", "convSeq"] });
+        }
       };
       req.onsuccess = () => resolve(new IndexedDBStore(req.result));
       req.onerror = () => reject(req.error);
@@ -127,6 +134,49 @@ export class IndexedDBStore implements DeviceStore {
         if (match(e.message.conversationId)) done(e.message.convSeq);
         else c.continue();
       };
+    });
+  }
+
+  groupCursor(conversationId: string): Promise<{ cursor: number; known: boolean }> {
+    return this.tx("readonly", (t, done) => {
+      const r = t.objectStore("gcursors").get(conversationId);
+      r.onsuccess = () => done({ cursor: (r.result as number) ?? 0, known: r.result !== undefined });
+    });
+  }
+
+  applyGroup(m: Message, synced: boolean): Promise<boolean> {
+    return this.tx("readwrite", (t, done) => {
+      const cursors = t.objectStore("gcursors");
+      const r = cursors.get(m.conversationId);
+      r.onsuccess = () => {
+        const cursor = r.result as number | undefined;
+        if (m.convSeq <= (cursor ?? 0) || (!synced && (cursor === undefined || m.convSeq !== cursor + 1))) {
+          done(false);
+          return;
+        }
+        t.objectStore("glog").put(m);
+        cursors.put(m.convSeq, m.conversationId);
+        done(true);
+      };
+    });
+  }
+
+  markGroupKnown(conversationId: string, cursor: number): Promise<void> {
+    return this.tx("readwrite", (t, done) => {
+      const cursors = t.objectStore("gcursors");
+      const r = cursors.get(conversationId);
+      r.onsuccess = () => {
+        if (((r.result as number | undefined) ?? -1) < cursor) cursors.put(cursor, conversationId);
+        done(undefined);
+      };
+    });
+  }
+
+  groupMessages(conversationId: string, after = 0, limit = 0): Promise<Message[]> {
+    return this.tx("readonly", (t, done) => {
+      const range = conversationId === "" ? undefined : IDBKeyRange.bound([conversationId, after], [conversationId, Infinity], true, false);
+      const r = t.objectStore("glog").getAll(range, limit > 0 ? limit : undefined);
+      r.onsuccess = () => done((r.result as Message[]).filter((m) => m.convSeq > after));
     });
   }
 

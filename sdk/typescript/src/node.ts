@@ -1,7 +1,7 @@
 // Node.js-only parts of the SDK: import from "@signet-im/client/node".
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, unlinkSync, writeFileSync, writeSync } from "node:fs";
 import { dirname } from "node:path";
-import { JournaledStore, emptyState, mutate, type Mutation, type State } from "./store.js";
+import { JournaledStore, emptyState, groupKey, mutate, type Mutation, type State } from "./store.js";
 
 export * from "./index.js";
 
@@ -104,6 +104,12 @@ export class FileStore extends JournaledStore {
     return r;
   }
 
+  override async applyGroup(m: Parameters<JournaledStore["applyGroup"]>[0], synced: boolean) {
+    const r = await super.applyGroup(m, synced);
+    this.maybeCompact();
+    return r;
+  }
+
   override async settle(id: string, sent?: Parameters<JournaledStore["settle"]>[1]) {
     await super.settle(id, sent);
     this.maybeCompact();
@@ -141,18 +147,27 @@ function alive(pid: number): boolean {
   }
 }
 
-type SerialState = Omit<State, "inbox" | "sent" | "known"> & {
+type SerialState = Omit<State, "inbox" | "sent" | "known" | "groupCursors" | "groupLog"> & {
   inbox: State["inbox"] extends Map<number, infer E> ? E[] : never;
   sent: [string, State["sent"] extends Map<string, infer R> ? R : never][];
   known: string[];
+  // Absent in a snapshot written before read-diffused groups.
+  groupCursors?: [string, number][];
+  groupLog?: (State["groupLog"] extends Map<string, infer M> ? M : never)[];
 };
 
 function toSerial(s: State): SerialState {
-  return { ...s, inbox: [...s.inbox.values()], sent: [...s.sent.entries()], known: [...s.known] };
+  return {
+    ...s, inbox: [...s.inbox.values()], sent: [...s.sent.entries()], known: [...s.known],
+    groupCursors: [...s.groupCursors.entries()], groupLog: [...s.groupLog.values()],
+  };
 }
 
 function fromSerial(s: SerialState): State {
   const st = emptyState();
-  Object.assign(st, s, { inbox: new Map(s.inbox.map((e) => [e.seq, e])), sent: new Map(s.sent), known: new Set(s.known) });
+  Object.assign(st, s, {
+    inbox: new Map(s.inbox.map((e) => [e.seq, e])), sent: new Map(s.sent), known: new Set(s.known),
+    groupCursors: new Map(s.groupCursors ?? []), groupLog: new Map((s.groupLog ?? []).map((m) => [groupKey(m.conversationId, m.convSeq), m])),
+  });
   return st;
 }

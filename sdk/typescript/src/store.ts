@@ -1,4 +1,4 @@
-import type { Entry, SendFrame, SentFrame } from "./frames.js";
+import type { Entry, Message, SendFrame, SentFrame } from "./frames.js";
 
 /** Where a device stands in its inbox: the highest seq persisted and the
  * inbox epoch it belongs to ("" until the first sync page tells it). */
@@ -54,6 +54,20 @@ export interface DeviceStore {
    * store without it makes sends without "seen" (the server then keeps an
    * idempotency record per send). */
   newestConvSeq?(match: (conversationId: string) => boolean): Promise<number>;
+  /** A read-diffused group's cursor on this device: the highest convSeq
+   * persisted (known false: the group was never pulled here). */
+  groupCursor(conversationId: string): Promise<{ cursor: number; known: boolean }>;
+  /** Stores message m of its group and moves the group's cursor to
+   * m.convSeq, in one step, if m comes next: a pushed message only at
+   * cursor + 1 of a known cursor; a synced one anywhere above the cursor
+   * (a group sync page holds every message due above it). */
+  applyGroup(m: Message, synced: boolean): Promise<boolean>;
+  /** Moves a group's cursor to `cursor` (not back), marking it known: a
+   * group sync found nothing due up to there. */
+  markGroupKnown(conversationId: string, cursor: number): Promise<void>;
+  /** Persisted messages of a read-diffused group with convSeq > after,
+   * ascending (limit 0: all); conversationId "" lists every group's. */
+  groupMessages(conversationId: string, after?: number, limit?: number): Promise<Message[]>;
   /** Queues item unless its clientMsgId was ACKed (prev) or is queued (pending). */
   enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }>;
   outbox(): Promise<OutboxItem[]>;
@@ -69,7 +83,9 @@ export type Mutation =
   | { op: "reset"; epoch: string }
   | { op: "epoch"; epoch: string }
   | { op: "enqueue"; item: OutboxItem }
-  | { op: "settle"; id: string; sent?: SentFrame };
+  | { op: "settle"; id: string; sent?: SentFrame }
+  | { op: "group"; message: Message; synced: boolean }
+  | { op: "groupKnown"; conversationId: string; cursor: number };
 
 /** A device's whole state, as plain data. */
 export interface State {
@@ -80,10 +96,25 @@ export interface State {
   outbox: OutboxItem[];
   sent: Map<string, SentRecord>;
   known: Set<string>;
+  /** Read-diffused groups: the cursor of each group pulled here. */
+  groupCursors: Map<string, number>;
+  /** Their persisted messages, by groupKey. */
+  groupLog: Map<string, Message>;
 }
 
 export function emptyState(): State {
-  return { cursor: 0, epoch: "", skipped: "", inbox: new Map(), outbox: [], sent: new Map(), known: new Set() };
+  return { cursor: 0, epoch: "", skipped: "", inbox: new Map(), outbox: [], sent: new Map(), known: new Set(), groupCursors: new Map(), groupLog: new Map() };
+}
+
+/** The key of a group message: conversation, then convSeq (sortable). */
+export function groupKey(conversationId: string, convSeq: number): string {
+  return `${conversationId}\u0000${String(convSeq).padStart(16, "0")}`;
+}
+
+/** Whether group message m comes next after a group's cursor (see DeviceStore.applyGroup). */
+export function groupNext(m: Message, synced: boolean, cursor: number | undefined): boolean {
+  if (m.convSeq <= (cursor ?? 0)) return false;
+  return synced || (cursor !== undefined && m.convSeq === cursor + 1);
 }
 
 /** Applies one mutation to a state; false when it changes nothing. */
@@ -118,6 +149,17 @@ export function mutate(s: State, m: Mutation): boolean {
       if (m.sent) s.sent.set(m.id, { sent: m.sent, fp: s.sent.get(m.id)?.fp || fp });
       return true;
     }
+    case "group": {
+      const conv = m.message.conversationId;
+      if (!groupNext(m.message, m.synced, s.groupCursors.get(conv))) return false;
+      s.groupLog.set(groupKey(conv, m.message.convSeq), m.message);
+      s.groupCursors.set(conv, m.message.convSeq);
+      return true;
+    }
+    case "groupKnown":
+      if ((s.groupCursors.get(m.conversationId) ?? -1) >= m.cursor) return false;
+      s.groupCursors.set(m.conversationId, m.cursor);
+      return true;
   }
 }
 
@@ -183,6 +225,30 @@ export abstract class JournaledStore implements DeviceStore {
       if (e && match(e.message.conversationId)) return e.message.convSeq;
     }
     return 0;
+  }
+
+  async groupCursor(conversationId: string): Promise<{ cursor: number; known: boolean }> {
+    const c = this.state.groupCursors.get(conversationId);
+    return { cursor: c ?? 0, known: c !== undefined };
+  }
+
+  async applyGroup(m: Message, synced: boolean): Promise<boolean> {
+    if (!groupNext(m, synced, this.state.groupCursors.get(m.conversationId))) return false;
+    await this.change({ op: "group", message: m, synced });
+    return true;
+  }
+
+  async markGroupKnown(conversationId: string, cursor: number): Promise<void> {
+    if ((this.state.groupCursors.get(conversationId) ?? -1) >= cursor) return;
+    await this.change({ op: "groupKnown", conversationId, cursor });
+  }
+
+  async groupMessages(conversationId: string, after = 0, limit = 0): Promise<Message[]> {
+    const out = [...this.state.groupLog.entries()]
+      .filter(([, m]) => (conversationId === "" || m.conversationId === conversationId) && m.convSeq > after)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+      .map(([, m]) => m);
+    return limit > 0 ? out.slice(0, limit) : out;
   }
 
   async enqueue(item: OutboxItem): Promise<{ prev?: SentRecord; pending?: OutboxItem }> {

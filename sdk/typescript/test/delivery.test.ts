@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { eventually, frameCheck, invalidFrames, seeded, startStack, token, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -27,10 +27,7 @@ after(async () => {
 });
 
 function dial(user: string, store: DeviceStore, extra: Partial<ClientOptions> = {}): Promise<SignetClient> {
-  return SignetClient.connect({
-    url: stack.url, token: () => token(user, extra.device), store, onFrame: frameCheck,
-    log: process.env.SDK_DEBUG ? (l, m, f) => console.error(user, l, m, f ?? "") : undefined, ...extra,
-  });
+  return dialStack(stack, user, store, extra);
 }
 
 /** Sends n numbered messages from a client to user `to`, each after the previous one's ACK. */
@@ -120,53 +117,6 @@ for (const point of ["before-persist", "after-persist", "before-ack"] as CrashPo
     assertOnceInOrder(shown, n, point);
     await a.close();
   });
-}
-
-/** A WebSocket whose incoming pushes ("message" frames) are dropped, duplicated and reordered at random. */
-function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }): WebSocketConstructor {
-  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
-  return class Flaky implements WebSocketLike {
-    private ws: WebSocketLike;
-    private held: unknown[] = [];
-    onopen: WebSocketLike["onopen"] = null;
-    onclose: WebSocketLike["onclose"] = null;
-    onerror: WebSocketLike["onerror"] = null;
-    onmessage: WebSocketLike["onmessage"] = null;
-    constructor(url: string) {
-      this.ws = new WS(url);
-      this.ws.onopen = (e) => this.onopen?.(e);
-      this.ws.onclose = (e) => this.onclose?.(e);
-      this.ws.onerror = (e) => this.onerror?.(e);
-      this.ws.onmessage = (e) => {
-        const deliver = (data: unknown) => this.onmessage?.({ data });
-        const isPush = typeof e.data === "string" && e.data.startsWith('{"type":"message"');
-        const r = isPush ? rand() : 1;
-        if (r < 0.2) {
-          counts.dropped++;
-        } else if (r < 0.35) {
-          counts.duplicated++;
-          deliver(e.data);
-          deliver(e.data);
-        } else if (r < 0.5) {
-          counts.reordered++;
-          this.held.push(e.data); // delivered after the next frame
-          return;
-        } else {
-          deliver(e.data);
-        }
-        for (const h of this.held.splice(0)) deliver(h);
-      };
-    }
-    get readyState() {
-      return this.ws.readyState;
-    }
-    send(data: string) {
-      this.ws.send(data);
-    }
-    close(code?: number, reason?: string) {
-      this.ws.close(code, reason);
-    }
-  };
 }
 
 test("over a transport that drops, duplicates and reorders pushes, every message arrives once and in order", async () => {

@@ -9,6 +9,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { readFileSync } from "node:fs";
+import { SignetClient, type ClientOptions, type DeviceStore, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 /** The repository root (build/test → sdk/typescript → repo). */
@@ -124,4 +125,60 @@ export async function eventually(what: string, cond: () => boolean | Promise<boo
     if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 20));
   }
+}
+
+/** A WebSocket whose incoming pushes (frames of type `push`: "message", or
+ * "groupMessage") are dropped, duplicated and reordered at random. */
+export function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }, push = "message"): WebSocketConstructor {
+  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
+  return class Flaky implements WebSocketLike {
+    private ws: WebSocketLike;
+    private held: unknown[] = [];
+    onopen: WebSocketLike["onopen"] = null;
+    onclose: WebSocketLike["onclose"] = null;
+    onerror: WebSocketLike["onerror"] = null;
+    onmessage: WebSocketLike["onmessage"] = null;
+    constructor(url: string) {
+      this.ws = new WS(url);
+      this.ws.onopen = (e) => this.onopen?.(e);
+      this.ws.onclose = (e) => this.onclose?.(e);
+      this.ws.onerror = (e) => this.onerror?.(e);
+      this.ws.onmessage = (e) => {
+        const deliver = (data: unknown) => this.onmessage?.({ data });
+        const isPush = typeof e.data === "string" && e.data.startsWith(`{"type":"${push}"`);
+        const r = isPush ? rand() : 1;
+        if (r < 0.2) {
+          counts.dropped++;
+        } else if (r < 0.35) {
+          counts.duplicated++;
+          deliver(e.data);
+          deliver(e.data);
+        } else if (r < 0.5) {
+          counts.reordered++;
+          this.held.push(e.data); // delivered after the next frame
+          return;
+        } else {
+          deliver(e.data);
+        }
+        for (const h of this.held.splice(0)) deliver(h);
+      };
+    }
+    get readyState() {
+      return this.ws.readyState;
+    }
+    send(data: string) {
+      this.ws.send(data);
+    }
+    close(code?: number, reason?: string) {
+      this.ws.close(code, reason);
+    }
+  };
+}
+
+/** Connects user's client on store to stack, every frame checked against the schema (SDK_DEBUG=1 prints its log). */
+export function dialStack(stack: Stack, user: string, store: DeviceStore, extra: Partial<ClientOptions> = {}): Promise<SignetClient> {
+  return SignetClient.connect({
+    url: stack.url, token: () => token(user, extra.device), store, onFrame: frameCheck,
+    log: process.env.SDK_DEBUG ? (l, m, f) => console.error(user, l, m, f ?? "") : undefined, ...extra,
+  });
 }

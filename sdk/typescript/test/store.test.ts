@@ -68,7 +68,33 @@ async function contract(name: string, open: () => Promise<DeviceStore>, reopen: 
     assert.deepEqual((await st.outbox()).map((o) => o.clientMsgId), ["c3"]);
     await st.close();
   });
+  await test(`${name}: a read-diffused group's message and cursor move together; a push only at cursor + 1 of a known group`, async () => {
+    let st = await open();
+    assert.deepEqual(await st.groupCursor("g:ops"), { cursor: 0, known: false });
+    assert.equal(await st.applyGroup(groupMessage("g:ops", 1), false), false, "a push to a group never pulled is not applied");
+    assert.equal(await st.applyGroup(groupMessage("g:ops", 3), true), true, "a synced message above the cursor is (the member's range may start there)");
+    assert.equal(await st.applyGroup(groupMessage("g:ops", 5), false), false, "a pushed gap is not");
+    assert.equal(await st.applyGroup(groupMessage("g:ops", 4), false), true);
+    assert.equal(await st.applyGroup(groupMessage("g:ops", 4), true), false, "a duplicate is not");
+    await st.markGroupKnown("g:dev", 7);
+    await st.markGroupKnown("g:dev", 2); // never back
+    await st.applyGroup(groupMessage("g:dev", 8), false);
+    st = await reopen(st);
+    assert.deepEqual(await st.groupCursor("g:ops"), { cursor: 4, known: true });
+    assert.deepEqual(await st.groupCursor("g:dev"), { cursor: 8, known: true });
+    assert.deepEqual((await st.groupMessages("g:ops")).map((m) => m.convSeq), [3, 4]);
+    assert.deepEqual((await st.groupMessages("g:ops", 3)).map((m) => m.convSeq), [4]);
+    assert.deepEqual((await st.groupMessages("")).map((m) => `${m.conversationId}#${m.convSeq}`), ["g:dev#8", "g:ops#3", "g:ops#4"]);
+    await st.reset("e3"); // the inbox's epoch says nothing about a group's log
+    assert.deepEqual(await st.groupCursor("g:ops"), { cursor: 4, known: true });
+    assert.deepEqual(await st.position(), { cursor: 0, epoch: "e3" }, "no inbox entry came from a group");
+    await st.close();
+  });
 }
+
+const groupMessage = (conversationId: string, convSeq: number) => ({
+  messageId: `${conversationId}-${convSeq}`, conversationId, convSeq, from: "a", body: { convSeq }, sentAt: "2026-12-03T00:00:00.000Z",
+});
 
 const dir = mkdtempSync(join(tmpdir(), "signet-store-"));
 let files = 0;
@@ -116,6 +142,47 @@ test("FileStore: 5,000 changes are compacted into one snapshot line that reads b
   const again = await FileStore.open(path);
   assert.equal((await again.position()).cursor, 5200);
   assert.equal((await again.entries(5199)).length, 1);
+  await again.close();
+});
+
+test("IndexedDBStore: a database of version 1 (before read-diffused groups) opens with its entries and takes group messages", async () => {
+  const name = "v1db";
+  await new Promise<void>((ok, fail) => {
+    const req = idb.open(name, 1);
+    req.onupgradeneeded = () => {
+      const db = req.result;
+      db.createObjectStore("meta");
+      db.createObjectStore("inbox", { keyPath: "seq" });
+      db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true }).createIndex("id", "item.clientMsgId", { unique: true });
+      db.createObjectStore("sent");
+      db.createObjectStore("known");
+    };
+    req.onsuccess = () => {
+      const t = req.result.transaction(["meta", "inbox"], "readwrite");
+      t.objectStore("inbox").put(entry(1));
+      t.objectStore("meta").put(1, "cursor");
+      t.oncomplete = () => (req.result.close(), ok());
+      t.onerror = () => fail(t.error);
+    };
+    req.onerror = () => fail(req.error);
+  });
+  const st = await IndexedDBStore.open(name, idb);
+  assert.deepEqual(await st.position(), { cursor: 1, epoch: "" });
+  assert.equal(await st.applyGroup(groupMessage("g:ops", 1), true), true);
+  assert.deepEqual(await st.groupCursor("g:ops"), { cursor: 1, known: true });
+  await st.close();
+});
+
+test("FileStore: a snapshot keeps the groups' cursors and messages", async () => {
+  const path = join(dir, "groups-compact.db");
+  const st = await FileStore.open(path);
+  await st.applyGroup(groupMessage("g:ops", 1), true);
+  for (let i = 1; i <= 5000; i++) await st.apply(entry(i));
+  await st.close();
+  assert.ok(readFileSync(path, "utf8").startsWith('{"op":"snapshot"'), "compacted");
+  const again = await FileStore.open(path);
+  assert.deepEqual(await again.groupCursor("g:ops"), { cursor: 1, known: true });
+  assert.deepEqual((await again.groupMessages("g:ops")).map((m) => m.convSeq), [1]);
   await again.close();
 });
 

@@ -108,6 +108,8 @@ async function signIn(user, device) {
     });
     for (const m of await client.history())
         add(m);
+    for (const m of await client.groupHistory())
+        add(m); // groups under read diffusion keep their own log on the device
     for (const q of await client.outbox()) {
         const conv = q.conversationId ?? directId(me, q.to ?? "");
         outgoing.set(q.clientMsgId, { clientMsgId: q.clientMsgId, conversationId: conv, text: textOf(q.body) });

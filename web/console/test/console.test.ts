@@ -35,27 +35,41 @@ async function freePort(): Promise<number> {
   });
 }
 
-before(async () => {
-  mkdirSync(results, { recursive: true });
-  const bin = process.env.SIGNET_BIN ?? join(repo, "web/console/build/signet");
-  if (!process.env.SIGNET_BIN) execFileSync("go", ["build", "-o", bin, "./cmd/signet"], { cwd: repo, stdio: "inherit" });
+/** Starts `signet local` (the console served from its binary) with parameters; resolves with the console's and the HTTP API's base URLs. */
+async function startLocal(bin: string, params: string[] = []): Promise<{ proc: ChildProcess; base: string; api: string; log: () => string }> {
   const ports = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
-  stack = spawn(bin, ["local", "--quiet", `--addr=127.0.0.1:${ports[0]}`, `--http-addr=127.0.0.1:${ports[1]}`, `--dynamodb-addr=127.0.0.1:${ports[2]}`,
-    `--sqs-addr=127.0.0.1:${ports[3]}`, `--console-addr=127.0.0.1:${ports[4]}`], { stdio: ["ignore", "pipe", "pipe"] });
-  stack.stdout!.on("data", (b) => (out += b));
-  stack.stderr!.on("data", (b) => (out += b));
-  await new Promise<void>((ok, fail) => {
+  const proc = spawn(bin, ["local", "--quiet", `--addr=127.0.0.1:${ports[0]}`, `--http-addr=127.0.0.1:${ports[1]}`, `--dynamodb-addr=127.0.0.1:${ports[2]}`,
+    `--sqs-addr=127.0.0.1:${ports[3]}`, `--console-addr=127.0.0.1:${ports[4]}`, ...params.flatMap((p) => ["--parameter", p])], { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  proc.stdout!.on("data", (b) => (log += b));
+  proc.stderr!.on("data", (b) => (log += b));
+  const base = await new Promise<string>((ok, fail) => {
     const t = setInterval(() => {
-      const m = /Web console\s+(http:\/\/\S+\/)/.exec(out);
-      if (m && out.includes("Press Ctrl-C to stop.")) {
+      const m = /Web console\s+(http:\/\/\S+\/)/.exec(log);
+      if (m && log.includes("Press Ctrl-C to stop.")) {
         clearInterval(t);
-        base = m[1];
-        api = `http://127.0.0.1:${ports[1]}`;
-        ok();
+        ok(m[1]);
       }
     }, 50);
-    stack.once("exit", (code) => fail(new Error(`signet local exited ${code}:\n${out}`)));
+    proc.once("exit", (code) => fail(new Error(`signet local exited ${code}:\n${log}`)));
   });
+  return { proc, base, api: `http://127.0.0.1:${ports[1]}`, log: () => log };
+}
+
+let bin = "";
+/** A second stack whose groups are read-diffused (GroupDelivery=read), started by the test that needs it. */
+let readStack: Awaited<ReturnType<typeof startLocal>> | undefined;
+
+before(async () => {
+  mkdirSync(results, { recursive: true });
+  bin = process.env.SIGNET_BIN ?? join(repo, "web/console/build/signet");
+  if (!process.env.SIGNET_BIN) execFileSync("go", ["build", "-o", bin, "./cmd/signet"], { cwd: repo, stdio: "inherit" });
+  const local = await startLocal(bin);
+  stack = local.proc;
+  base = local.base;
+  api = local.api;
+  local.proc.stdout!.on("data", (b) => (out += b));
+  local.proc.stderr!.on("data", (b) => (out += b));
   const executablePath = process.env.CHROMIUM ?? "/usr/bin/chromium";
   if (!existsSync(executablePath)) throw new Error(`no Chromium at ${executablePath}: install Debian's chromium package (make test-console does) or set CHROMIUM`);
   browser = await chromium.launch({
@@ -67,6 +81,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   stack?.kill("SIGINT");
+  readStack?.proc.kill("SIGINT");
 });
 
 /** Runs step; when it fails, writes a screenshot and the page's log (the SDK's, with ?debug) to test-results/ and prints the log. */
@@ -81,7 +96,7 @@ async function diagnose<T>(page: Page, name: string, step: () => Promise<T>): Pr
   }
 }
 
-async function signIn(user: string): Promise<Page> {
+async function signIn(user: string, at = base): Promise<Page> {
   const context = await browser.newContext({ viewport: { width: 1200, height: 760 } });
   const page = await context.newPage();
   const errors: string[] = [];
@@ -90,7 +105,7 @@ async function signIn(user: string): Promise<Page> {
   const logs: string[] = [];
   page.on("console", (m) => logs.push(`${new Date().toISOString()} ${m.text()}`));
   (page as Page & { logs?: string[] }).logs = logs;
-  await page.goto(`${base}?user=${user}&device=web&debug`);
+  await page.goto(`${at}?user=${user}&device=web&debug`);
   await page.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
   return page;
 }
@@ -170,9 +185,18 @@ test("two users chat; a reload loses nothing; marks reach read; alerts and the t
   for (const p of [alice, bob]) assert.deepEqual((p as Page & { errors: string[] }).errors, [], "no script errors");
 });
 
-test("a group: created in the console, its messages reach every member, and the sender's mark reaches read", async () => {
-  const carol = await signIn("carol");
-  const dave = await signIn("dave");
+for (const mode of ["write", "read"] as const) {
+  test(`a group (${mode} diffusion): created in the console, its messages reach every member once, also after a reload, and the sender's mark reaches read`, async () => {
+    let at = base;
+    if (mode === "read") {
+      readStack = await startLocal(bin, ["GroupDelivery=read"]);
+      at = readStack.base;
+    }
+    await groupInConsole(await signIn("carol", at), await signIn("dave", at));
+  });
+}
+
+async function groupInConsole(carol: Page, dave: Page): Promise<void> {
   await carol.fill("#new-group-name", "On-call");
   await carol.fill("#new-group-members", "dave");
   await carol.click("#new-group button");
@@ -183,7 +207,16 @@ test("a group: created in the console, its messages reach every member, and the 
   await dave.waitForFunction(() => [...document.querySelectorAll("#messages .msg .text")].some((e) => e.textContent === "handover at 9"), null, { timeout: wait });
   // Groups get no receipt pushes: the console asks, and the mark follows dave's read.
   await carol.waitForFunction(() => document.querySelector(".msg.mine .marks")?.getAttribute("data-mark") === "read", null, { timeout: wait });
-});
+  // dave reloads while carol writes on: after it he has every message once, in order.
+  const reload = dave.reload();
+  for (const t of ["pager is yours", "runbook updated"]) await say(carol, t);
+  await reload;
+  await dave.waitForSelector('#conn[data-state="synced"]', { timeout: wait });
+  await dave.click("#conversations li:has-text('On-call')");
+  await dave.waitForFunction(() => document.querySelectorAll("#messages .msg[data-message-id]").length >= 3, null, { timeout: wait });
+  assert.deepEqual(await dave.$$eval("#messages .msg .text", (els) => els.map((e) => e.textContent)), ["handover at 9", "pager is yours", "runbook updated"]);
+  for (const p of [carol, dave]) assert.deepEqual((p as Page & { errors: string[] }).errors, [], "no script errors");
+}
 
 test("a send the server never got waits in the outbox (…) and is sent after a reload", async () => {
   const erin = await signIn("erin");

@@ -1,4 +1,4 @@
-const stores = ["meta", "inbox", "outbox", "sent", "known"];
+const stores = ["meta", "inbox", "outbox", "sent", "known", "gcursors", "glog"];
 /**
  * A device store in the browser's IndexedDB (one database per user and
  * device). Each method is one IndexedDB transaction: `apply` writes the
@@ -15,14 +15,21 @@ export class IndexedDBStore {
     /** Opens (creating if needed) the database `name`, e.g. `signet:${user}:${device}`. */
     static open(name, factory = globalThis.indexedDB) {
         return new Promise((resolve, reject) => {
-            const req = factory.open(name, 1);
-            req.onupgradeneeded = () => {
+            // Version 2 adds read-diffused groups (their cursors and messages).
+            const req = factory.open(name, 2);
+            req.onupgradeneeded = (ev) => {
                 const db = req.result;
-                db.createObjectStore("meta");
-                db.createObjectStore("inbox", { keyPath: "seq" });
-                db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true }).createIndex("id", "item.clientMsgId", { unique: true });
-                db.createObjectStore("sent");
-                db.createObjectStore("known");
+                if (ev.oldVersion < 1) {
+                    db.createObjectStore("meta");
+                    db.createObjectStore("inbox", { keyPath: "seq" });
+                    db.createObjectStore("outbox", { keyPath: "order", autoIncrement: true }).createIndex("id", "item.clientMsgId", { unique: true });
+                    db.createObjectStore("sent");
+                    db.createObjectStore("known");
+                }
+                if (ev.oldVersion < 2) {
+                    db.createObjectStore("gcursors");
+                    db.createObjectStore("glog", { keyPath: ["conversationId", "convSeq"] });
+                }
             };
             req.onsuccess = () => resolve(new IndexedDBStore(req.result));
             req.onerror = () => reject(req.error);
@@ -120,6 +127,46 @@ export class IndexedDBStore {
                 else
                     c.continue();
             };
+        });
+    }
+    groupCursor(conversationId) {
+        return this.tx("readonly", (t, done) => {
+            const r = t.objectStore("gcursors").get(conversationId);
+            r.onsuccess = () => done({ cursor: r.result ?? 0, known: r.result !== undefined });
+        });
+    }
+    applyGroup(m, synced) {
+        return this.tx("readwrite", (t, done) => {
+            const cursors = t.objectStore("gcursors");
+            const r = cursors.get(m.conversationId);
+            r.onsuccess = () => {
+                const cursor = r.result;
+                if (m.convSeq <= (cursor ?? 0) || (!synced && (cursor === undefined || m.convSeq !== cursor + 1))) {
+                    done(false);
+                    return;
+                }
+                t.objectStore("glog").put(m);
+                cursors.put(m.convSeq, m.conversationId);
+                done(true);
+            };
+        });
+    }
+    markGroupKnown(conversationId, cursor) {
+        return this.tx("readwrite", (t, done) => {
+            const cursors = t.objectStore("gcursors");
+            const r = cursors.get(conversationId);
+            r.onsuccess = () => {
+                if ((r.result ?? -1) < cursor)
+                    cursors.put(cursor, conversationId);
+                done(undefined);
+            };
+        });
+    }
+    groupMessages(conversationId, after = 0, limit = 0) {
+        return this.tx("readonly", (t, done) => {
+            const range = conversationId === "" ? undefined : IDBKeyRange.bound([conversationId, after], [conversationId, Infinity], true, false);
+            const r = t.objectStore("glog").getAll(range, limit > 0 ? limit : undefined);
+            r.onsuccess = () => done(r.result.filter((m) => m.convSeq > after));
         });
     }
     enqueue(item) {

@@ -1,5 +1,15 @@
 export function emptyState() {
-    return { cursor: 0, epoch: "", skipped: "", inbox: new Map(), outbox: [], sent: new Map(), known: new Set() };
+    return { cursor: 0, epoch: "", skipped: "", inbox: new Map(), outbox: [], sent: new Map(), known: new Set(), groupCursors: new Map(), groupLog: new Map() };
+}
+/** The key of a group message: conversation, then convSeq (sortable). */
+export function groupKey(conversationId, convSeq) {
+    return `${conversationId}\u0000${String(convSeq).padStart(16, "0")}`;
+}
+/** Whether group message m comes next after a group's cursor (see DeviceStore.applyGroup). */
+export function groupNext(m, synced, cursor) {
+    if (m.convSeq <= (cursor ?? 0))
+        return false;
+    return synced || (cursor !== undefined && m.convSeq === cursor + 1);
 }
 /** Applies one mutation to a state; false when it changes nothing. */
 export function mutate(s, m) {
@@ -38,6 +48,19 @@ export function mutate(s, m) {
                 s.sent.set(m.id, { sent: m.sent, fp: s.sent.get(m.id)?.fp || fp });
             return true;
         }
+        case "group": {
+            const conv = m.message.conversationId;
+            if (!groupNext(m.message, m.synced, s.groupCursors.get(conv)))
+                return false;
+            s.groupLog.set(groupKey(conv, m.message.convSeq), m.message);
+            s.groupCursors.set(conv, m.message.convSeq);
+            return true;
+        }
+        case "groupKnown":
+            if ((s.groupCursors.get(m.conversationId) ?? -1) >= m.cursor)
+                return false;
+            s.groupCursors.set(m.conversationId, m.cursor);
+            return true;
     }
 }
 /**
@@ -95,6 +118,28 @@ export class JournaledStore {
                 return e.message.convSeq;
         }
         return 0;
+    }
+    async groupCursor(conversationId) {
+        const c = this.state.groupCursors.get(conversationId);
+        return { cursor: c ?? 0, known: c !== undefined };
+    }
+    async applyGroup(m, synced) {
+        if (!groupNext(m, synced, this.state.groupCursors.get(m.conversationId)))
+            return false;
+        await this.change({ op: "group", message: m, synced });
+        return true;
+    }
+    async markGroupKnown(conversationId, cursor) {
+        if ((this.state.groupCursors.get(conversationId) ?? -1) >= cursor)
+            return;
+        await this.change({ op: "groupKnown", conversationId, cursor });
+    }
+    async groupMessages(conversationId, after = 0, limit = 0) {
+        const out = [...this.state.groupLog.entries()]
+            .filter(([, m]) => (conversationId === "" || m.conversationId === conversationId) && m.convSeq > after)
+            .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+            .map(([, m]) => m);
+        return limit > 0 ? out.slice(0, limit) : out;
     }
     async enqueue(item) {
         const prev = this.state.sent.get(item.clientMsgId);

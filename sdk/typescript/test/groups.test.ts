@@ -1,0 +1,121 @@
+// Groups under read diffusion (docs/proposal-group-read-diffusion.md)
+// through the TypeScript SDK, against a local stack started with
+// GroupDelivery=read: a group's messages come as "groupMessage" pushes and
+// group sync pages, each persisted with the group's cursor before it is
+// emitted and acked; every device gets each once and in order — online,
+// offline, restarted, over a transport that loses pushes.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { MemoryStore, SignetClient, type ClientOptions, type DeviceStore, type StoredMessage } from "../src/index.js";
+import { FileStore } from "../src/node.js";
+import { dialStack, eventually, flakyWebSocket, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
+
+let stack: Stack;
+let dir: string;
+
+before(async () => {
+  dir = mkdtempSync(join(tmpdir(), "signet-sdk-groups-"));
+  stack = await startStack(
+    { SIGNET_PUSH_TIMEOUT: "1s", SIGNET_REDELIVERY_BACKOFF: "1s,1s", SIGNET_DYNAMODB_EMULATOR: "memdyn" },
+    ["GroupDelivery=read"],
+  );
+});
+
+after(async () => {
+  await stack?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function dial(user: string, store: DeviceStore, extra: Partial<ClientOptions> = {}): Promise<SignetClient> {
+  return dialStack(stack, user, store, extra);
+}
+
+/** Collects what c emits of conversation conv. */
+function collect(c: SignetClient, conv: string): StoredMessage[] {
+  const got: StoredMessage[] = [];
+  c.onMessage((m) => {
+    if (m.conversationId === conv) got.push(m);
+  });
+  return got;
+}
+
+/** Sends messages first..last (numbered bodies) to group conv, in order. */
+async function sendRange(from: SignetClient, conv: string, first: number, last: number): Promise<void> {
+  const all: Promise<unknown>[] = [];
+  for (let n = first; n <= last; n++) all.push(from.sendDraft({ conversationId: conv, body: { n } }));
+  await Promise.all(all); // one send per conversation in flight: stored in this order
+}
+
+/** Asserts that got holds convSeqs first..last once each, in order, as read-diffused (seq 0). */
+function assertRange(got: StoredMessage[], first: number, last: number, what: string): void {
+  assert.deepEqual(got.map((m) => m.convSeq), Array.from({ length: last - first + 1 }, (_, i) => first + i), `${what}: every message once, in order`);
+  assert.deepEqual(got.map((m) => (m.body as { n: number }).n), got.map((m) => m.convSeq), `${what}: the bodies sent`);
+  assert.ok(got.every((m) => m.seq === 0), `${what}: a read-diffused group's message has no inbox seq`);
+}
+
+test("a read-diffused group reaches an online member, an offline one and a restarted one once and in order, persisted before it is emitted", async () => {
+  const alice = await dial("alice-g1", new MemoryStore());
+  const bobStore = new MemoryStore();
+  const bob = await dial("bob-g1", bobStore);
+  const g = await alice.createGroup("Ops", ["bob-g1", "carol-g1"]);
+  const conv = g.conversationId;
+  const bobGot = collect(bob, conv);
+  bob.onMessage((m) => {
+    // Emitted only once persisted, with the group's cursor moved to it.
+    if (m.conversationId === conv) void bobStore.groupCursor(conv).then((c) => assert.ok(c.cursor >= m.convSeq, "persisted before emitted"));
+  });
+  await sendRange(alice, conv, 1, 20);
+  await eventually("bob's 20 messages", () => bobGot.length >= 20, 60000);
+  assertRange(bobGot, 1, 20, "bob, online");
+  assert.equal(await bob.groupCursor(conv), 20);
+  assert.deepEqual((await bob.history()).map((m) => m.conversationId).filter((c) => c === conv), [], "nothing in bob's inbox");
+  assert.equal((await bob.groupHistory(conv)).length, 20, "the group's messages are in the device's group log");
+  // The server counts bob's acks: his device's cursor is on the message.
+  await eventually("bob's ack of 20", async () => (await alice.receipts(conv, 20)).deliveredBy?.includes("bob-g1") === true, 30000);
+
+  // carol was offline: she pulls all of it at her first connect, and is
+  // synced only once she has.
+  const file = join(dir, "carol.db");
+  let carolStore = await FileStore.open(file);
+  let carol = await dial("carol-g1", carolStore);
+  const carolGot = collect(carol, conv);
+  await eventually("carol synced", () => carol.synced, 30000);
+  await eventually("carol's 20 messages", () => carolGot.length >= 20, 30000);
+  assertRange(carolGot, 1, 20, "carol, back online");
+  await carol.close();
+
+  // Restarted on the same file: nothing again, then only what is new.
+  await sendRange(alice, conv, 21, 25);
+  carolStore = await FileStore.open(file);
+  carol = await dial("carol-g1", carolStore);
+  const again = collect(carol, conv);
+  await eventually("carol's 5 new messages", () => again.length >= 5, 30000);
+  await new Promise((r) => setTimeout(r, 1500)); // a repeat would come by now
+  assertRange(again, 21, 25, "carol, restarted");
+  assert.deepEqual((await carol.groupHistory(conv)).map((m) => m.convSeq), Array.from({ length: 25 }, (_, i) => i + 1));
+  await eventually("bob's 25 messages", () => bobGot.length >= 25, 30000);
+  assertRange(bobGot, 1, 25, "bob, online throughout");
+  const rc = await alice.receipts(conv, 25);
+  await eventually("both acks of 25", async () => (await alice.receipts(conv, 25)).delivered === 2, 30000);
+  assert.equal(rc.members, 2);
+  assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
+  await Promise.all([alice.close(), bob.close(), carol.close()]);
+});
+
+test("over a transport that drops, duplicates and reorders group pushes, every group message arrives once and in order", async () => {
+  const counts = { dropped: 0, duplicated: 0, reordered: 0 };
+  const n = 60;
+  const alice = await dial("alice-g2", new MemoryStore());
+  const bob = await dial("bob-g2", new MemoryStore(), { WebSocket: flakyWebSocket(seeded(5), counts, "groupMessage") });
+  const g = await alice.createGroup("Flaky", ["bob-g2"]);
+  const got = collect(bob, g.conversationId);
+  await sendRange(alice, g.conversationId, 1, n);
+  await eventually(`${n} group messages`, () => got.length >= n, 60000 + n * 200);
+  await new Promise((r) => setTimeout(r, 1500)); // a duplicate would come by now
+  assertRange(got, 1, n, "flaky transport");
+  assert.ok(counts.dropped > 3 && counts.duplicated > 3 && counts.reordered > 3, `faults happened: ${JSON.stringify(counts)}`);
+  await Promise.all([alice.close(), bob.close()]);
+});
