@@ -31,6 +31,7 @@ var (
 	_ handler.WakeStore      = (*dynamo.Store)(nil)
 	_ handler.CallbackSender = (*queue.Callbacks)(nil)
 	_ handler.FanoutQueue    = (*queue.Fanout)(nil)
+	_ handler.OnlineIndex    = (*dynamo.Store)(nil)
 )
 
 // Clients are the AWS SDK clients a handler uses.
@@ -51,6 +52,9 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	h := sdkfree.Deps(cfg, log)
 	h.Inbox, h.Connections, h.Tracer, h.Reads, h.Histories = store, store, store, store, store
 	h.Groups, h.Fanouts, h.Index, h.Presences, h.Wakes, h.GroupLogs = store, store, store, store, store, store
+	if cfg.GroupReads {
+		h.Online = store
+	}
 	h.Limits = &ratelimit.Limiter{Limits: cfg.RateLimits, Counter: store, OnError: func(err error) {
 		log.Warn("rate limit counter failed; frame admitted", "err", err.Error())
 	}}

@@ -346,8 +346,17 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 	switch typ.Type {
 	case wire.TypeMembership:
 		var m wire.Membership
-		if err := json.Unmarshal(data, &m); err == nil && s.c.opts.OnMembership != nil {
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil
+		}
+		if s.c.opts.OnMembership != nil {
 			s.c.opts.OnMembership(m)
+		}
+		if m.Change == "added" && m.Head != nil {
+			// Added to a group under read diffusion: pull it up to the head
+			// its notice names (a message stored just before may not have
+			// been pushed here).
+			return s.pullGroups(ctx, []wire.GroupHead{{ConversationID: m.ConversationID, Head: *m.Head}})
 		}
 	case wire.TypePresence:
 		var p wire.PresenceAnswer

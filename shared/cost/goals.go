@@ -48,10 +48,14 @@ var Goals = map[string][]Bound{
 	// members' connect-time presence has run (it was in the window:
 	// ~$70 of group-online's $1165); the -read ones are the same groups
 	// read-diffused (GroupDelivery read, experimental).
-	"group-online":      {{Figure: "total", Goal: 600, Ceiling: 1150}},
-	"group-30pct":       {{Figure: "total", Goal: 200, Ceiling: 700}},
-	"group-online-read": {{Figure: "total", Goal: 600, Ceiling: 700}},
-	"group-30pct-read":  {{Figure: "total", Goal: 200, Ceiling: 260}},
+	"group-online": {{Figure: "total", Goal: 600, Ceiling: 1150}},
+	"group-30pct":  {{Figure: "total", Goal: 200, Ceiling: 700}},
+	// Nineteenth session: the fan-out of a read-diffused group reads the
+	// group's online index (one Query) instead of each member's
+	// connections: $654 → $623 and $232 → $202 (without it these ceilings
+	// fail).
+	"group-online-read": {{Figure: "total", Goal: 600, Ceiling: 650}},
+	"group-30pct-read":  {{Figure: "total", Goal: 200, Ceiling: 215}},
 	"login":             {{Figure: "total", Goal: 30, Ceiling: 30}},
 	// A login as the web console makes it (sixteenth session): the issue's
 	// login goal is for the sync of the waiting messages; the console's

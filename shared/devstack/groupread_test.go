@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,4 +184,72 @@ func TestUnackedReadDiffusedPushEndsInANotifyNamingTheGroup(t *testing.T) {
 		t.Fatalf("notify names %+v, want g:quiet at 1", n.Groups)
 	}
 	bob.quiet(wire.TypeGroupMessage, 3*time.Second)
+}
+
+// onlineIn lists group c's online index as user/device, sorted.
+func onlineIn(t *testing.T, st *devstack.Stack, c im.ConversationID) []string {
+	t.Helper()
+	conns, err := st.Store.OnlineIn(context.Background(), c, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, conn := range conns {
+		out = append(out, string(conn.User)+"/"+string(conn.Device))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// A read-diffused group's fan-out finds the connected members in the
+// group's online index (one Query, not one per member): a connection is
+// in it from its $connect, or from its user's join when already connected
+// (whose membership notice then names the head to pull up to), and leaves
+// it with $disconnect; a member who joined while connected is pushed the
+// next message.
+func TestReadDiffusedGroupsOnlineIndexFollowsConnectionsAndJoins(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:idx", "name": "Idx", "users": []string{"bob", "carol"}}, nil)
+	var notice wire.Membership
+	if err := json.Unmarshal([]byte(bob.rawOf(wire.TypeMembership, 10*time.Second)), &notice); err != nil || notice.Head == nil || *notice.Head != 0 {
+		t.Fatalf("bob's notice of the create: %+v, %v; want head 0 (read diffusion: pull from here)", notice, err)
+	}
+	if got := onlineIn(t, st, "g:idx"); !slices.Equal(got, []string{"alice/laptop", "bob/phone"}) {
+		t.Fatalf("online in g:idx after the create = %v", got)
+	}
+	alice.sendTo("i1", "g:idx", "one")
+	alice.sendTo("i2", "g:idx", "two")
+
+	// carol, a member offline until now, is indexed by her $connect.
+	carol := dial(t, st, "carol", "tablet")
+	if got := onlineIn(t, st, "g:idx"); !slices.Equal(got, []string{"alice/laptop", "bob/phone", "carol/tablet"}) {
+		t.Fatalf("online in g:idx after carol's connect = %v", got)
+	}
+	// dave, connected already, is indexed when he is added; his notice
+	// names the head he is due up to, and the next message is pushed.
+	dave := dial(t, st, "dave", "phone")
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:idx", "users": []string{"dave"}}, nil)
+	if err := json.Unmarshal([]byte(dave.rawOf(wire.TypeMembership, 10*time.Second)), &notice); err != nil || notice.Head == nil || *notice.Head != 2 {
+		t.Fatalf("dave's notice of his add: %+v, %v; want head 2", notice, err)
+	}
+	alice.sendTo("i3", "g:idx", "three")
+	var push wire.GroupPush
+	if err := json.Unmarshal([]byte(dave.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 3 {
+		t.Fatalf("dave's push after joining: %+v, %v", push, err)
+	}
+	for _, c := range []*wsClient{bob, carol} {
+		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// $disconnect takes a connection out.
+	bob.conn.CloseNow()
+	waitFor(t, "bob's connection out of g:idx's index", func() bool {
+		return !slices.Contains(onlineIn(t, st, "g:idx"), "bob/phone")
+	})
+	if got := onlineIn(t, st, "g:idx"); !slices.Equal(got, []string{"alice/laptop", "carol/tablet", "dave/phone"}) {
+		t.Fatalf("online in g:idx after bob's disconnect = %v", got)
+	}
 }

@@ -39,13 +39,14 @@ func (st *Store) SaveConnection(ctx context.Context, c im.Connection) error {
 	return nil
 }
 
-// RemoveConnection deletes a connection record; removing a missing one is not an error.
+// RemoveConnection deletes a connection record, and its items of groups'
+// online index; removing a missing one is not an error.
 func (st *Store) RemoveConnection(ctx context.Context, u im.UserID, id im.ConnectionID) error {
-	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Connections), Key: connKey(u, id)})
+	out, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Connections), Key: connKey(u, id), ReturnValues: types.ReturnValueAllOld})
 	if err != nil {
 		return fmt.Errorf("remove connection %s/%s: %w", u, id, err)
 	}
-	return nil
+	return st.unindexOnline(ctx, u, id, out.Attributes)
 }
 
 // RemoveStaleConnection deletes a connection record only if the connection
@@ -53,12 +54,13 @@ func (st *Store) RemoveConnection(ctx context.Context, u im.UserID, id im.Connec
 // 410 while a brand-new connection is still in its $connect handshake; its
 // record must survive that.
 func (st *Store) RemoveStaleConnection(ctx context.Context, u im.UserID, id im.ConnectionID, cutoff time.Time) (bool, error) {
-	_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	out, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName:                 aws.String(st.tables.Connections),
 		Key:                       connKey(u, id),
 		ConditionExpression:       aws.String("#at < :cutoff"),
 		ExpressionAttributeNames:  map[string]string{"#at": "connectedAt"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":cutoff": n(cutoff.UnixMilli())},
+		ReturnValues:              types.ReturnValueAllOld,
 	})
 	if isConditionFailed(err) {
 		return false, nil
@@ -66,7 +68,7 @@ func (st *Store) RemoveStaleConnection(ctx context.Context, u im.UserID, id im.C
 	if err != nil {
 		return false, fmt.Errorf("remove stale connection %s/%s: %w", u, id, err)
 	}
-	return true, nil
+	return true, st.unindexOnline(ctx, u, id, out.Attributes)
 }
 
 // TouchConnection refreshes a connection's lastSeenAt and TTL. It returns

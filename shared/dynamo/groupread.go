@@ -242,12 +242,7 @@ func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID
 // is caught by the pushes under way): a user of written groups only pays
 // the Query, half a read unit per 4 KB of index items, per sync.
 func (st *Store) ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupPosition, error) {
-	q := &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Inbox),
-		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :g)"),
-		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":g": s(convIndexSK("g:"))},
-	}
+	q := st.groupIndexQuery(u)
 	type mine struct {
 		m     im.Member
 		acked int64
@@ -278,6 +273,17 @@ func (st *Store) ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Conversation < out[j].Conversation })
 	return out, nil
+}
+
+// groupIndexQuery is the Query of u's group index items (one per group
+// u was ever a member of).
+func (st *Store) groupIndexQuery(u im.UserID) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :g)"),
+		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":g": s(convIndexSK("g:"))},
+	}
 }
 
 // withGroupHeads fills in the last message of the read-diffused groups

@@ -32,7 +32,11 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 	if ms := req.RequestContext.ConnectedAt; ms > 0 {
 		connectedAt = time.UnixMilli(ms).UTC()
 	}
-	err := h.Connections.SaveConnection(ctx, im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: connectedAt, LastSeenAt: now})
+	conn := im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: connectedAt, LastSeenAt: now}
+	err := h.Connections.SaveConnection(ctx, conn)
+	if err == nil {
+		err = h.indexOnline(ctx, conn)
+	}
 	if err != nil {
 		h.log().ErrorContext(ctx, "connect failed", "err", err.Error(), "userId", c.User, "connectionId", c.Connection)
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
@@ -41,6 +45,25 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 	h.closeOldest(ctx, c)
 	h.presence.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// indexOnline puts a new connection in the online index of the user's
+// read-diffused groups (Deps.Online), after its record is saved: a group
+// the user is added to meanwhile either is listed here or finds the
+// record when it indexes its new members' connections (GroupRoutes), so
+// no connection is left out of a group's index. Refusing the connection
+// when this fails keeps a device from being connected yet never pushed
+// its groups' messages.
+func (h *Sessions) indexOnline(ctx context.Context, conn im.Connection) error {
+	if h.Online == nil {
+		return nil
+	}
+	groups, err := h.Online.ReadGroupsOf(ctx, conn.User)
+	if err != nil {
+		return err
+	}
+	_, err = h.Online.IndexOnline(ctx, conn, groups)
+	return err
 }
 
 // closeOldest keeps the user within MaxConnections: the oldest connections
@@ -97,7 +120,11 @@ func (h *Sessions) Ping(ctx context.Context, req events.APIGatewayWebsocketProxy
 	now := h.now()
 	err = h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
 	if errors.Is(err, im.ErrNotFound) {
-		err = h.Connections.SaveConnection(ctx, im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: now, LastSeenAt: now})
+		conn := im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: now, LastSeenAt: now}
+		err = h.Connections.SaveConnection(ctx, conn)
+		if err == nil {
+			err = h.indexOnline(ctx, conn)
+		}
 		if err == nil {
 			// The record had expired or been removed: peers may see the
 			// user offline until this heartbeat.

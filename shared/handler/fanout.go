@@ -77,6 +77,9 @@ func fanoutBatch(n int) int {
 // when jobs pile up (a burst, a backed-up queue) the first one does the
 // work in few transactions and the rest find it done (the fan-out mark).
 func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) error {
+	if len(job.Online) > 0 {
+		return h.pushBatch(ctx, job)
+	}
 	whole := len(job.Members) == 0
 	if whole {
 		head, marked, reads, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
@@ -105,6 +108,12 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 	}
 	if !whole {
 		return h.fillOrPush(ctx, job, job.Members, byUser)
+	}
+	if job.Reads && h.Online != nil {
+		if err := h.pushOnline(ctx, job, due, byUser); err != nil {
+			return err
+		}
+		return h.Fanouts.SetFanoutMark(ctx, job.Conversation, job.UpTo)
 	}
 	if len(due) > fanoutBatch(h.FanoutBatch) {
 		// Enqueue first, mark after: a mark never covers a job not queued.
@@ -168,6 +177,123 @@ func (h *FanoutWorker) pushReads(ctx context.Context, conv im.ConversationID, fr
 	h.scheduleChecks(ctx, tr, cs)
 	tr.flush(ctx)
 	return err
+}
+
+// pushOnline is the whole job of a read-diffused group with an online
+// index (Deps.Online): one Query finds the connected members, whose
+// devices are pushed the newest maxPushedPerFill messages of (From, UpTo]
+// due to them — here, or by batch jobs of FanoutBatch connections that
+// carry their connections (pushBatch) when there are more; the members
+// with no connection are woken (Deps.WakeQueue), nothing else.
+func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, due []im.UserID, members map[im.UserID]im.Member) error {
+	if h.Pusher == nil || job.From >= job.UpTo {
+		return nil
+	}
+	conns, err := h.Online.OnlineIn(ctx, job.Conversation, h.now())
+	if err != nil {
+		return err
+	}
+	log, err := h.Fanouts.Log(ctx, job.Conversation, max(job.From, job.UpTo-maxPushedPerFill), job.UpTo)
+	if err != nil || len(log) == 0 {
+		return err
+	}
+	isDue := make(map[im.UserID]bool, len(due))
+	for _, u := range due {
+		isDue[u] = true
+	}
+	online := map[im.UserID]bool{}
+	var whole []im.Connection // due every message of log
+	var part []connMessages   // joined or left within it
+	for _, c := range conns {
+		if !isDue[c.User] {
+			continue // not a member (left, removed, or a stale index item)
+		}
+		var msgs []im.Message
+		for _, m := range log {
+			if members[c.User].Receives(m.ConvSeq) {
+				msgs = append(msgs, m)
+			}
+		}
+		switch {
+		case len(msgs) == len(log):
+			whole = append(whole, c)
+		case len(msgs) > 0:
+			part = append(part, connMessages{c, msgs})
+		default:
+			continue
+		}
+		online[c.User] = true
+	}
+	last := groupEntry(log[len(log)-1])
+	for _, u := range due {
+		if !online[u] && members[u].Receives(last.Message.ConvSeq) {
+			h.wake(ctx, u, last, "")
+		}
+	}
+	if batch := fanoutBatch(h.FanoutBatch); len(whole) > batch {
+		var jobs []im.FanoutJob
+		for start := 0; start < len(whole); start += batch {
+			b := job
+			b.Online = whole[start:min(start+batch, len(whole))]
+			jobs = append(jobs, b)
+		}
+		if err := h.FanoutQueue.Enqueue(ctx, 0, jobs...); err != nil {
+			return err
+		}
+		h.log().InfoContext(ctx, "fan-out split", "conversationId", job.Conversation, "convSeq", job.UpTo, "connections", len(whole), "batches", len(jobs))
+		whole = nil
+	}
+	for _, c := range whole {
+		part = append(part, connMessages{c, log})
+	}
+	h.pushConnections(ctx, part)
+	return nil
+}
+
+// pushBatch runs a batch job of pushOnline: its connections are each
+// pushed the newest maxPushedPerFill messages of (From, UpTo].
+func (h *FanoutWorker) pushBatch(ctx context.Context, job im.FanoutJob) error {
+	if h.Pusher == nil {
+		return nil
+	}
+	log, err := h.Fanouts.Log(ctx, job.Conversation, max(job.From, job.UpTo-maxPushedPerFill), job.UpTo)
+	if err != nil || len(log) == 0 {
+		return err
+	}
+	work := make([]connMessages, len(job.Online))
+	for i, c := range job.Online {
+		work[i] = connMessages{c, log}
+	}
+	h.pushConnections(ctx, work)
+	return nil
+}
+
+// connMessages is one connection's part of a read-diffused group's push.
+type connMessages struct {
+	conn im.Connection
+	msgs []im.Message
+}
+
+// pushConnections pushes each connection its messages in order,
+// fanoutConcurrency at once, with one redelivery check per connection of
+// the newest (its first pushes are not traced: the device cursors say who
+// has it).
+func (h *FanoutWorker) pushConnections(ctx context.Context, work []connMessages) {
+	tr := h.trail("fanout", "")
+	tr.firstPushesOmitted = true
+	cs := &checks{}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, fanoutConcurrency)
+	for _, w := range work {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			h.pushGroupTo(ctx, tr, cs, w.conn, w.msgs)
+		})
+	}
+	wg.Wait()
+	h.scheduleChecks(ctx, tr, cs)
+	tr.flush(ctx)
 }
 
 // memberMessages is one member's part of a fan-out: the messages due.

@@ -77,29 +77,33 @@ func (h *delivery) pushGroupMessages(ctx context.Context, tr *trail, cs *checks,
 	if err != nil {
 		return err
 	}
-	last := groupEntry(msgs[len(msgs)-1])
 	if len(conns) == 0 {
 		// No "awaiting pull" event: with 70 % of 200 members offline that
 		// would be 12 write units of trace per message; a member's device
 		// cursors say who has it.
-		h.wake(ctx, u, last, "")
+		h.wake(ctx, u, groupEntry(msgs[len(msgs)-1]), "")
 		return nil
 	}
 	var wg sync.WaitGroup
 	for _, conn := range conns {
-		wg.Go(func() {
-			for _, m := range msgs[:len(msgs)-1] {
-				frame, _ := json.Marshal(wire.NewGroupPush(m))
-				if err := h.push(ctx, conn.ID, frame); err != nil {
-					break // the last one's check re-pushes it; the device pulls the gap
-				}
-			}
-			frame, _ := json.Marshal(wire.NewGroupPush(last.Message))
-			h.pushAndCollect(ctx, tr, cs, conn, last, frame, 0)
-		})
+		wg.Go(func() { h.pushGroupTo(ctx, tr, cs, conn, msgs) })
 	}
 	wg.Wait()
 	return nil
+}
+
+// pushGroupTo pushes msgs (ascending convSeqs of one read-diffused group)
+// to conn in order, adding a redelivery check of the last one to cs.
+func (h *delivery) pushGroupTo(ctx context.Context, tr *trail, cs *checks, conn im.Connection, msgs []im.Message) {
+	for _, m := range msgs[:len(msgs)-1] {
+		frame, _ := json.Marshal(wire.NewGroupPush(m))
+		if err := h.push(ctx, conn.ID, frame); err != nil {
+			break // the last one's check re-pushes it; the device pulls the gap
+		}
+	}
+	last := groupEntry(msgs[len(msgs)-1])
+	frame, _ := json.Marshal(wire.NewGroupPush(last.Message))
+	h.pushAndCollect(ctx, tr, cs, conn, last, frame, 0)
 }
 
 // redeliverGroup runs one check of a read-diffused group's message: if the

@@ -79,6 +79,7 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
+	reads := h.indexJoined(ctx, f.Op, conv, changed)
 	name, head, count, err := h.Groups.GroupInfo(ctx, conv)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
@@ -98,20 +99,66 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	}
 	if len(changed) > 0 {
 		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
-		h.noticeMembership(ctx, f.Op, conv, name, c.User, changed)
+		h.noticeMembership(ctx, f.Op, conv, name, c.User, changed, reads, head)
 	}
 	return reply(out)
+}
+
+// indexJoined puts the connections of users who joined read-diffused
+// group conv (a create or an add) in its online index, after the join is
+// stored: a connection made meanwhile either is found here or finds the
+// group when its $connect lists the user's groups. It reports whether the
+// group is read-diffused. A message stored between the join and this
+// index is not pushed to those connections: the membership notice, sent
+// after, names the head to pull up to. A failure is logged; the joined
+// devices then learn of messages only by pulling (their syncs name the
+// group) until they reconnect.
+func (h *GroupRoutes) indexJoined(ctx context.Context, op string, conv im.ConversationID, joined []im.Member) bool {
+	if h.Online == nil || len(joined) == 0 || (op != wire.GroupCreate && op != wire.GroupAdd) {
+		return false
+	}
+	reads, err := h.Online.GroupReadDiffused(ctx, conv)
+	if err != nil || !reads {
+		if err != nil {
+			h.log().ErrorContext(ctx, "joined members not indexed online", "err", err.Error(), "conversationId", conv)
+		}
+		return reads
+	}
+	work := make([]memberMessages, len(joined))
+	for i, m := range joined {
+		work[i] = memberMessages{user: m.User}
+	}
+	err = perMember(work, func(u im.UserID, _ []im.Message) error {
+		conns, err := h.Connections.Connections(ctx, u)
+		if err != nil {
+			return err
+		}
+		for _, conn := range conns {
+			if _, err := h.Online.IndexOnline(ctx, conn, []im.ConversationID{conv}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		h.log().ErrorContext(ctx, "joined members not indexed online", "err", err.Error(), "conversationId", conv)
+	}
+	return true
 }
 
 // noticeMembership tells the users someone else added (or created the
 // group with) or removed, on their live connections: a notice, never a
 // delivery (an offline user finds the group in its summary).
-func (h *GroupRoutes) noticeMembership(ctx context.Context, op string, conv im.ConversationID, name string, by im.UserID, changed []im.Member) {
+func (h *GroupRoutes) noticeMembership(ctx context.Context, op string, conv im.ConversationID, name string, by im.UserID, changed []im.Member, reads bool, head int64) {
 	change := map[string]string{wire.GroupCreate: "added", wire.GroupAdd: "added", wire.GroupRemove: "removed"}[op]
 	if change == "" {
 		return
 	}
-	frame, _ := json.Marshal(wire.Membership{Type: wire.TypeMembership, Change: change, ConversationID: string(conv), Name: name, By: string(by)})
+	notice := wire.Membership{Type: wire.TypeMembership, Change: change, ConversationID: string(conv), Name: name, By: string(by)}
+	if reads && change == "added" {
+		notice.Head = &head // read diffusion: pull the group up to here
+	}
+	frame, _ := json.Marshal(notice)
 	for _, m := range changed {
 		if m.User != by {
 			h.pushAll(ctx, "membership", m.User, "", frame)

@@ -46,6 +46,18 @@ type GroupLogs interface {
 	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
 }
 
+// OnlineIndex is the online index of groups under read diffusion
+// (dynamo/online.go): who of a group is connected, in one Query.
+type OnlineIndex interface {
+	// ReadGroupsOf lists the read-diffused groups u is a member of.
+	ReadGroupsOf(ctx context.Context, u im.UserID) ([]im.ConversationID, error)
+	// IndexOnline puts conn in the groups' indexes (false: its record is gone).
+	IndexOnline(ctx context.Context, conn im.Connection, groups []im.ConversationID) (bool, error)
+	// OnlineIn lists the connections indexed in group c.
+	OnlineIn(ctx context.Context, c im.ConversationID, now time.Time) ([]im.Connection, error)
+	GroupReadDiffused(ctx context.Context, c im.ConversationID) (bool, error)
+}
+
 // Connections is the storage of connection records.
 type Connections interface {
 	SaveConnection(ctx context.Context, c im.Connection) error
@@ -101,6 +113,10 @@ type Deps struct {
 	// GroupLogs serves groups under read diffusion (nil: group acks and
 	// syncs are refused).
 	GroupLogs GroupLogs
+	// Online is the online index of such groups, kept where groups are
+	// created read-diffused (GroupDelivery read); nil: their fan-out looks
+	// up each member's connections.
+	Online OnlineIndex
 	// PresenceQueue carries debounced presence pushes, apart from the
 	// fan-out jobs so that they never delay a message.
 	PresenceQueue FanoutQueue

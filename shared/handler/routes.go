@@ -40,6 +40,8 @@ type delivery struct {
 	WakeQueue FanoutQueue
 	// GroupLogs serves groups under read diffusion (nil: none).
 	GroupLogs GroupLogs
+	// Online is their online index (Deps.Online; nil: none).
+	Online OnlineIndex
 }
 
 // Sessions serves $connect, $disconnect, ping and $default.
@@ -195,7 +197,7 @@ func (noDisconnect) Disconnect(context.Context, im.ConnectionID) error { return 
 // delivery is the part of d the use cases that append or push have.
 func (d *Deps) delivery() *delivery {
 	return &delivery{core: d.core(), Inbox: d.Inbox, Connections: d.Connections, Scheduler: d.Scheduler, Redelivery: d.Redelivery,
-		WakeQueue: d.WakeQueue, GroupLogs: d.GroupLogs}
+		WakeQueue: d.WakeQueue, GroupLogs: d.GroupLogs, Online: d.Online}
 }
 
 // Sessions is the connection routes' use case.

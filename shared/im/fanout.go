@@ -53,6 +53,10 @@ type FanoutJob struct {
 	// written to their inboxes.
 	Reads bool
 	From  int64
+	// Online, when set, is a read-diffused group's batch of connections
+	// (from the group's online index) each due every message of (From,
+	// UpTo] pushed: the batch pushes to them without reading the group.
+	Online []Connection
 	// NotBefore, when set, is when the job is due: a job due later than
 	// one SQS delay (15 minutes) reaches it in hops, each re-enqueued with
 	// the delay left.

@@ -28,7 +28,8 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
 // c conversation, s convSeq up to, m members of a batch, u presence user,
 // a alert message id, t escalation tick, d device, g urgent, nb not
-// before (Unix ms).
+// before (Unix ms), f and r a read-diffused group's range, o its batch of
+// connections.
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
@@ -43,6 +44,8 @@ type fanoutBody struct {
 	// From and Reads: a read-diffused group's job pushes (From, UpTo].
 	From  int64 `json:"f,omitempty"`
 	Reads bool  `json:"r,omitempty"`
+	// Online: a batch of connections, each [user, device, connection id].
+	Online [][3]string `json:"o,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
@@ -54,6 +57,9 @@ func EncodeJob(j im.FanoutJob) string {
 	}
 	for _, m := range j.Members {
 		b.Members = append(b.Members, string(m))
+	}
+	for _, c := range j.Online {
+		b.Online = append(b.Online, [3]string{string(c.User), string(c.Device), string(c.ID)})
 	}
 	out, _ := json.Marshal(b)
 	return string(out)
@@ -72,6 +78,9 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 	}
 	for _, m := range b.Members {
 		j.Members = append(j.Members, im.UserID(m))
+	}
+	for _, c := range b.Online {
+		j.Online = append(j.Online, im.Connection{User: im.UserID(c[0]), Device: im.DeviceID(c[1]), ID: im.ConnectionID(c[2])})
 	}
 	switch j.Kind {
 	case im.FanoutMessages:

@@ -41,6 +41,10 @@ type Membership struct {
 	Name           string `json:"name"`
 	// By is the user who made the change.
 	By string `json:"by"`
+	// Head, on "added" to a group under read diffusion, is the group's head
+	// when the member's devices were indexed online: pull the group up to
+	// it (a message stored just before may not have been pushed to them).
+	Head *int64 `json:"head,omitempty"`
 }
 
 // Group operations (the "op" of a group frame).

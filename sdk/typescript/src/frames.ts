@@ -262,6 +262,8 @@ export interface MembershipFrame {
   conversationId: ConversationId;
   name: string;
   by: UserId;
+  /** added to a group under read diffusion: its head then; pull the group up to it */
+  head?: Seq;
 }
 
 export interface ReceiptsAnswerFrame {
