@@ -533,6 +533,10 @@ export class SignetClient {
         switch (f.type) {
             case "membership":
                 this.o.onMembership?.(f);
+                // Added to a group under read diffusion: pull it up to the head the
+                // notice names (a message stored just before may not have been pushed here).
+                if (f.change === "added" && f.head !== undefined)
+                    await this.pullGroups(s, [{ conversationId: f.conversationId, head: f.head }]);
                 return;
             case "presence":
                 for (const u of f.users)
