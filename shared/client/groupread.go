@@ -38,6 +38,10 @@ type groupState struct {
 	forceAck bool
 	syncing  bool
 	syncSent time.Time
+	// proof is the server's proof of convSeq proofAt (a push's or a page's
+	// last message's): an ack up to proofAt brings it back.
+	proof   string
+	proofAt int64
 }
 
 // groupCursor reads a group's stored cursor (known false: never pulled).
@@ -154,7 +158,7 @@ func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupSta
 // groupPush applies a pushed group message next in line; a gap, or a group
 // this device has never pulled, is pulled first (the push is taken from
 // the sync); a duplicate asks for an ack (the server may have missed it).
-func (s *session) groupPush(ctx context.Context, m wire.Message) error {
+func (s *session) groupPush(ctx context.Context, m wire.Message, proof string) error {
 	g, known, err := s.group(m.ConversationID)
 	if err != nil {
 		return err
@@ -169,6 +173,9 @@ func (s *session) groupPush(ctx context.Context, m wire.Message) error {
 	}
 	if err := s.applyGroupMessage(m, g, false); err != nil {
 		return err
+	}
+	if proof != "" && g.cursor == m.ConvSeq {
+		g.proof, g.proofAt = proof, m.ConvSeq
 	}
 	if !s.pushWaiting {
 		s.pushWaiting, s.pushedAt = true, time.Now()
@@ -212,6 +219,9 @@ func (s *session) groupPage(ctx context.Context, p wire.GroupSyncPage) error {
 			return err
 		}
 		g.cursor = max(g.cursor, p.NextCursor)
+	}
+	if p.Proof != "" && len(p.Messages) > 0 && g.cursor == p.NextCursor {
+		g.proof, g.proofAt = p.Proof, p.NextCursor
 	}
 	s.groups[p.ConversationID] = g
 	g.syncing = false
@@ -257,7 +267,11 @@ func (s *session) ackGroups(ctx context.Context) error {
 			continue
 		}
 		upTo := g.cursor
-		if err := s.write(ctx, wire.Ack{Action: wire.ActionAck, ConversationID: conv, UpTo: &upTo}); err != nil {
+		ack := wire.Ack{Action: wire.ActionAck, ConversationID: conv, UpTo: &upTo}
+		if g.proofAt == upTo {
+			ack.Proof = g.proof
+		}
+		if err := s.write(ctx, ack); err != nil {
 			return err
 		}
 		g.lastAck, g.forceAck = upTo, false

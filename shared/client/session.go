@@ -391,7 +391,7 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &p); err != nil {
 			return nil
 		}
-		return s.groupPush(ctx, p.Message)
+		return s.groupPush(ctx, p.Message, p.Proof)
 	case wire.TypeGroupSync:
 		var p wire.GroupSyncPage
 		if err := json.Unmarshal(data, &p); err != nil {

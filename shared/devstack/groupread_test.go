@@ -253,3 +253,45 @@ func TestReadDiffusedGroupsOnlineIndexFollowsConnectionsAndJoins(t *testing.T) {
 		t.Fatalf("online in g:idx after bob's disconnect = %v", got)
 	}
 }
+
+// A read-diffused group's pushes and pages carry a proof that the group's
+// log reaches their convSeq; an ack that brings it back moves the cursor
+// without a read of the log, and a proof of another position, or a made-up
+// one, proves nothing: an ack beyond the head is refused as without one.
+func TestGroupAckProofsProveOnlyTheirOwnPosition(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:pf", "name": "Pf", "users": []string{"bob"}}, nil)
+	alice.sendTo("p1", "g:pf", "one")
+	var push wire.GroupPush
+	if err := json.Unmarshal([]byte(bob.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 1 || push.Proof == "" {
+		t.Fatalf("bob's push: %+v, %v; want convSeq 1 with a proof", push, err)
+	}
+	key, err := st.Store.GroupProofKey(context.Background())
+	if err != nil || !im.ValidGroupProof(key, "g:pf", 1, push.Proof) {
+		t.Fatalf("the push's proof %q does not verify under the deployment's key (%v)", push.Proof, err)
+	}
+	refused := func(upTo int64, proof string) {
+		t.Helper()
+		bob.write(map[string]any{"action": "ack", "conversationId": "g:pf", "upTo": upTo, "proof": proof})
+		if e := bob.next("error", 10*time.Second); e.Code != string(wire.CodeBadRequest) {
+			t.Fatalf("ack up to %d with proof %q answered %+v, want bad_request", upTo, proof, e)
+		}
+	}
+	refused(9, push.Proof)                                                   // the proof of 1 says nothing of 9
+	refused(9, im.GroupProof(make([]byte, im.GroupProofKeySize), "g:pf", 9)) // made up under another key
+	if got := groupCursor(t, st, "g:pf", "bob"); got != 0 {
+		t.Fatalf("bob's cursor after refused acks = %d", got)
+	}
+	bob.write(map[string]any{"action": "ack", "conversationId": "g:pf", "upTo": 1, "proof": push.Proof})
+	waitFor(t, "bob's proven ack", func() bool { return groupCursor(t, st, "g:pf", "bob") == 1 })
+
+	// A page's proof is of its last message.
+	alice.sendTo("p2", "g:pf", "two")
+	bob.write(map[string]any{"action": "sync", "conversationId": "g:pf", "cursor": 1})
+	var page wire.GroupSyncPage
+	if err := json.Unmarshal([]byte(bob.rawOf(wire.TypeGroupSync, 10*time.Second)), &page); err != nil || page.NextCursor != 2 || !im.ValidGroupProof(key, "g:pf", 2, page.Proof) {
+		t.Fatalf("bob's page: %+v, %v; want up to 2 with its proof", page, err)
+	}
+}

@@ -39,21 +39,26 @@ const (
 // (AckResult.Moved false); an ack above the last convSeq due to the member
 // (the group's head, or where they left) is refused with a HeadError
 // (im.ErrAckBeyondHead), and one by a user who was never a member with
-// im.ErrNotMember — neither writes anything. It costs one write (and a read
-// of half a unit: the log item at a.UpTo, which proves the head is at
-// least there; the head itself only when that item is not found).
+// im.ErrNotMember — neither writes anything. It costs one write (and,
+// unless a.Proven, a read of half a unit: the log item at a.UpTo, which
+// proves the head is at least there; the head itself only when that item
+// is not found).
 func (st *Store) AckGroup(ctx context.Context, c im.ConversationID, a im.AckRange) (im.AckResult, error) {
 	if !c.ValidGroup() {
 		return im.AckResult{}, fmt.Errorf("group ack in %s: %w", c, im.ErrMalformedConversation)
 	}
-	if err := st.logReaches(ctx, c, a.UpTo); err != nil {
-		if _, beyond := errors.AsType[*im.HeadError](err); beyond {
-			// Only a member learns where the head is.
-			if it, rerr := st.indexItem(ctx, a.User, c); rerr == nil && (it == nil || it[attrBase] == nil) {
-				err = im.ErrNotMember
+	// A proven ack brought the proof the server gave with the message at
+	// a.UpTo (im.GroupProof): the log reaches it, no read says so.
+	if !a.Proven {
+		if err := st.logReaches(ctx, c, a.UpTo); err != nil {
+			if _, beyond := errors.AsType[*im.HeadError](err); beyond {
+				// Only a member learns where the head is.
+				if it, rerr := st.indexItem(ctx, a.User, c); rerr == nil && (it == nil || it[attrBase] == nil) {
+					err = im.ErrNotMember
+				}
 			}
+			return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c, err)
 		}
-		return im.AckResult{}, fmt.Errorf("group ack %s/%s in %s: %w", a.User, a.Device, c, err)
 	}
 	cur, at := attrGroupCursor+string(a.Device), attrGroupCursorAt+string(a.Device)
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

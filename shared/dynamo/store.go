@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -59,6 +60,9 @@ type Store struct {
 	// are never copied into inboxes. Groups keep the mode they were
 	// created with.
 	GroupReads bool
+
+	// proofKey caches the key of group position proofs (proofkey.go).
+	proofKey atomic.Pointer[[]byte]
 }
 
 // DefaultSeenWindow is Store.SeenWindow unless set: 1,000 log items of about

@@ -58,6 +58,10 @@ func (h *Sessions) indexOnline(ctx context.Context, conn im.Connection) error {
 	if h.Online == nil {
 		return nil
 	}
+	if err := h.Online.EnsureGroupProofKey(ctx); err != nil {
+		// Pushes go without proofs: each ack then reads the group's log.
+		h.log().WarnContext(ctx, "group proof key not made", "err", err.Error())
+	}
 	groups, err := h.Online.ReadGroupsOf(ctx, conn.User)
 	if err != nil {
 		return err

@@ -33,12 +33,19 @@ func groupPosition(err error, what string, c im.ConversationID) error {
 }
 
 // ackGroup moves the caller's device cursor in group c to upTo (one-way,
-// as every ack: nothing answers a success).
-func (h *Messages) ackGroup(ctx context.Context, c caller, conv im.ConversationID, upTo int64) (events.APIGatewayProxyResponse, error) {
+// as every ack: nothing answers a success). With a valid proof of upTo
+// (the one the server gave with that message) the store need not read the
+// log to know upTo is not beyond the head; an invalid one only costs that
+// read.
+func (h *Messages) ackGroup(ctx context.Context, c caller, conv im.ConversationID, upTo int64, proof string) (events.APIGatewayProxyResponse, error) {
 	if h.GroupLogs == nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, errNoGroupLogs)
 	}
-	res, err := h.GroupLogs.AckGroup(ctx, conv, im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, UpTo: upTo, At: h.now()})
+	a := im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, UpTo: upTo, At: h.now()}
+	if proof != "" {
+		a.Proven = im.ValidGroupProof(h.proofKey(ctx), conv, upTo, proof)
+	}
+	res, err := h.GroupLogs.AckGroup(ctx, conv, a)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionAck, groupPosition(err, "upTo", conv))
 	}
@@ -62,7 +69,20 @@ func (h *Messages) syncGroup(ctx context.Context, c caller, conv im.Conversation
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, groupPosition(err, "cursor", conv), "")
 	}
-	return reply(wire.NewGroupSyncPage(conv, page, h.Redelivery.PushTimeout))
+	return reply(wire.NewGroupSyncPage(conv, page, h.Redelivery.PushTimeout, h.proofKey(ctx)))
+}
+
+// proofKey is the key of group position proofs, nil when there is none or
+// it cannot be read (frames then go without proofs: acks cost a read).
+func (h *delivery) proofKey(ctx context.Context) []byte {
+	if h.GroupLogs == nil {
+		return nil
+	}
+	key, err := h.GroupLogs.GroupProofKey(ctx)
+	if err != nil {
+		h.log().WarnContext(ctx, "group proofs off: no key", "err", err.Error())
+	}
+	return key
 }
 
 // groupEntry is how a read-diffused group's message goes through the
@@ -95,14 +115,15 @@ func (h *delivery) pushGroupMessages(ctx context.Context, tr *trail, cs *checks,
 // pushGroupTo pushes msgs (ascending convSeqs of one read-diffused group)
 // to conn in order, adding a redelivery check of the last one to cs.
 func (h *delivery) pushGroupTo(ctx context.Context, tr *trail, cs *checks, conn im.Connection, msgs []im.Message) {
+	key := h.proofKey(ctx)
 	for _, m := range msgs[:len(msgs)-1] {
-		frame, _ := json.Marshal(wire.NewGroupPush(m))
+		frame, _ := json.Marshal(wire.NewGroupPush(m, key))
 		if err := h.push(ctx, conn.ID, frame); err != nil {
 			break // the last one's check re-pushes it; the device pulls the gap
 		}
 	}
 	last := groupEntry(msgs[len(msgs)-1])
-	frame, _ := json.Marshal(wire.NewGroupPush(last.Message))
+	frame, _ := json.Marshal(wire.NewGroupPush(last.Message, key))
 	h.pushAndCollect(ctx, tr, cs, conn, last, frame, 0)
 }
 
@@ -132,7 +153,7 @@ func (h *Redeliverer) redeliverGroup(ctx context.Context, tr *trail, cs *checks,
 		h.log().WarnContext(ctx, "group message expired before redelivery", "conversationId", check.Conversation, "convSeq", check.Seq)
 		return nil
 	}
-	frame, _ := json.Marshal(wire.NewGroupPush(msgs[0]))
+	frame, _ := json.Marshal(wire.NewGroupPush(msgs[0], h.proofKey(ctx)))
 	conn := im.Connection{User: check.User, Device: check.Device, ID: check.Connection}
 	h.pushAndCollect(ctx, tr, cs, conn, groupEntry(msgs[0]), frame, check.Attempt+1)
 	return nil

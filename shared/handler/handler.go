@@ -44,6 +44,9 @@ type GroupLogs interface {
 	GroupCursors(ctx context.Context, c im.ConversationID, users []im.UserID) (map[im.DeviceKey]im.DeviceCursor, error)
 	ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]im.GroupPosition, error)
 	Log(ctx context.Context, c im.ConversationID, after, upTo int64) ([]im.Message, error)
+	// GroupProofKey is the key of group position proofs (im.GroupProof;
+	// nil while there is none).
+	GroupProofKey(ctx context.Context) ([]byte, error)
 }
 
 // OnlineIndex is the online index of groups under read diffusion
@@ -56,6 +59,9 @@ type OnlineIndex interface {
 	// OnlineIn lists the connections indexed in group c.
 	OnlineIn(ctx context.Context, c im.ConversationID, now time.Time) ([]im.Connection, error)
 	GroupReadDiffused(ctx context.Context, c im.ConversationID) (bool, error)
+	// EnsureGroupProofKey makes the key of group position proofs if there
+	// is none ($connect: before any push of such a group).
+	EnsureGroupProofKey(ctx context.Context) error
 }
 
 // Connections is the storage of connection records.

@@ -305,7 +305,7 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 		return h.failOneWay(ctx, c, wire.ActionAck, err)
 	}
 	if f.ConversationID != "" {
-		return h.ackGroup(ctx, c, im.ConversationID(f.ConversationID), *f.UpTo)
+		return h.ackGroup(ctx, c, im.ConversationID(f.ConversationID), *f.UpTo, f.Proof)
 	}
 	upTo := *f.UpTo
 	now := h.now()

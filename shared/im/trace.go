@@ -50,6 +50,9 @@ type AckRange struct {
 	RequestID  string
 	From, UpTo int64
 	At         time.Time
+	// Proven says the ack brought a valid proof (GroupProof) that its
+	// group's log reaches UpTo: a group ack then need not read the log.
+	Proven bool
 }
 
 // AckResult is what one ack did: the device's previous cursor and whether

@@ -121,6 +121,10 @@ type Ack struct {
 	ConversationID string `json:"conversationId,omitempty"`
 	// UpTo is the highest inbox seq (or group convSeq) persisted on the device.
 	UpTo *int64 `json:"upTo"`
+	// Proof, with ConversationID, is the proof the server gave with the
+	// message at UpTo (a groupMessage's or a groupSync page's): with it the
+	// ack costs no read of the group's log.
+	Proof string `json:"proof,omitempty"`
 }
 
 // Sync is the client frame {"action":"sync","cursor":N,"limit":L}: return
@@ -228,6 +232,9 @@ func DecodeAck(body string) (Ack, error) {
 	}
 	if f.ConversationID != "" && !im.ConversationID(f.ConversationID).ValidGroup() {
 		return Ack{}, Problemf(CodeBadRequest, "conversationId of an ack must be a group id (g:<id>); acks of 1:1 and alert messages name their inbox seq alone")
+	}
+	if f.Proof != "" && (f.ConversationID == "" || len(f.Proof) > 64) {
+		return Ack{}, Problemf(CodeBadRequest, "proof goes with a group's ack (conversationId), as the server gave it (at most 64 characters)")
 	}
 	return f, nil
 }

@@ -77,7 +77,7 @@ func schemaFrames() map[string]any {
 	errFrame.Ref, errFrame.RetryAfterMs = "q1", 250
 	return map[string]any{
 		"SendFrame":           Send{Action: ActionSend, ClientMsgID: "7f3c-01", To: "bob", Body: json.RawMessage(`"hi"`)},
-		"AckFrame":            Ack{Action: ActionAck, ConversationID: "g:oncall", UpTo: &upTo},
+		"AckFrame":            Ack{Action: ActionAck, ConversationID: "g:oncall", UpTo: &upTo, Proof: "bYI4wr2sOOUw5pYmwk1q6A"},
 		"SyncFrame":           Sync{Action: ActionSync, ConversationID: "g:oncall", Cursor: &cur, Limit: 100},
 		"ReadFrame":           Read{Action: ActionRead, ConversationID: "d:alice:bob", UpTo: &cs},
 		"HistoryFrame":        History{Action: ActionHistory, Query: Query{Ref: "q1"}, ConversationID: "d:alice:bob", Before: 40, Limit: 50},
@@ -91,11 +91,11 @@ func schemaFrames() map[string]any {
 		"SentFrame":           NewSentEntry("7f3c-01", e),
 		"MessageFrame":        Push{Type: TypeMessage, Entry: FromEntry(e), Urgent: true, Renotify: 2},
 		"SyncPageFrame":       page,
-		"GroupMessageFrame":   NewGroupPush(im.Message{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}),
-		"GroupSyncPageFrame":  NewGroupSyncPage("g:oncall", im.GroupPage{Messages: []im.Message{{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}}, Next: 12, More: true, Head: 20, Truncated: true, FirstSeq: 12}, 5*time.Second),
+		"GroupMessageFrame":   NewGroupPush(im.Message{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}, make([]byte, im.GroupProofKeySize)),
+		"GroupSyncPageFrame":  NewGroupSyncPage("g:oncall", im.GroupPage{Messages: []im.Message{{ID: m.ID, Conversation: "g:oncall", ConvSeq: 12, From: "alice", Body: m.Body, SentAt: m.SentAt}}, Next: 12, More: true, Head: 20, Truncated: true, FirstSeq: 12}, 5*time.Second, make([]byte, im.GroupProofKeySize)),
 		"ReceiptFrame":        Receipt{Type: TypeReceipt, Kind: ReceiptDelivered, ConversationID: "d:alice:bob", UserID: "bob", UpTo: 12},
 		"GroupInfoFrame":      GroupInfo{Type: TypeGroup, Ref: "q1", Op: GroupMembers, ConversationID: "g:oncall", Name: "On-call", Head: 12, Count: 2, Members: []Member{{UserID: "carol", Role: "member", Removed: true, Left: 7}}, Changed: []string{"carol"}},
-		"MembershipFrame":     Membership{Type: TypeMembership, Change: "added", ConversationID: "g:oncall", Name: "On-call", By: "alice"},
+		"MembershipFrame":     Membership{Type: TypeMembership, Change: "added", ConversationID: "g:oncall", Name: "On-call", By: "alice", Head: &cs},
 		"ReceiptsAnswerFrame": ReceiptsAnswer{Type: TypeReceipts, Ref: "q1", ConversationID: "g:oncall", ConvSeq: 12, From: "alice", Members: 2, Delivered: 2, Read: 1, DeliveredBy: []string{"bob", "carol"}, ReadBy: []string{"carol"}},
 		"PresenceAnswerFrame": PresenceAnswer{Type: TypePresence, Ref: "q1", Users: []UserPresence{{UserID: "alice", Status: "away"}}},
 		"SummaryPageFrame":    SummaryPage{Type: TypeSummary, Ref: "q1", Conversations: []ConversationSummary{{ConversationID: "g:oncall", Title: "On-call", Unread: 1, Last: 12, Read: 11, Delivered: 12, Removed: true, Left: 12, LastFrom: "bob", LastAt: Timestamp(m.SentAt), Preview: `"ok"`}}, Next: "g:oncall"},

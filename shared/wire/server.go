@@ -189,6 +189,9 @@ type GroupPush struct {
 	Type string `json:"type"`
 	// Message is the message.
 	Message Message `json:"message"`
+	// Proof, when set, proves the group's log reaches the message's convSeq
+	// (im.GroupProof): an ack up to it that brings it back costs no read.
+	Proof string `json:"proof,omitempty"`
 }
 
 // GroupSyncPage answers a group sync: the group's messages above the
@@ -214,21 +217,34 @@ type GroupSyncPage struct {
 	FirstSeq  int64 `json:"firstSeq,omitempty"`
 	// PushTimeoutMs is as in a sync page.
 	PushTimeoutMs int64 `json:"pushTimeoutMs,omitempty"`
+	// Proof, on a page with messages, is the proof of NextCursor (as a
+	// push's of its message).
+	Proof string `json:"proof,omitempty"`
 }
 
-// NewGroupPush is the push frame of group message m (read diffusion).
-func NewGroupPush(m im.Message) GroupPush {
-	return GroupPush{Type: TypeGroupMessage, Message: FromMessage(m)}
+// NewGroupPush is the push frame of group message m (read diffusion), with
+// the proof of its convSeq under key (none: no proof).
+func NewGroupPush(m im.Message, key []byte) GroupPush {
+	f := GroupPush{Type: TypeGroupMessage, Message: FromMessage(m)}
+	if len(key) > 0 {
+		f.Proof = im.GroupProof(key, m.Conversation, m.ConvSeq)
+	}
+	return f
 }
 
-// NewGroupSyncPage is the frame of group page p of conversation c.
-func NewGroupSyncPage(c im.ConversationID, p im.GroupPage, pushTimeout time.Duration) GroupSyncPage {
+// NewGroupSyncPage is the frame of group page p of conversation c, with
+// the proof of its last message under key (none: no proof).
+func NewGroupSyncPage(c im.ConversationID, p im.GroupPage, pushTimeout time.Duration, key []byte) GroupSyncPage {
 	msgs := make([]Message, len(p.Messages))
 	for i, m := range p.Messages {
 		msgs[i] = FromMessage(m)
 	}
-	return GroupSyncPage{Type: TypeGroupSync, ConversationID: string(c), Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head,
+	f := GroupSyncPage{Type: TypeGroupSync, ConversationID: string(c), Messages: msgs, NextCursor: p.Next, HasMore: p.More, Head: p.Head,
 		Truncated: p.Truncated, FirstSeq: p.FirstSeq, PushTimeoutMs: pushTimeout.Milliseconds()}
+	if n := len(p.Messages); n > 0 && len(key) > 0 {
+		f.Proof = im.GroupProof(key, c, p.Messages[n-1].ConvSeq)
+	}
+	return f
 }
 
 // GroupHeads converts the store's positions of a device's groups.

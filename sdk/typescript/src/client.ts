@@ -174,6 +174,9 @@ interface GroupState {
   forceAck: boolean;
   syncing: boolean;
   syncSent: number;
+  /** The server's proof of convSeq proofAt (a push's, or a page's last message's): an ack up to proofAt brings it back. */
+  proof: string;
+  proofAt: number;
 }
 
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
@@ -722,7 +725,7 @@ export class SignetClient {
         await this.pullGroups(s, f.groups);
         return this.page(s, f);
       case "groupMessage":
-        return this.groupPush(s, f.message);
+        return this.groupPush(s, f.message, f.proof);
       case "groupSync":
         return this.groupPage(s, f);
       case "sent": {
@@ -916,7 +919,7 @@ export class SignetClient {
     const have = s.groups.get(conv);
     if (have) return { g: have, known: true };
     const { cursor, known } = await this.store.groupCursor(conv);
-    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0 };
+    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
     if (known) s.groups.set(conv, g);
     return { g, known };
   }
@@ -932,7 +935,7 @@ export class SignetClient {
 
   /** Applies a pushed group message next in line; a gap, or a group never
    * pulled here, is pulled first; a duplicate asks for an ack. */
-  private async groupPush(s: Session, m: Message): Promise<void> {
+  private async groupPush(s: Session, m: Message, proof?: string): Promise<void> {
     const { g, known } = await this.groupState(s, m.conversationId);
     if (known && m.convSeq <= g.cursor) {
       g.forceAck = true;
@@ -944,6 +947,7 @@ export class SignetClient {
       return;
     }
     await this.applyGroupMessage(g, m, false);
+    if (proof && g.cursor === m.convSeq) Object.assign(g, { proof, proofAt: m.convSeq });
     if (!s.pushWaiting) {
       s.pushWaiting = true;
       s.pushedAt = Date.now();
@@ -970,6 +974,7 @@ export class SignetClient {
       await this.store.markGroupKnown(p.conversationId, cursor);
       g.cursor = cursor;
     }
+    if (p.proof && p.messages.length > 0 && g.cursor === p.nextCursor) Object.assign(g, { proof: p.proof, proofAt: p.nextCursor });
     s.groups.set(p.conversationId, g);
     g.syncing = false;
     if (p.hasMore || g.cursor < Math.min(g.behind, p.head)) {
@@ -998,7 +1003,7 @@ export class SignetClient {
   private ackGroups(s: Session): void {
     for (const [conv, g] of s.groups) {
       if (g.needAck <= g.lastAck && !g.forceAck) continue;
-      this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor });
+      this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor, ...(g.proofAt === g.cursor && g.proof ? { proof: g.proof } : {}) });
       g.lastAck = g.cursor;
       g.forceAck = false;
     }

@@ -18,6 +18,9 @@ export type ConversationId = string;
 /** a group, g:<id> */
 export type GroupId = string;
 
+/** a group position proof: opaque, as the server gave it */
+export type GroupProof = string;
+
 /** 1-64 printable ASCII characters */
 export type ClientMsgId = string;
 
@@ -97,6 +100,8 @@ export interface AckFrame {
   upTo: Seq;
   /** a group under read diffusion: upTo is a convSeq of its log */
   conversationId?: GroupId;
+  /** with conversationId: the proof the server gave with the message at upTo (spares the server a read) */
+  proof?: GroupProof;
 }
 
 export interface SyncFrame {
@@ -222,6 +227,8 @@ export interface SyncPageFrame {
 export interface GroupMessageFrame {
   type: "groupMessage";
   message: Message;
+  /** the proof that the group's log reaches this convSeq: bring it back on the ack up to it */
+  proof?: GroupProof;
 }
 
 export interface GroupSyncPageFrame {
@@ -234,6 +241,8 @@ export interface GroupSyncPageFrame {
   truncated?: boolean;
   firstSeq?: Seq;
   pushTimeoutMs?: number;
+  /** on a page with messages: the proof of nextCursor (as a groupMessage's) */
+  proof?: GroupProof;
 }
 
 export interface ReceiptFrame {

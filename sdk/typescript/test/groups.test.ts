@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, type ClientOptions, type DeviceStore, type StoredMessage } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -59,7 +59,14 @@ function assertRange(got: StoredMessage[], first: number, last: number, what: st
 test("a read-diffused group reaches an online member, an offline one and a restarted one once and in order, persisted before it is emitted", async () => {
   const alice = await dial("alice-g1", new MemoryStore());
   const bobStore = new MemoryStore();
-  const bob = await dial("bob-g1", bobStore);
+  const bobAcks: { upTo: number; proof?: string }[] = [];
+  const bob = await dial("bob-g1", bobStore, {
+    onFrame: (dir, f) => {
+      frameCheck(dir, f);
+      const a = f as { action?: string; conversationId?: string; upTo: number; proof?: string };
+      if (dir === "out" && a.action === "ack" && a.conversationId) bobAcks.push({ upTo: a.upTo, proof: a.proof });
+    },
+  });
   const g = await alice.createGroup("Ops", ["bob-g1", "carol-g1"]);
   const conv = g.conversationId;
   const bobGot = collect(bob, conv);
@@ -75,6 +82,8 @@ test("a read-diffused group reaches an online member, an offline one and a resta
   assert.equal((await bob.groupHistory(conv)).length, 20, "the group's messages are in the device's group log");
   // The server counts bob's acks: his device's cursor is on the message.
   await eventually("bob's ack of 20", async () => (await alice.receipts(conv, 20)).deliveredBy?.includes("bob-g1") === true, 30000);
+  // Each ack brings back the proof the server gave with the message it names.
+  assert.ok(bobAcks.length > 0 && bobAcks.every((a) => a.proof), `bob's group acks carry proofs: ${JSON.stringify(bobAcks)}`);
 
   // carol was offline: she pulls all of it at her first connect, and is
   // synced only once she has.

@@ -554,7 +554,7 @@ export class SignetClient {
                 await this.pullGroups(s, f.groups);
                 return this.page(s, f);
             case "groupMessage":
-                return this.groupPush(s, f.message);
+                return this.groupPush(s, f.message, f.proof);
             case "groupSync":
                 return this.groupPage(s, f);
             case "sent": {
@@ -760,7 +760,7 @@ export class SignetClient {
         if (have)
             return { g: have, known: true };
         const { cursor, known } = await this.store.groupCursor(conv);
-        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0 };
+        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
         if (known)
             s.groups.set(conv, g);
         return { g, known };
@@ -776,7 +776,7 @@ export class SignetClient {
     }
     /** Applies a pushed group message next in line; a gap, or a group never
      * pulled here, is pulled first; a duplicate asks for an ack. */
-    async groupPush(s, m) {
+    async groupPush(s, m, proof) {
         const { g, known } = await this.groupState(s, m.conversationId);
         if (known && m.convSeq <= g.cursor) {
             g.forceAck = true;
@@ -788,6 +788,8 @@ export class SignetClient {
             return;
         }
         await this.applyGroupMessage(g, m, false);
+        if (proof && g.cursor === m.convSeq)
+            Object.assign(g, { proof, proofAt: m.convSeq });
         if (!s.pushWaiting) {
             s.pushWaiting = true;
             s.pushedAt = Date.now();
@@ -816,6 +818,8 @@ export class SignetClient {
             await this.store.markGroupKnown(p.conversationId, cursor);
             g.cursor = cursor;
         }
+        if (p.proof && p.messages.length > 0 && g.cursor === p.nextCursor)
+            Object.assign(g, { proof: p.proof, proofAt: p.nextCursor });
         s.groups.set(p.conversationId, g);
         g.syncing = false;
         if (p.hasMore || g.cursor < Math.min(g.behind, p.head)) {
@@ -844,7 +848,7 @@ export class SignetClient {
         for (const [conv, g] of s.groups) {
             if (g.needAck <= g.lastAck && !g.forceAck)
                 continue;
-            this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor });
+            this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor, ...(g.proofAt === g.cursor && g.proof ? { proof: g.proof } : {}) });
             g.lastAck = g.cursor;
             g.forceAck = false;
         }
