@@ -36,6 +36,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
 	rateLimits := fs.String("rate-limits", "off", "per-user rate limits of the stack, as SIGNET_RATE_LIMITS (e.g. send=120/1m,connect=60/1m); off by default: the run's users send and reconnect far faster than people")
+	groupDelivery := fs.String("group-delivery", "write", "how the run's groups deliver: write (into inboxes) or read (read diffusion, experimental: each device's group messages reconciled against the group's log and membership)")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS: goaws (default) or memsqs, for large runs (env "+devstack.EnvSQSEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]
@@ -53,6 +54,7 @@ unACKed, idempotency violations. Exit status 1 if anything is found.
 Examples:
   signet chaos                                   # 200 messages, seed 1
   signet chaos --seed 7 --users 20 --messages 2000 --profile hell
+  signet chaos --group-delivery read --groups 4   # read-diffused groups
   signet chaos --messages 100000 --users 40 --groups 4 --seed 100 \
       --dynamodb-emulator memdyn --sqs-emulator memsqs --dir /dev/shm   # make chaos-100k
 
@@ -71,10 +73,13 @@ Flags:
 	if !ok {
 		return fmt.Errorf("%w: unknown profile %q", errUsage, *profile)
 	}
+	if *groupDelivery != "write" && *groupDelivery != "read" {
+		return fmt.Errorf("%w: --group-delivery %q is not write or read", errUsage, *groupDelivery)
+	}
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: *seed, Users: *users, MaxDevices: *devices, Groups: *groups, Messages: *messages, Network: p,
-		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile,
+		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile, GroupReads: *groupDelivery == "read",
 		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator, SQSEmulator: *sqsEmulator, RateLimits: *rateLimits},
 		Progress: func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) },
 	})

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
@@ -61,6 +62,11 @@ type Config struct {
 	// Dir is where the run's temporary directory of device stores goes
 	// (os.TempDir when empty); it is removed at the end.
 	Dir string
+	// GroupReads runs the stack with GroupDelivery read: the run's groups
+	// are read-diffused (docs/proposal-group-read-diffusion.md), and each
+	// device's group messages are reconciled against the group's log and
+	// membership instead of its inbox.
+	GroupReads bool
 	// Converge bounds the final catch-up (default 10 min).
 	Converge time.Duration
 	// MemProfile, when set, is where a heap profile is written after the
@@ -152,7 +158,13 @@ type device struct {
 	c       *client.Client
 	shown   int64 // highest seq shown: Options.ShownUpTo on restart
 	journal []reconcile.Entry
-	exited  chan struct{} // closed when the current client's Messages closes
+	// groups holds what the device showed of each read-diffused group
+	// (messages without an inbox seq), in the order shown.
+	groups map[string][]reconcile.Entry
+	// shownGroups is the highest convSeq shown of each such group:
+	// Options.ShownGroups on restart.
+	shownGroups map[string]int64
+	exited      chan struct{} // closed when the current client's Messages closes
 }
 
 type runner struct {
@@ -282,6 +294,13 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	if o.SyncInterval == 0 {
 		o.SyncInterval = 50 * time.Millisecond
+	}
+	if r.cfg.GroupReads {
+		params := map[string]string{"GroupDelivery": "read"}
+		for k, v := range o.Parameters {
+			params[k] = v
+		}
+		o.Parameters = params
 	}
 	if o.PollWait == 0 {
 		o.PollWait = 200 * time.Millisecond
@@ -471,7 +490,7 @@ func (d *device) options() client.Options {
 		},
 		MinBackoff: 50 * time.Millisecond, MaxBackoff: 2 * time.Second, ResendAfter: 2 * time.Second,
 		PingInterval: 10 * time.Second, PongTimeout: 5 * time.Second,
-		Replay: true, ShownUpTo: d.shown,
+		Replay: true, ShownUpTo: d.shown, ShownGroups: maps.Clone(d.shownGroups),
 		CrashAt: func(client.CrashPoint, int64) bool {
 			return d.run.faults.Load() && d.run.float() < d.run.cfg.Crashes
 		},
@@ -498,8 +517,20 @@ func (d *device) start(ctx context.Context) error {
 	go func() {
 		defer close(exited)
 		for m := range c.Messages() {
+			e := reconcile.Entry{Seq: m.Seq, MessageID: m.MessageID, Conversation: m.ConversationID, ConvSeq: m.ConvSeq, From: m.From}
 			d.mu.Lock()
-			d.journal = append(d.journal, reconcile.Entry{Seq: m.Seq, MessageID: m.MessageID, Conversation: m.ConversationID, ConvSeq: m.ConvSeq, From: m.From})
+			if m.Seq == 0 {
+				if d.groups == nil {
+					d.groups = map[string][]reconcile.Entry{}
+				}
+				d.groups[m.ConversationID] = append(d.groups[m.ConversationID], e)
+				if d.shownGroups == nil {
+					d.shownGroups = map[string]int64{}
+				}
+				d.shownGroups[m.ConversationID] = max(d.shownGroups[m.ConversationID], m.ConvSeq)
+			} else {
+				d.journal = append(d.journal, e)
+			}
 			d.shown = max(d.shown, m.Seq)
 			d.mu.Unlock()
 			d.run.count(func(r *Result) { r.Deliveries++ })
@@ -751,7 +782,7 @@ func (r *runner) converge(ctx context.Context) {
 	stable := 0
 	for time.Now().Before(deadline) && stable < 3 {
 		time.Sleep(time.Second)
-		behind := 0
+		behind := len(r.groupsBehind(ctx))
 		for _, d := range r.devices {
 			d.client()
 			head, _, err := r.st.Store.Head(ctx, im.UserID(d.user))
@@ -770,18 +801,57 @@ func (r *runner) converge(ctx context.Context) {
 	}
 }
 
-// fanoutBehind describes each group whose fan-out has not reached every
-// member it owes: its head, fan-out mark and the members behind.
-func (r *runner) fanoutBehind(ctx context.Context) []string {
+// groupState reads group g's head, fan-out mark and members.
+func (r *runner) groupState(ctx context.Context, g string) (head, marked int64, members []im.Member, err error) {
+	head, marked, _, err = r.st.Store.FanoutMark(ctx, im.ConversationID(g))
+	if err == nil {
+		members, err = r.st.Store.Members(ctx, im.ConversationID(g))
+	}
+	return head, marked, members, err
+}
+
+// groupsBehind describes each device that has not shown every message of
+// a read-diffused group due to its user (none unless Config.GroupReads).
+func (r *runner) groupsBehind(ctx context.Context) []string {
+	if !r.cfg.GroupReads {
+		return nil
+	}
 	var out []string
 	for _, g := range r.groups {
-		conv := im.ConversationID(g)
-		head, marked, _, err := r.st.Store.FanoutMark(ctx, conv)
+		head, _, members, err := r.groupState(ctx, g)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: %v", g, err))
 			continue
 		}
-		members, err := r.st.Store.Members(ctx, conv)
+		for _, m := range members {
+			_, due := m.Range(0, head)
+			if !m.Receives(due) {
+				continue // nothing due
+			}
+			for _, d := range r.byUser[string(m.User)] {
+				d.mu.Lock()
+				shown := d.groups[g]
+				d.mu.Unlock()
+				if len(shown) == 0 || shown[len(shown)-1].ConvSeq < due {
+					out = append(out, fmt.Sprintf("%s: device %s/%s behind %d", g, d.user, d.name, due))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// fanoutBehind describes each group whose fan-out has not reached every
+// member it owes: its head, fan-out mark and the members behind (none of
+// a read-diffused group: it has no fan-out into inboxes).
+func (r *runner) fanoutBehind(ctx context.Context) []string {
+	if r.cfg.GroupReads {
+		return nil
+	}
+	var out []string
+	for _, g := range r.groups {
+		conv := im.ConversationID(g)
+		head, marked, members, err := r.groupState(ctx, g)
 		if err != nil {
 			out = append(out, fmt.Sprintf("%s: %v", g, err))
 			continue
@@ -849,6 +919,30 @@ func (r *runner) verify(ctx context.Context) {
 			}
 		}
 	}
+	for _, b := range r.groupsBehind(ctx) {
+		problem("read-diffused group behind: %s", b)
+	}
+	// A device shows each message of a read-diffused group once, in
+	// convSeq order.
+	shownInGroup := map[string]map[string]int{} // user/device → messageId → times
+	for _, d := range r.devices {
+		key := d.user + "/" + d.name
+		shownInGroup[key] = map[string]int{}
+		d.mu.Lock()
+		for g, es := range d.groups {
+			for i, e := range es {
+				if shownInGroup[key][e.MessageID]++; shownInGroup[key][e.MessageID] == 2 {
+					r.res.Duplicated++
+					problem("device %s showed %s of %s twice", key, e.MessageID, g)
+				}
+				if i > 0 && e.ConvSeq <= es[i-1].ConvSeq {
+					r.res.Reordered++
+					problem("device %s showed %s #%d after #%d", key, g, e.ConvSeq, es[i-1].ConvSeq)
+				}
+			}
+		}
+		d.mu.Unlock()
+	}
 	members := map[string][]im.Member{}
 	for _, g := range r.groups {
 		ms, err := r.st.Store.Members(ctx, im.ConversationID(g))
@@ -881,6 +975,18 @@ func (r *runner) verify(ctx context.Context) {
 			}
 		} else {
 			want = []string{dr.user, dr.d.To}
+		}
+		if r.cfg.GroupReads && strings.HasPrefix(dr.sent.ConversationID, "g:") {
+			// In the group's log only: every device of every member due it shows it.
+			for _, u := range want {
+				for _, d := range r.byUser[u] {
+					if n := shownInGroup[d.user+"/"+d.name][id]; n != 1 {
+						problem("ACKed %s (%s #%d from %s) shown %d times on %s/%s", id, dr.sent.ConversationID, dr.sent.ConvSeq, dr.user, n, d.user, d.name)
+						r.res.Lost++
+					}
+				}
+			}
+			continue
 		}
 		for _, u := range want {
 			if inboxes[u][id] != 1 {

@@ -63,3 +63,22 @@ func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 		t.Fatalf("the lost message went unnoticed: %s\n%v", res, res.Problems)
 	}
 }
+
+// The same with the groups read-diffused (GroupDelivery read): every
+// device of every member shows each group message due to its user once,
+// in order.
+func TestSmallChaosRunWithReadDiffusedGroupsReconcilesClean(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 12, Users: 5, MaxDevices: 2, Groups: 2, Messages: 80, Network: network,
+		ServerFaults: 0.02, Crashes: 0.02, GroupReads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if !res.OK() {
+		t.Fatalf("problems:\n%s", strings.Join(res.Problems, "\n"))
+	}
+	if res.Acked == 0 || res.ServerFaults == 0 || res.Network.Dropped == 0 {
+		t.Fatalf("the run exercised too little: %s", res)
+	}
+}

@@ -90,6 +90,11 @@ type Options struct {
 	// (a crash can fall between persisting a message and showing it).
 	Replay    bool
 	ShownUpTo int64
+	// ShownGroups is, with Replay, how far the application has shown each
+	// group under read diffusion (the highest convSeq; a group not named:
+	// nothing): the stored messages of each group after it are replayed
+	// too. Such a message has no inbox seq, so ShownUpTo cannot say it.
+	ShownGroups map[string]int64
 	// OnReceipt is called (from the client's goroutine; keep it short) for
 	// each delivered/read receipt about this user's 1:1 messages, and
 	// OnRead when another device of this user read a conversation.

@@ -101,6 +101,32 @@ func (s *store) applyGroup(m wire.Message, synced bool) (applied bool, err error
 	return applied, err
 }
 
+// groupMessagesAfter lists the stored messages of each group with convSeq
+// above shown[group] (0 for a group not named), by group and convSeq.
+func (s *store) groupMessagesAfter(shown map[string]int64) ([]wire.Message, error) {
+	var out []wire.Message
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketGroupLog)
+		if b == nil {
+			return nil
+		}
+		return b.ForEach(func(k, v []byte) error {
+			// conversationId 0x00 convSeq (8 bytes BE)
+			i := len(k) - 9
+			if i < 1 || k[i] != 0 || int64(beUint64(k[i+1:])) <= shown[string(k[:i])] {
+				return nil
+			}
+			var m wire.Message
+			if err := json.Unmarshal(v, &m); err != nil {
+				return err
+			}
+			out = append(out, m)
+			return nil
+		})
+	})
+	return out, err
+}
+
 // markGroupKnown records an empty group's cursor (a sync found nothing due).
 func (s *store) markGroupKnown(conv string, cursor int64) error {
 	return s.db.Update(func(tx *bolt.Tx) error {

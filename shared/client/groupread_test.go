@@ -11,18 +11,24 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
+// readGroupStack starts a stack whose groups are read-diffused with
+// alice's laptop and bob's phone connected (ctx: a minute).
+func readGroupStack(t *testing.T) (*devstack.Stack, context.Context, *Client, *device, *Client) {
+	t.Helper()
+	st := startStackWith(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	bobDev := newDevice(t, st, "bob", "phone")
+	return st, ctx, newDevice(t, st, "alice", "laptop").dial(t), bobDev, bobDev.dial(t)
+}
+
 // A read-diffused group through the SDK (GroupDelivery read): members
 // online get every message once and in order from pushes and ack their
 // group cursor; a member offline while messages were sent, and one who
 // reconnects after missing some, pull exactly what they miss.
 func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 	t.Parallel()
-	st := startStackWith(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	alice := newDevice(t, st, "alice", "laptop").dial(t)
-	bobDev := newDevice(t, st, "bob", "phone")
-	bob := bobDev.dial(t)
+	st, ctx, alice, bobDev, bob := readGroupStack(t)
 	g, err := alice.CreateGroup(ctx, "Read", "bob", "carol")
 	if err != nil {
 		t.Fatal(err)
@@ -104,5 +110,50 @@ func TestReadDiffusedGroupMessageArrivesWhenEveryPushIsLost(t *testing.T) {
 	}
 	if got := collect(t, bob, 1, 30*time.Second); got[0].MessageID != sent.MessageID || got[0].ConvSeq != 1 {
 		t.Fatalf("bob got %+v", got[0])
+	}
+}
+
+// With Replay, a restarted client hands the application the stored
+// messages of each read-diffused group after Options.ShownGroups (an
+// application that records how far it showed each group gets each
+// message once across restarts), and those of a group it names at its
+// newest, none.
+func TestReplayHandsBackReadDiffusedGroupMessagesAfterShownGroups(t *testing.T) {
+	t.Parallel()
+	_, ctx, alice, bobDev, bob := readGroupStack(t)
+	g1, err := alice.CreateGroup(ctx, "One", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2, err := alice.CreateGroup(ctx, "Two", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range []string{g1.ConversationID, g1.ConversationID, g1.ConversationID, g2.ConversationID} {
+		if _, err := alice.SendDraft(ctx, Draft{ConversationID: g, Body: fmt.Appendf(nil, `"m%d"`, i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect(t, bob, 4, 20*time.Second)
+	bob.Close()
+
+	// The application showed g1 up to 1 and nothing of g2.
+	bob = bobDev.dial(t, func(o *Options) { o.Replay, o.ShownGroups = true, map[string]int64{g1.ConversationID: 1} })
+	var got []string
+	for _, m := range collect(t, bob, 3, 20*time.Second) {
+		got = append(got, fmt.Sprintf("%s#%d", m.ConversationID, m.ConvSeq))
+	}
+	want := []string{g1.ConversationID + "#2", g1.ConversationID + "#3", g2.ConversationID + "#1"}
+	if fmt.Sprint(got) != fmt.Sprint(want) && fmt.Sprint(got) != fmt.Sprint([]string{want[2], want[0], want[1]}) {
+		t.Fatalf("replayed %v, want %v (by group)", got, want)
+	}
+	bob.Close()
+	bob = bobDev.dial(t, func(o *Options) {
+		o.Replay, o.ShownGroups = true, map[string]int64{g1.ConversationID: 3, g2.ConversationID: 1}
+	})
+	select {
+	case m := <-bob.Messages():
+		t.Fatalf("replayed %+v though every group was shown to its newest", m)
+	case <-time.After(time.Second):
 	}
 }

@@ -83,12 +83,20 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// replay emits stored messages after Options.ShownUpTo, before any new one.
+// replay emits stored messages after Options.ShownUpTo (and of each group
+// under read diffusion after Options.ShownGroups), before any new one.
 func (c *Client) replay() bool {
 	entries, err := c.store.entries(c.opts.ShownUpTo, 0)
 	if err != nil {
 		c.log.Error("replay stored messages", "err", err.Error())
 		return true
+	}
+	groups, err := c.store.groupMessagesAfter(c.opts.ShownGroups)
+	if err != nil {
+		c.log.Error("replay stored group messages", "err", err.Error())
+	}
+	for _, m := range groups {
+		entries = append(entries, wire.Entry{Message: m})
 	}
 	for _, e := range entries {
 		select {

@@ -89,6 +89,8 @@ export interface ClientOptions {
   /** Start messages() with the stored messages after shownUpTo: exactly once across restarts for an app that records how far it has shown. */
   replay?: boolean;
   shownUpTo?: number;
+  /** With replay: how far the app has shown each group under read diffusion (highest convSeq; a group not named: nothing). Their messages have seq 0, so shownUpTo cannot say it. */
+  shownGroups?: Record<string, number>;
   /** A delivered/read watermark of a 1:1 peer; they can arrive out of order (acks handled at once): keep the highest upTo. */
   onReceipt?: (r: ReceiptFrame) => void;
   onRead?: (conversationId: string, upTo: number) => void;
@@ -869,6 +871,8 @@ export class SignetClient {
 
   private async replayStored(): Promise<void> {
     for (const e of await this.store.entries(this.o.shownUpTo)) this.emit(toStored(e));
+    const shown = this.o.shownGroups ?? {};
+    for (const m of await this.store.groupMessages("")) if (m.convSeq > (shown[m.conversationId] ?? 0)) this.emit(toStored({ seq: 0, message: m }));
   }
 
   private async page(s: Session, p: SyncPageFrame): Promise<void> {

@@ -107,6 +107,12 @@ test("a read-diffused group reaches an online member, an offline one and a resta
   assert.deepEqual((await carol.groupHistory(conv)).map((m) => m.convSeq), Array.from({ length: 25 }, (_, i) => i + 1));
   await eventually("bob's 25 messages", () => bobGot.length >= 25, 30000);
   assertRange(bobGot, 1, 25, "bob, online throughout");
+  // Restarted with replay: the stored messages after what the app showed of the group come first.
+  await carol.close();
+  carol = await dial("carol-g1", await FileStore.open(file), { replay: true, shownGroups: { [conv]: 22 } });
+  const replayed: StoredMessage[] = [];
+  for await (const m of carol.messages()) if (replayed.push(m) === 3) break; // replayed before connect resolved: in messages()
+  assertRange(replayed, 23, 25, "carol, replayed after 22");
   const rc = await alice.receipts(conv, 25);
   await eventually("both acks of 25", async () => (await alice.receipts(conv, 25)).delivered === 2, 30000);
   assert.equal(rc.members, 2);

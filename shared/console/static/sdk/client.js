@@ -710,6 +710,10 @@ export class SignetClient {
     async replayStored() {
         for (const e of await this.store.entries(this.o.shownUpTo))
             this.emit(toStored(e));
+        const shown = this.o.shownGroups ?? {};
+        for (const m of await this.store.groupMessages(""))
+            if (m.convSeq > (shown[m.conversationId] ?? 0))
+                this.emit(toStored({ seq: 0, message: m }));
     }
     async page(s, p) {
         if (p.pushTimeoutMs)
