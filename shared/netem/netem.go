@@ -319,9 +319,10 @@ func (l *link) episodes() {
 		p = l.x.Profile()
 		switch {
 		case blackhole && p.BlackholeEvery > 0:
+			// Dark before counted: a reader of the count may rely on it.
+			l.dark.Store(true)
 			l.x.stats.Blackholes.Add(1)
 			l.x.log().Info("netem: connection blackholed (half-open)", "conn", l.n, "for", p.BlackholeFor.String())
-			l.dark.Store(true)
 			select {
 			case <-l.done:
 				return
