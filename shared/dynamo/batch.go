@@ -110,17 +110,13 @@ func (st *Store) batchGet(ctx context.Context, table string, keys []map[string]t
 // limit), retrying the items a call leaves unprocessed (throttling) with
 // jitter, at most six rounds per call.
 func (st *Store) batchPut(ctx context.Context, table string, items []map[string]types.AttributeValue) error {
-	reqs := make([]types.WriteRequest, len(items))
-	for i, it := range items {
-		reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
-	}
-	return st.batchWrite(ctx, table, reqs)
-}
-
-// batchWrite is batchPut of any write requests (puts and deletes).
-func (st *Store) batchWrite(ctx context.Context, table string, all []types.WriteRequest) error {
-	for start := 0; start < len(all); start += 25 {
-		pending := map[string][]types.WriteRequest{table: all[start:min(start+25, len(all))]}
+	for start := 0; start < len(items); start += 25 {
+		chunk := items[start:min(start+25, len(items))]
+		reqs := make([]types.WriteRequest, len(chunk))
+		for i, it := range chunk {
+			reqs[i] = types.WriteRequest{PutRequest: &types.PutRequest{Item: it}}
+		}
+		pending := map[string][]types.WriteRequest{table: reqs}
 		for attempt := 0; len(pending) > 0; attempt++ {
 			out, err := st.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: pending})
 			if err != nil {

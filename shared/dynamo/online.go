@@ -128,18 +128,18 @@ func (st *Store) OnlineIn(ctx context.Context, c im.ConversationID, now time.Tim
 }
 
 // unindexOnline deletes connection id's items of the online index of the
-// groups its removed record listed (old: the record's last attributes).
+// groups its removed record listed (old: the record's last attributes),
+// one DeleteItem each (a connection is in few read-diffused groups).
 func (st *Store) unindexOnline(ctx context.Context, u im.UserID, id im.ConnectionID, old map[string]types.AttributeValue) error {
 	set, _ := old[attrGroups].(*types.AttributeValueMemberSS)
-	if set == nil || len(set.Value) == 0 {
+	if set == nil {
 		return nil
 	}
-	reqs := make([]types.WriteRequest, len(set.Value))
-	for i, c := range set.Value {
-		reqs[i] = types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: onlineKey(im.ConversationID(c), u, id)}}
-	}
-	if err := st.batchWrite(ctx, st.tables.Connections, reqs); err != nil {
-		return fmt.Errorf("unindex connection %s/%s: %w", u, id, err)
+	for _, c := range set.Value {
+		_, err := st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(st.tables.Connections), Key: onlineKey(im.ConversationID(c), u, id)})
+		if err != nil {
+			return fmt.Errorf("unindex connection %s/%s: %w", u, id, err)
+		}
 	}
 	return nil
 }
