@@ -54,10 +54,15 @@ build: ## compile everything and the Lambda artifacts into bin/<function>/bootst
 	@for f in $(FUNCTIONS); do dir=$${f%%:*}; \
 		$(MAKE) --no-print-directory lambda-$$dir ARTIFACTS_DIR=bin/$$dir || exit 1; done
 
-# One Lambda artifact: linux/arm64, static, no RPC shim, stripped.
+# One Lambda artifact: linux/arm64, static, no RPC shim, stripped. Our
+# packages and the AWS SDK's are compiled without inlining: they wait on the
+# network, and it keeps every bootstrap two 64 KB segment steps inside issue
+# 13's 9 MB (the runtime and the standard library keep theirs; README,
+# "Bootstraps"). functions/runtime_test.go's lambdaBuild holds the same flags.
+LAMBDA_GCFLAGS := -gcflags=github.com/signet-im/signet/...=-l -gcflags=github.com/aws/...=-l
 lambda-%:
 	@mkdir -p $(ARTIFACTS_DIR)
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" $(LAMBDA_GCFLAGS) \
 		-o $(ARTIFACTS_DIR)/bootstrap ./functions/$*
 
 # SAM's BuildMethod: makefile entry points (sam build sets ARTIFACTS_DIR).

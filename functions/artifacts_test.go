@@ -92,7 +92,7 @@ func TestEveryArtifactStartsWithItsTemplateEnvironmentAndAnswersASampleEvent(t *
 				t.Fatalf("no functions/<dir>/main.go starts %s", id)
 			}
 			bootstrap := filepath.Join(t.TempDir(), "bootstrap")
-			build(t, "./"+dir, bootstrap, "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w")
+			build(t, "./"+dir, bootstrap, lambdaBuild...)
 			env := []string{"AWS_REGION=us-east-1", "AWS_ACCESS_KEY_ID=local", "AWS_SECRET_ACCESS_KEY=local",
 				"AWS_ENDPOINT_URL_DYNAMODB=" + st.DynamoDBEndpoint, "AWS_ENDPOINT_URL_SQS=" + st.SQSEndpoint, "AWS_ENDPOINT_URL_SNS=" + st.SNSEndpoint}
 			for k, v := range st.FunctionEnv(id) {

@@ -32,7 +32,7 @@ func BenchmarkInit(b *testing.B) {
 	for _, m := range mains {
 		name := filepath.Dir(m)
 		bin := filepath.Join(dir, name)
-		build(b, "./"+name, bin, "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w")
+		build(b, "./"+name, bin, lambdaBuild...)
 		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				cmd := exec.Command(bin)

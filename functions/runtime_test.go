@@ -35,6 +35,37 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// lambdaBuild are the Makefile's flags for a Lambda artifact (lambda-%,
+// LAMBDA_GCFLAGS): no RPC shim, stripped, and our and the AWS SDK's packages
+// compiled without inlining.
+var lambdaBuild = []string{"-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w",
+	"-gcflags=github.com/signet-im/signet/...=-l", "-gcflags=github.com/aws/...=-l"}
+
+// TestLambdaBuildIsTheMakefiles holds lambdaBuild to the Makefile's
+// lambda-% rule, which sam build runs, so the artifacts these tests run are
+// the ones deployed.
+func TestLambdaBuildIsTheMakefiles(t *testing.T) {
+	mk, err := os.ReadFile("../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gcflags, rule string
+	for _, line := range strings.Split(string(mk), "\n") {
+		if v, ok := strings.CutPrefix(line, "LAMBDA_GCFLAGS := "); ok {
+			gcflags = v
+		}
+		if strings.Contains(line, "$(GO) build -tags lambda.norpc") {
+			rule = line
+		}
+	}
+	if want := strings.Join(lambdaBuild[5:], " "); gcflags != want {
+		t.Errorf("Makefile LAMBDA_GCFLAGS = %q, lambdaBuild has %q", gcflags, want)
+	}
+	if !strings.Contains(rule, `-tags lambda.norpc -trimpath -ldflags "-s -w" $(LAMBDA_GCFLAGS)`) {
+		t.Errorf("Makefile's lambda-%% rule %q is not lambdaBuild's flags", rule)
+	}
+}
+
 func build(t testing.TB, dir, out string, args ...string) {
 	t.Helper()
 	cmd := exec.Command("go", append(append([]string{"build"}, args...), "-o", out, dir)...)
@@ -80,7 +111,7 @@ func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
 
 func TestDefaultFunctionArtifactAnswersThroughTheRuntimeAPI(t *testing.T) {
 	bootstrap := filepath.Join(t.TempDir(), "bootstrap")
-	build(t, "./default", bootstrap, "-tags", "lambda.norpc", "-trimpath", "-ldflags", "-s -w")
+	build(t, "./default", bootstrap, lambdaBuild...)
 	event := map[string]any{
 		"body": `{"action":"teleport"}`,
 		"requestContext": map[string]any{
