@@ -367,7 +367,10 @@ A 1:1 message sent as expected is traced in full for one in TraceSample
 (template parameter, default 50); for the others the steps are derived from
 what is stored — the conversation log, the inboxes and the devices' ack
 ranges — and say so in their detail, without connection or request ids.
-Failures, retries and redeliveries are always recorded.
+For a message of a read-diffused group, the members it is due to, the
+devices that have it (their cursors in the group) and the members who read
+it are derived alike. Failures, retries and redeliveries are always
+recorded.
 
 Flags:
 `)

@@ -212,13 +212,16 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m := os.Getenv(EnvTestSendMode); m != "" && o.Parameters["SendMode"] == "" {
-		// The suites again with the other 1:1 send mode (make test-send-transaction).
-		o.Parameters = maps.Clone(o.Parameters)
-		if o.Parameters == nil {
-			o.Parameters = map[string]string{}
+	// The suites again in the modes that are not the default (make
+	// test-send-transaction, make test-group-read).
+	for param, env := range map[string]string{"SendMode": EnvTestSendMode, "GroupDelivery": EnvTestGroupDelivery} {
+		if m := os.Getenv(env); m != "" && o.Parameters[param] == "" {
+			o.Parameters = maps.Clone(o.Parameters)
+			if o.Parameters == nil {
+				o.Parameters = map[string]string{}
+			}
+			o.Parameters[param] = m
 		}
-		o.Parameters["SendMode"] = m
 	}
 	// CloudFormation checks parameters and Rules before it creates anything.
 	params, err := tmpl.ParameterValues(o.Parameters)

@@ -24,6 +24,11 @@ import (
 // in the mode that is not the default.
 const EnvTestSendMode = "SIGNET_TEST_SEND_MODE"
 
+// EnvTestGroupDelivery, when set, gives every stack that does not choose
+// one this group delivery (template parameter GroupDelivery), as
+// EnvTestSendMode does the send mode; the store contract suite reads it too.
+const EnvTestGroupDelivery = "SIGNET_TEST_GROUP_DELIVERY"
+
 // EnvEmulator names the in-process DynamoDB a stack (and the store
 // contract suite) starts when no endpoint is given: minidyn or memdyn.
 const EnvEmulator = "SIGNET_DYNAMODB_EMULATOR"

@@ -3,7 +3,9 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,12 +118,14 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 	alice.sendTo("m1", "g:rd", map[string]any{"text": "m1"})
 
 	// Pushed to bob, and, unacked, pushed again by its redelivery check.
+	var id string
 	for i := range 2 {
 		f := bob.next(wire.TypeGroupMessage, 10*time.Second)
 		var m wire.Message
 		if err := json.Unmarshal(f.Message, &m); err != nil || m.ConversationID != "g:rd" || m.ConvSeq != 1 || string(m.Body) != `{"text":"m1"}` {
 			t.Fatalf("push %d to bob: %s (%v)", i+1, f.Message, err)
 		}
+		id = m.MessageID
 	}
 	bob.write(map[string]any{"action": "ack", "conversationId": "g:rd", "upTo": 1})
 	waitFor(t, "bob's cursor in g:rd", func() bool { return groupCursor(t, st, "g:rd", "bob") == 1 })
@@ -160,6 +164,36 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 	// learns where a group it never pulled starts); carol's is at it.
 	if p := inboxSync(); len(p.Groups) != 1 || p.Groups[0].Head != groupCursor(t, st, "g:rd", "carol") {
 		t.Fatalf("after her ack carol's sync names %+v, her cursor at %d", p.Groups, groupCursor(t, st, "g:rd", "carol"))
+	}
+
+	// Its trace (the admin's GET /v1/messages/{id}/trace): what was written
+	// — created and stored by the send, bob's re-push by the check — and,
+	// derived, the members it is due to and the devices that have it.
+	var trace struct {
+		Events []struct{ Type, Function, UserID, DeviceID string }
+	}
+	var got []string
+	waitFor(t, "the re-push in the trace", func() bool {
+		r := call(t, st, "GET", "/v1/messages/"+id+"/trace", devstack.DefaultAdminKey, nil, "")
+		if err := json.Unmarshal([]byte(r.raw), &trace); r.status != 200 || err != nil {
+			t.Fatalf("trace of %s: %d %s", id, r.status, r.raw)
+		}
+		got = got[:0]
+		for _, e := range trace.Events {
+			// A redelivery check is written per re-push, as many as ran
+			// by now; alice's laptop, which sent it, is pushed it too and,
+			// never acking, re-pushed on the same schedule.
+			if e.Type != "redelivery_scheduled" && (e.Type != "pushed" || e.UserID != "alice") {
+				got = append(got, fmt.Sprintf("%s %s %s/%s", e.Type, e.Function, e.UserID, e.DeviceID))
+			}
+		}
+		return slices.Contains(got, "pushed redeliver bob/phone")
+	})
+	slices.Sort(got)
+	want := []string{"acked ack bob/phone", "acked ack carol/phone", "created send alice/laptop", "inboxed send alice/", "inboxed send bob/",
+		"inboxed send carol/", "pushed redeliver bob/phone", "stored send /"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("trace of %s:\n%s\nwant:\n%s", id, strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -44,7 +44,7 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 		if !member.Active() {
 			return nil, im.Stored{}, fmt.Errorf("%s in %s: %w", d.From, d.Conversation, im.ErrNotMember)
 		}
-		msg := im.Message{ID: im.NewMessageID(now), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
 		items := append(st.sendItems(d, msg, heads{conv: head}, nil, now),
 			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 				TableName: aws.String(st.tables.Messages), Key: convKey(d.Conversation, memberSK(d.From)),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -265,5 +266,72 @@ func TestReadDiffusedGroupStatesComeFromTheHeadAndTheCursors(t *testing.T) {
 	}
 	if s := summary("carol")[g]; s.Last != 3 || !s.Removed {
 		t.Fatalf("carol's summary after her removal: %+v", s)
+	}
+}
+
+// The trace of a read-diffused group's message is derived from what is
+// stored: the members it is due to, the devices whose cursor in the group
+// is at or past it (at the time the cursor last moved) and the members who
+// read it. A member added after it, and a write-diffused group's message,
+// get nothing derived.
+func TestTheTraceOfAReadDiffusedGroupMessageIsDerived(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000).UTC()
+	written := im.Group("written")
+	groupWith(t, st, written, []im.UserID{"bob"}, 1, t0)
+	st.GroupReads = true
+	g := im.Group("ops")
+	if _, err := st.CreateGroup(ctx, g, "G", "alice", []im.UserID{"bob", "carol"}, t0); err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.SendGroup(ctx, im.Draft{From: "alice", ClientMsgID: "c1", Conversation: g, Body: []byte(`"m"`)}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, seq, ok := first.Message.ID.Locate(); !ok || c != g || seq != 1 {
+		t.Fatalf("a group message's id %s locates %s #%d (%v), want %s #1", first.Message.ID, c, seq, ok, g)
+	}
+	sendToGroup(t, st, g, 1, t0)
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"dave"}, im.RoleMember, 500, t0); err != nil {
+		t.Fatal(err)
+	}
+	acks := []struct {
+		u    im.UserID
+		d    im.DeviceID
+		upTo int64
+		at   time.Duration
+	}{{"bob", "phone", 1, time.Second}, {"bob", "laptop", 2, 3 * time.Second}, {"alice", "laptop", 2, 4 * time.Second}}
+	for _, a := range acks {
+		if _, err := st.AckGroup(ctx, g, im.AckRange{User: a.u, Device: a.d, UpTo: a.upTo, At: t0.Add(a.at)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := st.MarkRead(ctx, "bob", g, 1, t0.Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Events(ctx, first.Message.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, e := range got {
+		lines = append(lines, fmt.Sprintf("%s %s/%s +%dms by %s", e.Type, e.User, e.Device, e.At.Sub(t0).Milliseconds(), e.Function))
+	}
+	want := []string{
+		"inboxed alice/ +0ms by send", "inboxed bob/ +0ms by send", "inboxed carol/ +0ms by send",
+		"acked bob/phone +1000ms by ack", "read bob/ +2000ms by read", "acked bob/laptop +3000ms by ack",
+		"acked alice/laptop +4000ms by ack",
+	}
+	if !slices.Equal(lines, want) {
+		t.Fatalf("derived trace:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	// The message of a write-diffused group: its trace is what was written.
+	msgs, err := st.Log(ctx, written, 0, 1)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("written group's log: %v, %v", msgs, err)
+	}
+	if got, err := st.Events(ctx, msgs[0].ID); err != nil || len(got) != 0 {
+		t.Fatalf("a write-diffused group's message derived %d events (%v)", len(got), err)
 	}
 }

@@ -65,6 +65,9 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 		if m := os.Getenv("SIGNET_TEST_SEND_MODE"); m != "" {
 			st.SendMode = m
 		}
+		// SIGNET_TEST_GROUP_DELIVERY=read: groups created read-diffused
+		// (make test-group-read).
+		st.GroupReads = os.Getenv("SIGNET_TEST_GROUP_DELIVERY") == "read"
 		return st
 	}
 	if hook == nil {

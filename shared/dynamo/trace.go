@@ -384,6 +384,9 @@ func (st *Store) Events(ctx context.Context, id im.MessageID) ([]im.Event, error
 	if out, err = st.deriveSend(ctx, id, out); err != nil {
 		return nil, fmt.Errorf("trace of %s: %w", id, err)
 	}
+	if out, err = st.deriveGroupReads(ctx, id, out); err != nil {
+		return nil, fmt.Errorf("trace of %s: %w", id, err)
+	}
 	acked := map[im.UserID]map[int64]bool{}
 	for _, e := range out {
 		if e.Type == im.EventAcked {
@@ -458,6 +461,77 @@ func (st *Store) deriveSend(ctx context.Context, id im.MessageID, evs []im.Event
 			detail = "derived: in sent, and pushed to the sender's other connections"
 		}
 		add(im.Event{Type: im.EventPushed, User: u, Seq: seqs[u], Detail: detail})
+	}
+	return evs, nil
+}
+
+// deriveGroupReads completes the trace of a read-diffused group's message
+// (whose written trace is the send's created and stored events, and
+// re-pushes, failures and waits for a pull: no member gets an inbox copy,
+// and a member's first pushes are not written) from what is stored: which
+// members it is due to (their membership), which of their devices have it
+// (each device's cursor in the group, with the time it last moved: the
+// device acked it then or before) and who read it (the member's read
+// watermark). One BatchGetItem of the members' index items, strongly
+// consistent. The trace of any other message is returned as it is.
+func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im.Event) ([]im.Event, error) {
+	conv, cseq, ok := id.Locate()
+	if !ok || !conv.ValidGroup() {
+		return evs, nil
+	}
+	logged, err := st.Log(ctx, conv, cseq-1, cseq)
+	if err != nil || len(logged) != 1 || logged[0].ID != id {
+		return evs, err
+	}
+	head, err := st.readHead(ctx, conv)
+	if err != nil || !head.reads {
+		return evs, err
+	}
+	members, err := st.Members(ctx, conv)
+	if err != nil {
+		return nil, err
+	}
+	var keys []map[string]types.AttributeValue
+	for _, m := range members {
+		if m.Receives(cseq) {
+			keys = append(keys, inboxKey(m.User, convIndexSK(conv)))
+		}
+	}
+	m := logged[0]
+	add := func(e im.Event) {
+		e.Message = id
+		evs = append(evs, e)
+	}
+	var due []im.Event
+	err = st.batchGet(ctx, st.tables.Inbox, keys, true, func(it map[string]types.AttributeValue) {
+		u := im.UserID(getS(it, attrUser))
+		due = append(due, im.Event{Type: im.EventInboxed, User: u, At: m.SentAt, Function: "send",
+			Detail: fmt.Sprintf("derived: due to this member in the group log, %s #%d (read diffusion: no inbox copy)", conv, cseq)})
+		for d, cur := range groupCursorsOf(it) {
+			if cur.Acked >= cseq {
+				due = append(due, im.Event{Type: im.EventAcked, User: u, Device: d, At: cur.AckedAt, Function: "ack",
+					Detail: fmt.Sprintf("derived: the device's cursor in the group is at #%d, last moved at this time", cur.Acked)})
+			}
+		}
+		if read := getN(it, attrRead); read >= cseq && u != m.From { // a sender's watermark moves at the send
+			at := time.UnixMilli(getN(it, "readAt")).UTC()
+			if at.Before(m.SentAt) {
+				at = m.SentAt
+			}
+			due = append(due, im.Event{Type: im.EventRead, User: u, At: at, Function: "read",
+				Detail: fmt.Sprintf("derived: the member's read watermark is at #%d, last moved at this time", read)})
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("members of %s: %w", conv, err)
+	}
+	// The batch answers in no order (Events then orders by time).
+	rank := map[im.EventType]int{im.EventInboxed: 0, im.EventAcked: 1, im.EventRead: 2}
+	slices.SortFunc(due, func(a, b im.Event) int {
+		return cmp.Or(strings.Compare(string(a.User), string(b.User)), cmp.Compare(rank[a.Type], rank[b.Type]), strings.Compare(string(a.Device), string(b.Device)))
+	})
+	for _, e := range due {
+		add(e)
 	}
 	return evs, nil
 }

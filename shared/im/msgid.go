@@ -37,8 +37,9 @@ const locSep = "~"
 // NewMessageID's 27 characters, then "~<convSeq>~<conversation>". Such an id
 // says where the message is stored, so its trace can be derived from the
 // conversation log, the inbox entries and the devices' ack ranges instead
-// of written for every message (issue 12). 1:1 sends use it; group
-// messages and alerts keep plain ids.
+// of written for every message (issue 12). 1:1 and group sends use it
+// (group messages stored before group ids were located keep plain ids, as
+// alerts do).
 func NewLocatedMessageID(now time.Time, c ConversationID, convSeq int64) MessageID {
 	return MessageID(string(NewMessageID(now)) + locSep + strconv.FormatInt(convSeq, 10) + locSep + string(c))
 }
