@@ -244,7 +244,7 @@ test-send-transaction:
 # read-diffused (GroupDelivery read, not the default): each test that does
 # not choose a mode runs its groups under read diffusion.
 test-group-read:
-	SIGNET_TEST_GROUP_DELIVERY=read $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
+	SIGNET_TEST_GROUP_DELIVERY=read $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/ ./cmd/signet/
 
 # Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
 bench-100k:

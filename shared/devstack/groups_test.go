@@ -20,6 +20,12 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
+// writeGroups pins a stack's groups to write diffusion (GroupDelivery
+// write) for the tests of what it stores and pushes (inbox entries, "message"
+// frames with an inbox seq), whatever mode the suite runs in (make
+// test-group-read); groupread_test.go has read diffusion's.
+var writeGroups = map[string]string{"GroupDelivery": "write"}
+
 // answer waits for the frame answering ref (of type typ, or an error).
 func (c *wsClient) answer(ref string, timeout time.Duration) (string, map[string]any) {
 	c.t.Helper()
@@ -99,7 +105,7 @@ func groupEntries(t *testing.T, st *devstack.Stack, u im.UserID, conv string) []
 
 func TestGroupMembershipRolesAndDelivery(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{})
+	st := startStack(t, devstack.Options{Parameters: writeGroups})
 	alice := dial(t, st, "alice", "laptop")
 	alicePhone := dial(t, st, "alice", "phone")
 	bob := dial(t, st, "bob", "laptop")
@@ -180,7 +186,7 @@ func TestGroupMembershipRolesAndDelivery(t *testing.T) {
 
 func TestGroupReceiptsAreWatermarksQueriedNotPushed(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{})
+	st := startStack(t, devstack.Options{Parameters: writeGroups})
 	alice := dial(t, st, "alice", "laptop")
 	bob := dial(t, st, "bob", "laptop")
 	carolPhone := dial(t, st, "carol", "phone")
@@ -237,7 +243,7 @@ func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.
 	t.Parallel()
 	fail := &failingFanout{}
 	fail.failAt.Store(100)
-	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
+	st := startStack(t, devstack.Options{Parameters: writeGroups, RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
 			fail.Fanouts = h.Fanouts
 			h.Fanouts = fail
@@ -379,7 +385,7 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 	t.Parallel()
 	counter := callcount.New()
-	st := startStack(t, devstack.Options{Concurrency: 1000, APIOptions: counter.APIOptions()})
+	st := startStack(t, devstack.Options{Parameters: writeGroups, Concurrency: 1000, APIOptions: counter.APIOptions()})
 	owner := dial(t, st, "owner", "laptop")
 	const members = 100 // more than one BatchGetItem's keys, and than deriveWorkers
 	var users []string

@@ -147,7 +147,7 @@ func (c *clock) Advance(d time.Duration) {
 func TestSummaryAfter31DaysAwayReportsUnreadCounts(t *testing.T) {
 	t.Parallel()
 	clk := &clock{}
-	st := startStack(t, devstack.Options{Configure: func(_ string, h *handler.Deps) {
+	st := startStack(t, devstack.Options{Parameters: writeGroups, Configure: func(_ string, h *handler.Deps) {
 		h.Now = clk.Now
 		if store, ok := h.Inbox.(*dynamo.Store); ok {
 			store.Now = clk.Now // which entries may have been reaped: 31 days pass for it too
