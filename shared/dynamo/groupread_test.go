@@ -173,7 +173,7 @@ func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g1, g2, g3, written := im.Group("one"), im.Group("two"), im.Group("three"), im.Group("written")
-	st.GroupReads = false // whatever the suite's mode (make test-group-read)
+	st.GroupReads = false                                 // whatever the suite's mode (make test-group-read)
 	groupWith(t, st, written, []im.UserID{"bob"}, 2, now) // copied into inboxes: acked there, never listed
 	st.GroupReads = true
 	groupWith(t, st, g1, []im.UserID{"bob"}, 2, now)
