@@ -13,7 +13,7 @@
 #   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
 #   make test-memdyn  the end-to-end suites again on memdyn and memsqs, the emulators built for scale
 #   make test-send-transaction  the store contract and end-to-end suites again with 1:1 sends in one transaction (SendMode transaction)
-#   make test-group-read  the store contract and end-to-end suites again with groups read-diffused (GroupDelivery read)
+#   make test-group-write  the store contract, end-to-end, Go SDK and CLI suites again with groups written into inboxes (GroupDelivery write)
 #   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
 #   make bench-cost   a delivered message priced at AWS list prices (signet bench cost)
 #   make bench-cost-check  the same, failing if a figure regresses past its ceiling (CI)
@@ -43,7 +43,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody \
 	./shared/openapi:FuzzValidatorAgreesWithJSONSchema
 
-.PHONY: all build test test-sdk test-console console test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction test-group-read bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
+.PHONY: all build test test-sdk test-console console test-burst chaos chaos-100k test-stores test-memdyn test-send-transaction test-group-write bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -240,11 +240,11 @@ test-memdyn:
 test-send-transaction:
 	SIGNET_TEST_SEND_MODE=transaction $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
 
-# The store contract and end-to-end suites with groups created
-# read-diffused (GroupDelivery read, not the default): each test that does
-# not choose a mode runs its groups under read diffusion.
-test-group-read:
-	SIGNET_TEST_GROUP_DELIVERY=read $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/ ./cmd/signet/
+# The store contract, end-to-end, Go SDK and CLI suites with groups written
+# into every member's inbox (GroupDelivery write, not the default): each
+# test that does not choose a mode runs its groups under write diffusion.
+test-group-write:
+	SIGNET_TEST_GROUP_DELIVERY=write $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/ ./cmd/signet/
 
 # Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
 bench-100k:

@@ -43,21 +43,21 @@ var costScenarios = []struct {
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
 			return chatCost(ctx, "burst-1dev", 1, burstSize, f.pairs, f.messages, f.emulator)
 		}},
-	{"group-online", "a group of --members at chat pace, every member connected; per group message",
+	{"group-online", "a group of --members at chat pace, every member connected, read-diffused (the default: pushed to online members, copied into no inbox); per group message",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-online", f.members, f.members, f.groupMessages, f.emulator, false)
+			return groupCost(ctx, "group-online", f.members, f.members, f.groupMessages, f.emulator, true)
 		}},
-	{"group-30pct", "the same group with 30 % of the members connected",
+	{"group-30pct", "the same group with 30 % of the members connected; the offline members' later pull is not in it (about a read unit per 100 messages and an ack each)",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-30pct", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, false)
+			return groupCost(ctx, "group-30pct", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, true)
 		}},
-	{"group-online-read", "group-online with the group read-diffused (GroupDelivery read, experimental: pushed to online members, copied into no inbox)",
+	{"group-online-write", "group-online with the group written into every member's inbox (GroupDelivery write)",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-online-read", f.members, f.members, f.groupMessages, f.emulator, true)
+			return groupCost(ctx, "group-online-write", f.members, f.members, f.groupMessages, f.emulator, false)
 		}},
-	{"group-30pct-read", "group-30pct read-diffused; the offline members' later pull is not in it (about a read unit per 100 messages and an ack each)",
+	{"group-30pct-write", "group-30pct written into every member's inbox (GroupDelivery write)",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return groupCost(ctx, "group-30pct-read", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, true)
+			return groupCost(ctx, "group-30pct-write", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, false)
 		}},
 	{"login", "--logins users connect for the first time to --waiting messages each (the 9:00 login); per login",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {

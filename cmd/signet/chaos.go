@@ -36,7 +36,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
 	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
 	rateLimits := fs.String("rate-limits", "off", "per-user rate limits of the stack, as SIGNET_RATE_LIMITS (e.g. send=120/1m,connect=60/1m); off by default: the run's users send and reconnect far faster than people")
-	groupDelivery := fs.String("group-delivery", "write", "how the run's groups deliver: write (into inboxes) or read (read diffusion, experimental: each device's group messages reconciled against the group's log and membership)")
+	groupDelivery := fs.String("group-delivery", "read", "how the run's groups deliver: read (read diffusion, the default: each device's group messages reconciled against the group's log and membership) or write (into inboxes)")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS: goaws (default) or memsqs, for large runs (env "+devstack.EnvSQSEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]

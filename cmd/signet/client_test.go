@@ -443,10 +443,11 @@ func TestASendThatCannotConnectIsSentByTheNextRun(t *testing.T) {
 	}
 }
 
-// `signet tail` and a read-diffused group (GroupDelivery=read,
-// experimental): the group's messages come without an inbox seq (0), and
+// `signet tail` and a read-diffused group (GroupDelivery=read, the
+// default): the group's messages come without an inbox seq (0), and
 // printing one must not move the recorded seq of the inbox back (a restart
-// would print the inbox again).
+// would print the inbox again); the group's shown convSeq is kept apart,
+// so a restart does not print the group's message again either.
 func TestTailKeepsItsShownSeqAcrossReadDiffusedGroupMessages(t *testing.T) {
 	st := startLocalWith(t, func(o *devstack.Options) { o.Parameters = map[string]string{"GroupDelivery": "read"} })
 	if _, err := st.Store.CreateGroup(context.Background(), "g:ops", "Ops", "alice", []im.UserID{"bob"}, time.Now()); err != nil {
@@ -469,6 +470,18 @@ func TestTailKeepsItsShownSeqAcrossReadDiffusedGroupMessages(t *testing.T) {
 	shown, err := os.ReadFile(filepath.Join(data, "bob", "pager", "tail.shown"))
 	if err != nil || strings.TrimSpace(string(shown)) != "1" {
 		t.Fatalf("tail.shown = %q, %v; want 1 (the inbox's seq of the 1:1 message)", shown, err)
+	}
+	groups, err := os.ReadFile(filepath.Join(data, "bob", "pager", "tail.shown-groups"))
+	if err != nil || string(groups) != `{"g:ops":1}` {
+		t.Fatalf("tail.shown-groups = %q, %v; want {\"g:ops\":1}", groups, err)
+	}
+	// A restart prints what came after, not the group's message again.
+	tailOut, exited = startTail(t, st, data, 1)
+	if code := run(context.Background(), []string{"send", "--user", "alice", "--to", "bob", "--url", st.URL, "--data", data, "third"}, &out, &out); code != 0 {
+		t.Fatalf("send: exit %d: %s", code, out.String())
+	}
+	if code := <-exited; code != 0 || !strings.Contains(tailOut.String(), `"text":"third"`) {
+		t.Fatalf("tail after a restart: exit %d, printed %q; want only the new message", code, tailOut.String())
 	}
 }
 

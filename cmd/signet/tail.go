@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,10 +32,11 @@ messages, in seq order. The last printed seq is kept in
 <data>/<user>/<device>/tail.shown, so a restart continues where the last run
 stopped. Only a crash between printing a line and recording it can print
 that one line again on the next run; every line carries its "seq", so a
-consumer drops a repeat by seq. (A read-diffused group's message —
-GroupDelivery=read, experimental — has seq 0, and tail does not replay
-those: one persisted by the device and not yet printed when tail stopped
-is not printed by the next run.)
+consumer drops a repeat by seq. A read-diffused group's message (the
+default for groups) has seq 0: its "conversationId" and "convSeq" say it,
+and the highest convSeq printed of each group is kept in
+<data>/<user>/<device>/tail.shown-groups (JSON), so that a restart prints
+the group's later messages, not those already printed.
 `+clientHelpTail+"\nFlags:\n", dataHome())
 		fs.PrintDefaults()
 	}
@@ -46,7 +48,16 @@ is not printed by the next run.)
 	if b, err := os.ReadFile(shownPath); err == nil {
 		shown, _ = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	}
-	c, err := cf.dial(ctx, func(o *client.Options) { o.Replay, o.ShownUpTo = true, shown })
+	groupsPath := filepath.Join(cf.dir(), "tail.shown-groups")
+	shownGroups := map[string]int64{}
+	if b, err := os.ReadFile(groupsPath); err == nil {
+		if err := json.Unmarshal(b, &shownGroups); err != nil {
+			return fmt.Errorf("%s: %w", groupsPath, err)
+		}
+	}
+	c, err := cf.dial(ctx, func(o *client.Options) {
+		o.Replay, o.ShownUpTo, o.ShownGroups = true, shown, maps.Clone(shownGroups)
+	})
 	if err != nil {
 		return err
 	}
@@ -67,12 +78,18 @@ is not printed by the next run.)
 			if _, err := fmt.Fprintln(stdout, string(line)); err != nil {
 				return err
 			}
-			// A read-diffused group's message (experimental) has no inbox
-			// seq: it leaves the inbox's shown seq where it is.
+			// A read-diffused group's message has no inbox seq: it moves
+			// its group's shown convSeq, not the inbox's shown seq.
+			var err error
 			if m.Seq > 0 {
-				if err := writeShown(shownPath, m.Seq); err != nil {
-					return err
-				}
+				err = writeAtomically(shownPath, []byte(strconv.FormatInt(m.Seq, 10)))
+			} else if m.ConvSeq > shownGroups[m.ConversationID] {
+				shownGroups[m.ConversationID] = m.ConvSeq
+				b, _ := json.Marshal(shownGroups)
+				err = writeAtomically(groupsPath, b)
+			}
+			if err != nil {
+				return err
 			}
 			if printed++; *count > 0 && printed >= *count {
 				return nil
@@ -81,10 +98,10 @@ is not printed by the next run.)
 	}
 }
 
-// writeShown records the last printed seq atomically (rename).
-func writeShown(path string, seq int64) error {
+// writeAtomically replaces path's content with b (write, then rename).
+func writeAtomically(path string, b []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(seq, 10)), 0o600); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)

@@ -62,10 +62,11 @@ type Config struct {
 	// Dir is where the run's temporary directory of device stores goes
 	// (os.TempDir when empty); it is removed at the end.
 	Dir string
-	// GroupReads runs the stack with GroupDelivery read: the run's groups
-	// are read-diffused (docs/proposal-group-read-diffusion.md), and each
-	// device's group messages are reconciled against the group's log and
-	// membership instead of its inbox.
+	// GroupReads runs the stack with GroupDelivery read (without it,
+	// write): the run's groups are read-diffused
+	// (docs/proposal-group-read-diffusion.md), and each device's group
+	// messages are reconciled against the group's log and membership
+	// instead of its inbox.
 	GroupReads bool
 	// Converge bounds the final catch-up (default 10 min).
 	Converge time.Duration
@@ -295,13 +296,12 @@ func (r *runner) start(ctx context.Context) error {
 	if o.SyncInterval == 0 {
 		o.SyncInterval = 50 * time.Millisecond
 	}
+	params := map[string]string{"GroupDelivery": "write"}
 	if r.cfg.GroupReads {
-		params := map[string]string{"GroupDelivery": "read"}
-		for k, v := range o.Parameters {
-			params[k] = v
-		}
-		o.Parameters = params
+		params["GroupDelivery"] = "read"
 	}
+	maps.Copy(params, o.Parameters)
+	o.Parameters = params
 	if o.PollWait == 0 {
 		o.PollWait = 200 * time.Millisecond
 	}

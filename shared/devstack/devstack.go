@@ -213,7 +213,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	// The suites again in the modes that are not the default (make
-	// test-send-transaction, make test-group-read).
+	// test-send-transaction, make test-group-write).
 	for param, env := range map[string]string{"SendMode": EnvTestSendMode, "GroupDelivery": EnvTestGroupDelivery} {
 		if m := os.Getenv(env); m != "" && o.Parameters[param] == "" {
 			o.Parameters = maps.Clone(o.Parameters)

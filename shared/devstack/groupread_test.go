@@ -329,3 +329,37 @@ func TestGroupAckProofsProveOnlyTheirOwnPosition(t *testing.T) {
 		t.Fatalf("bob's page: %+v, %v; want up to 2 with its proof", page, err)
 	}
 }
+
+// A read-diffused group online on more connections than one fan-out
+// invocation pushes (4 × FanoutBatch: 4 here) is split into batch jobs
+// that carry the connections: every member's device gets the message once.
+func TestReadDiffusedPushToManyConnectionsIsSplitIntoBatchJobs(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{FanoutBatch: 1, Parameters: map[string]string{"GroupDelivery": "read"}})
+	owner := dial(t, st, "u0", "phone")
+	var users []string
+	var members []*wsClient
+	for i := 1; i <= 6; i++ {
+		u := fmt.Sprintf("u%d", i)
+		users = append(users, u)
+		members = append(members, dial(t, st, u, "phone"))
+	}
+	owner.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:big", "name": "Big", "users": users}, nil)
+	before := st.Metered().Invocations["FanoutFunction"].Requests
+	owner.sendTo("m1", "g:big", map[string]any{"text": "m1"})
+	for i, c := range append(members, owner) {
+		f := c.next(wire.TypeGroupMessage, 10*time.Second)
+		var m wire.Message
+		if err := json.Unmarshal(f.Message, &m); err != nil || m.ConversationID != "g:big" || m.ConvSeq != 1 {
+			t.Fatalf("push to connection %d: %s (%v)", i, f.Message, err)
+		}
+		c.write(map[string]any{"action": "ack", "conversationId": "g:big", "upTo": 1})
+	}
+	for _, c := range append(members, owner) {
+		c.quiet(wire.TypeGroupMessage, 300*time.Millisecond)
+	}
+	// The job of the message, then at least one invocation of batch jobs.
+	if n := st.Metered().Invocations["FanoutFunction"].Requests - before; n < 2 {
+		t.Fatalf("%d fan-out invocations for 7 connections at 4 per job; want the job and its batch jobs", n)
+	}
+}

@@ -21,9 +21,9 @@ import (
 )
 
 // writeGroups pins a stack's groups to write diffusion (GroupDelivery
-// write) for the tests of what it stores and pushes (inbox entries, "message"
-// frames with an inbox seq), whatever mode the suite runs in (make
-// test-group-read); groupread_test.go has read diffusion's.
+// write, not the default) for the tests of what it stores and pushes
+// (inbox entries, "message" frames with an inbox seq); groupread_test.go
+// has read diffusion's.
 var writeGroups = map[string]string{"GroupDelivery": "write"}
 
 // answer waits for the frame answering ref (of type typ, or an error).

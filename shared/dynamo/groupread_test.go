@@ -173,7 +173,7 @@ func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g1, g2, g3, written := im.Group("one"), im.Group("two"), im.Group("three"), im.Group("written")
-	st.GroupReads = false                                 // whatever the suite's mode (make test-group-read)
+	st.GroupReads = false                                 // whatever the suite's mode (make test-group-write)
 	groupWith(t, st, written, []im.UserID{"bob"}, 2, now) // copied into inboxes: acked there, never listed
 	st.GroupReads = true
 	groupWith(t, st, g1, []im.UserID{"bob"}, 2, now)
@@ -226,7 +226,7 @@ func TestReadDiffusedGroupStatesComeFromTheHeadAndTheCursors(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	written := im.Group("written")
-	st.GroupReads = false // whatever the suite's mode (make test-group-read)
+	st.GroupReads = false // whatever the suite's mode (make test-group-write)
 	groupWith(t, st, written, []im.UserID{"bob"}, 2, now)
 	st.GroupReads = true
 	g := im.Group("read")
@@ -281,7 +281,7 @@ func TestTheTraceOfAReadDiffusedGroupMessageIsDerived(t *testing.T) {
 	st, ctx := newStore(t), context.Background()
 	t0 := time.UnixMilli(1_800_000_000_000).UTC()
 	written := im.Group("written")
-	st.GroupReads = false // whatever the suite's mode (make test-group-read)
+	st.GroupReads = false // whatever the suite's mode (make test-group-write)
 	groupWith(t, st, written, []im.UserID{"bob"}, 1, t0)
 	st.GroupReads = true
 	g := im.Group("ops")

@@ -65,9 +65,10 @@ func newStores(t *testing.T, hook func(ctx context.Context, input any) error) (p
 		if m := os.Getenv("SIGNET_TEST_SEND_MODE"); m != "" {
 			st.SendMode = m
 		}
-		// SIGNET_TEST_GROUP_DELIVERY=read: groups created read-diffused
-		// (make test-group-read).
-		st.GroupReads = os.Getenv("SIGNET_TEST_GROUP_DELIVERY") == "read"
+		// Groups are created read-diffused, as a deployment's are by
+		// default; SIGNET_TEST_GROUP_DELIVERY=write: written into inboxes
+		// (make test-group-write).
+		st.GroupReads = os.Getenv("SIGNET_TEST_GROUP_DELIVERY") != "write"
 		return st
 	}
 	if hook == nil {

@@ -102,6 +102,9 @@ type conn struct {
 	// a frame posted before the delete).
 	deleted    chan struct{}
 	deleteOnce sync.Once
+	// slow is set by the first of the ways a client is found not reading
+	// (its writer's timeout, its full queue), which counts it once.
+	slow atomic.Bool
 	// connected is closed when $connect has succeeded: before that,
 	// PostToConnection answers 410 as AWS does. ready is closed once ws is
 	// set (or the upgrade failed, ws nil): a push between the two waits for
@@ -123,7 +126,8 @@ type Stats struct {
 	// API Gateway refuses.
 	OversizeFrames atomic.Int64
 	// SlowConsumers are clients disconnected because they did not take a
-	// frame within the write timeout (not a backend fault).
+	// frame within the write timeout or let their queue fill (not a
+	// backend fault), each counted once.
 	SlowConsumers atomic.Int64
 	// Messages are what API Gateway bills as messages, both directions:
 	// each client message and each frame sent to a client (route response
@@ -573,8 +577,10 @@ func (g *Gateway) write(c *conn, data []byte) bool {
 }
 
 func (g *Gateway) slowConsumer(c *conn, why string) {
-	g.stats.SlowConsumers.Add(1)
-	g.log().Warn("client disconnected: "+why, "connectionId", c.id)
+	if c.slow.CompareAndSwap(false, true) {
+		g.stats.SlowConsumers.Add(1)
+		g.log().Warn("client disconnected: "+why, "connectionId", c.id)
+	}
 	c.ws.CloseNow()
 }
 

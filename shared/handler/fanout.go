@@ -230,7 +230,7 @@ func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, due []i
 			h.wake(ctx, u, last, "")
 		}
 	}
-	if batch := fanoutBatch(h.FanoutBatch); len(whole) > batch {
+	if batch := pushesPerJob(h.FanoutBatch); len(whole) > batch {
 		var jobs []im.FanoutJob
 		for start := 0; start < len(whole); start += batch {
 			b := job
@@ -275,7 +275,7 @@ type connMessages struct {
 }
 
 // pushConnections pushes each connection its messages in order,
-// fanoutConcurrency at once, with one redelivery check per connection of
+// pushConcurrency at once, with one redelivery check per connection of
 // the newest (its first pushes are not traced: the device cursors say who
 // has it).
 func (h *FanoutWorker) pushConnections(ctx context.Context, work []connMessages) {
@@ -283,7 +283,7 @@ func (h *FanoutWorker) pushConnections(ctx context.Context, work []connMessages)
 	tr.firstPushesOmitted = true
 	cs := &checks{}
 	var wg sync.WaitGroup
-	slots := make(chan struct{}, fanoutConcurrency)
+	slots := make(chan struct{}, pushConcurrency)
 	for _, w := range work {
 		slots <- struct{}{}
 		wg.Go(func() {
@@ -328,6 +328,19 @@ func perMember(work []memberMessages, do func(u im.UserID, msgs []im.Message) er
 
 // fanoutConcurrency bounds the inboxes one invocation fills at once.
 const fanoutConcurrency = 8
+
+// pushesPerJob is how many connections of a read-diffused group one
+// fan-out invocation pushes: four times the members it fills (a push
+// writes nothing), pushConcurrency at once. Its rounds of pushes are as
+// many as a fill's (the default 200 at 32: 7), each at most the push
+// deadline long (3 s) however stuck a connection, so the invocation stays
+// within the function's 30 s; and a 200-member group online is pushed by
+// one invocation, with one redelivery check, instead of four batch jobs
+// (issue 12: 7 SQS requests and an invocation fewer per message).
+func pushesPerJob(fanoutBatchSize int) int { return 4 * fanoutBatch(fanoutBatchSize) }
+
+// pushConcurrency bounds the connections pushConnections pushes at once.
+const pushConcurrency = 4 * fanoutConcurrency
 
 // fill brings each user's inbox up to convSeq upTo of group conv.
 func (h *FanoutWorker) fill(ctx context.Context, conv im.ConversationID, upTo int64, users []im.UserID, members map[im.UserID]im.Member) error {

@@ -57,8 +57,8 @@ async function startLocal(bin: string, params: string[] = []): Promise<{ proc: C
 }
 
 let bin = "";
-/** A second stack whose groups are read-diffused (GroupDelivery=read), started by the test that needs it. */
-let readStack: Awaited<ReturnType<typeof startLocal>> | undefined;
+/** A second stack whose groups are written into every inbox (GroupDelivery=write, not the default), started by the test that needs it. */
+let writeStack: Awaited<ReturnType<typeof startLocal>> | undefined;
 
 before(async () => {
   mkdirSync(results, { recursive: true });
@@ -81,7 +81,7 @@ before(async () => {
 after(async () => {
   await browser?.close();
   stack?.kill("SIGINT");
-  readStack?.proc.kill("SIGINT");
+  writeStack?.proc.kill("SIGINT");
 });
 
 /** Runs step; when it fails, writes a screenshot and the page's log (the SDK's, with ?debug) to test-results/ and prints the log. */
@@ -188,9 +188,9 @@ test("two users chat; a reload loses nothing; marks reach read; alerts and the t
 for (const mode of ["write", "read"] as const) {
   test(`a group (${mode} diffusion): created in the console, its messages reach every member once, also after a reload, and the sender's mark reaches read`, async () => {
     let at = base;
-    if (mode === "read") {
-      readStack = await startLocal(bin, ["GroupDelivery=read"]);
-      at = readStack.base;
+    if (mode === "write") {
+      writeStack = await startLocal(bin, ["GroupDelivery=write"]);
+      at = writeStack.base;
     }
     await groupInConsole(await signIn("carol", at), await signIn("dave", at));
   });
