@@ -13,7 +13,7 @@
 #   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
 #   make test-memdyn  the end-to-end suites again on memdyn and memsqs, the emulators built for scale
 #   make test-send-transaction  the store contract and end-to-end suites again with 1:1 sends in one transaction (SendMode transaction)
-#   make test-group-write  the store contract, end-to-end, Go SDK and CLI suites again with groups written into inboxes (GroupDelivery write)
+#   make test-group-write  the store contract, end-to-end and Go SDK suites again with groups written into inboxes (GroupDelivery write)
 #   make bench-100k   delivery throughput with 100,000 messages stored (memdyn)
 #   make bench-cost   a delivered message priced at AWS list prices (signet bench cost)
 #   make bench-cost-check  the same, failing if a figure regresses past its ceiling (CI)
@@ -240,11 +240,11 @@ test-memdyn:
 test-send-transaction:
 	SIGNET_TEST_SEND_MODE=transaction $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
 
-# The store contract, end-to-end, Go SDK and CLI suites with groups written
-# into every member's inbox (GroupDelivery write, not the default): each
-# test that does not choose a mode runs its groups under write diffusion.
+# The store contract, end-to-end and Go SDK suites with groups written into
+# every member's inbox (GroupDelivery write, not the default): each test
+# that does not choose a mode runs its groups under write diffusion.
 test-group-write:
-	SIGNET_TEST_GROUP_DELIVERY=write $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/ ./cmd/signet/
+	SIGNET_TEST_GROUP_DELIVERY=write $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
 
 # Delivery throughput with 100,000 messages stored (SIGNET_BENCH_STORED).
 bench-100k:

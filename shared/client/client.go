@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -426,6 +427,9 @@ func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 // words the server would use.
 func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
 	f := wire.Send{Action: wire.ActionSend, ClientMsgID: d.ClientMsgID, To: d.To, ConversationID: d.ConversationID, Body: d.Body}
+	// A group message under read diffusion comes back in "sent", not as a
+	// push to this connection (groupOwn); a written group's ignores it.
+	f.OwnFromSent = strings.HasPrefix(d.ConversationID, "g:")
 	// A 1:1 send whose id only this device sends says the newest convSeq
 	// of its conversation the device holds, and every retry of it (the
 	// frame is stored) the same: the server finds an earlier try above it

@@ -34,7 +34,12 @@ type groupState struct {
 	// behind is the highest convSeq known to exist (a push not applied,
 	// a head a sync page or notify named): a sync that ends below it is
 	// followed by another.
-	behind   int64
+	behind int64
+	// own is the highest convSeq of this device's own messages that came
+	// in "sent" and could not be applied yet (ownFromSent: no push or
+	// redelivery brings them): syncs go on until the cursor reaches it,
+	// whatever head a page answered before it was stored.
+	own      int64
 	forceAck bool
 	syncing  bool
 	syncSent time.Time
@@ -212,6 +217,40 @@ func (s *session) groupPush(ctx context.Context, m wire.Message, proof string) e
 	return nil
 }
 
+// groupOwn applies this device's own message m of a group under read
+// diffusion, which came in "sent" (the send's ownFromSent) instead of as a
+// push: as a push would be, but with no ack of its own (the group's next
+// ack, cumulative, covers it), as the inbox's own entry in 1:1 needs none.
+// Out of order (a gap before it, or the group never pulled) it is pulled;
+// the group's first message needs no pull (nothing is before it: the
+// group's creator sending into it before anything else).
+func (s *session) groupOwn(ctx context.Context, m wire.Message, proof string) error {
+	g, known, err := s.group(m.ConversationID)
+	if err != nil {
+		return err
+	}
+	first := !known && m.ConvSeq == 1 && !g.syncing
+	switch {
+	case known && m.ConvSeq <= g.cursor:
+		return nil
+	case !first && (!known || m.ConvSeq > g.cursor+1 || g.syncing):
+		g.behind, g.own = max(g.behind, m.ConvSeq), max(g.own, m.ConvSeq)
+		return s.requestGroupSync(ctx, m.ConversationID, g)
+	}
+	if first {
+		s.groups[m.ConversationID] = g
+	}
+	needAck := g.needAck
+	if err := s.applyGroupMessage(m, g, first); err != nil {
+		return err
+	}
+	g.needAck = needAck
+	if proof != "" && g.cursor == m.ConvSeq {
+		g.proof, g.proofAt = proof, m.ConvSeq
+	}
+	return nil
+}
+
 // applyGroupMessage persists m and hands it to the application.
 func (s *session) applyGroupMessage(m wire.Message, g *groupState, synced bool) error {
 	applied, err := s.c.store.applyGroup(m, synced)
@@ -251,7 +290,7 @@ func (s *session) groupPage(ctx context.Context, p wire.GroupSyncPage) error {
 	}
 	s.groups[p.ConversationID] = g
 	g.syncing = false
-	if p.HasMore || g.cursor < min(g.behind, p.Head) {
+	if p.HasMore || g.cursor < max(min(g.behind, p.Head), g.own) {
 		return s.requestGroupSync(ctx, p.ConversationID, g)
 	}
 	if !s.syncing && !s.groupsSyncing() {

@@ -62,6 +62,7 @@ func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 
 	send(1, 20)
 	inOrder("bob", collect(t, bob, 20, 20*time.Second), 1, 20)
+	inOrder("alice, who sent them", collect(t, alice, 20, 20*time.Second), 1, 20)
 	waitFor(t, "bob's acks", func() bool { return serverCursor("bob", "phone") == 20 })
 	bob.Close()
 
@@ -155,5 +156,36 @@ func TestReplayHandsBackReadDiffusedGroupMessagesAfterShownGroups(t *testing.T) 
 	case m := <-bob.Messages():
 		t.Fatalf("replayed %+v though every group was shown to its newest", m)
 	case <-time.After(time.Second):
+	}
+}
+
+// The SDK sends to a read-diffused group with ownFromSent: its own message
+// comes back in "sent" and is persisted and handed to the application from
+// there, once; the sending connection is not pushed it (so without that,
+// a sender alone in a quiet group would never see it).
+func TestOwnGroupMessageIsTakenFromSent(t *testing.T) {
+	t.Parallel()
+	_, ctx, alice, _, bob := readGroupStack(t)
+	g, err := alice.CreateGroup(ctx, "Own", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := int64(1); i <= 2; i++ {
+		if _, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: fmt.Appendf(nil, `"m%d"`, i)}); err != nil {
+			t.Fatal(err)
+		}
+		for who, c := range map[string]*Client{"alice": alice, "bob": bob} {
+			if m := collect(t, c, 1, 20*time.Second)[0]; m.ConversationID != g.ConversationID || m.ConvSeq != i || m.From != "alice" {
+				t.Fatalf("%s got %+v, want message %d", who, m, i)
+			}
+		}
+	}
+	select {
+	case m := <-alice.Messages():
+		t.Fatalf("alice got %+v once more", m)
+	case <-time.After(time.Second):
+	}
+	if c, err := alice.GroupCursor(g.ConversationID); err != nil || c != 2 {
+		t.Fatalf("alice's local cursor = %d, %v", c, err)
 	}
 }

@@ -416,6 +416,11 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 			return err
 		}
 		s.c.resolve(a.ClientMsgID, sendResult{sent: a})
+		if a.Seq == 0 && a.Message != nil {
+			if err := s.groupOwn(ctx, *a.Message, a.Proof); err != nil {
+				return err
+			}
+		}
 		if e, ok := a.Entry(); ok && e.Seq > s.cursor {
 			if s.own == nil {
 				s.own = map[int64]wire.Entry{}

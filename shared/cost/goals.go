@@ -54,6 +54,9 @@ var Goals = map[string][]Bound{
 	// 298 → 46 (without either, the read-unit ceilings fail). The -write
 	// ones are the same groups written into every inbox (GroupDelivery
 	// write), held to what they measured before the default changed.
+	// Twentieth session: 200 pushes per fan-out invocation (one job and
+	// check where four were) and ownFromSent (the sender's own message in
+	// "sent", not pushed back): $607 → $599 and $197 → $191.
 	"group-online": {
 		{Figure: "total", Goal: 600, Ceiling: 615},
 		{Figure: "DynamoDB read units", PerUnit: true, Ceiling: 140},

@@ -363,3 +363,41 @@ func TestReadDiffusedPushToManyConnectionsIsSplitIntoBatchJobs(t *testing.T) {
 		t.Fatalf("%d fan-out invocations for 7 connections at 4 per job; want the job and its batch jobs", n)
 	}
 }
+
+// A send to a read-diffused group that says ownFromSent gets its message
+// and proof back in "sent", and the sending connection is not pushed it
+// (the sender's other devices and the members are); a send without it is
+// pushed back as before, and its "sent" carries neither.
+func TestOwnFromSentCarriesTheGroupMessageAndSkipsItsPush(t *testing.T) {
+	t.Parallel()
+	policy := im.Redelivery{PushTimeout: time.Second, Backoff: []time.Duration{time.Second}}
+	st := startStack(t, devstack.Options{Redelivery: &policy, Parameters: map[string]string{"GroupDelivery": "read"}})
+	alice, tablet, bob := dial(t, st, "alice", "laptop"), dial(t, st, "alice", "tablet"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:own", "name": "Own", "users": []string{"bob"}}, nil)
+	alice.write(map[string]any{"action": "send", "clientMsgId": "o1", "conversationId": "g:own", "body": "mine", "ownFromSent": true})
+	var sent wire.Sent
+	if err := json.Unmarshal([]byte(alice.rawOf(wire.TypeSent, 10*time.Second)), &sent); err != nil || sent.Message == nil || sent.Seq != 0 {
+		t.Fatalf("sent: %+v, %v; want the message without a seq", sent, err)
+	}
+	key, err := st.Store.GroupProofKey(context.Background())
+	if m := sent.Message; err != nil || m.ConvSeq != 1 || m.MessageID != sent.MessageID || string(m.Body) != `"mine"` || m.From != "alice" || !im.ValidGroupProof(key, "g:own", 1, sent.Proof) {
+		t.Fatalf("sent carries %+v with proof %q (%v); want message 1 and its proof", sent.Message, sent.Proof, err)
+	}
+	for _, c := range []*wsClient{tablet, bob} {
+		if f := c.next(wire.TypeGroupMessage, 10*time.Second); f.Message == nil {
+			t.Fatalf("push %+v", f)
+		}
+	}
+	// Nor by a redelivery check (none was scheduled for it; bob's and the
+	// tablet's, unacked, re-push theirs after 1 s).
+	alice.quiet(wire.TypeGroupMessage, 2500*time.Millisecond)
+
+	// Without ownFromSent: "sent" as before, and the push comes.
+	f := alice.sendTo("o2", "g:own", "again")
+	if len(f.Message) != 0 {
+		t.Fatalf("sent without ownFromSent carries %s", f.Message)
+	}
+	if p := alice.next(wire.TypeGroupMessage, 10*time.Second); p.Message == nil {
+		t.Fatalf("push %+v", p)
+	}
+}

@@ -37,11 +37,12 @@ func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.S
 // watermark moved to the message.
 func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
-		head, member, err := st.headAndMember(ctx, d.Conversation, d.From)
+		h, members, err := st.groupState(ctx, d.Conversation, []im.UserID{d.From})
 		if err != nil {
 			return nil, im.Stored{}, err
 		}
-		if !member.Active() {
+		head, member := h.seq, members[d.From]
+		if !member.Active() || h.pending != "" { // staged members are nobody's yet
 			return nil, im.Stored{}, fmt.Errorf("%s in %s: %w", d.From, d.Conversation, im.ErrNotMember)
 		}
 		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
@@ -60,7 +61,7 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 				ExpressionAttributeValues: map[string]types.AttributeValue{":c": n(msg.ConvSeq)},
 			}},
 		)
-		return items, im.Stored{Message: msg, Inboxed: map[im.UserID]int64{}}, nil
+		return items, im.Stored{Message: msg, Inboxed: map[im.UserID]int64{}, ReadDiffused: h.reads}, nil
 	})
 }
 

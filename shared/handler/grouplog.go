@@ -131,13 +131,9 @@ func (h *delivery) pushGroupTo(ctx context.Context, tr *trail, cs *checks, conn 
 // device's cursor in the group has not reached it, the message is pushed
 // again (and the next check collected, or, the policy exhausted, the
 // connection told to pull: notify).
-func (h *Redeliverer) redeliverGroup(ctx context.Context, tr *trail, cs *checks, check im.Check) error {
+func (h *Redeliverer) redeliverGroup(ctx context.Context, tr *trail, cs *checks, check im.Check, cursors map[im.DeviceKey]im.DeviceCursor) error {
 	if h.GroupLogs == nil {
 		return nil
-	}
-	cursors, err := h.GroupLogs.GroupCursors(ctx, check.Conversation, []im.UserID{check.User})
-	if err != nil {
-		return err
 	}
 	if cursors[im.DeviceKey{User: check.User, Device: check.Device}].Acked >= check.Seq {
 		return nil

@@ -42,7 +42,7 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 		if !draft.Conversation.ValidGroup() {
 			return h.failPushed(ctx, c, wire.ActionSend, im.ErrMalformedConversation, clientMsgID)
 		}
-		return h.sendGroup(ctx, c, draft, clientMsgID)
+		return h.sendGroup(ctx, c, draft, clientMsgID, f.OwnFromSent)
 	}
 	if _, err := draft.Recipients(); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
@@ -102,16 +102,26 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 // replay) enqueues again. Even a job that is never enqueued is made good by
 // the group's next message, whose fan-out fills every inbox from where it
 // stands, not just with that one message.
-func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
+//
+// A group under read diffusion whose sender said ownFromSent gets its
+// message and proof in "sent", and the fan-out does not push it to the
+// sending connection (issue 12: a push, an ack, an invocation and a write
+// fewer per message). Should "sent" not reach the client, it sends again
+// with the same clientMsgId, and the replay's fan-out pushes it.
+func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string, ownFromSent bool) (events.APIGatewayProxyResponse, error) {
 	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	m := stored.Message
-	if err := h.FanoutQueue.Enqueue(ctx, 0, im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}); err != nil {
+	job, sent := im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}, wire.NewSent(clientMsgID, m)
+	if ownFromSent && stored.ReadDiffused && !stored.Replayed && c.Connection != "" {
+		job.Sender, sent = c.Connection, wire.NewSentGroupMessage(clientMsgID, m, h.proofKey(ctx))
+	}
+	if err := h.FanoutQueue.Enqueue(ctx, 0, job); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
-	h.answer(ctx, c, wire.ActionSend, wire.NewSent(clientMsgID, m))
+	h.answer(ctx, c, wire.ActionSend, sent)
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	if stored.Replayed {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 
 	"github.com/signet-im/signet/shared/im"
@@ -23,6 +24,10 @@ func (h *Redeliverer) RunChecks(ctx context.Context, id string, list []im.Check)
 	tr := h.trail("redeliver", id)
 	defer tr.flush(ctx)
 	cs := &checks{}
+	cursors, err := h.groupCursors(ctx, list)
+	if err != nil {
+		return err
+	}
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -30,7 +35,7 @@ func (h *Redeliverer) RunChecks(ctx context.Context, id string, list []im.Check)
 	)
 	for _, check := range list {
 		wg.Go(func() {
-			if err := h.redeliverOne(ctx, tr, cs, check); err != nil {
+			if err := h.redeliverOne(ctx, tr, cs, check, cursors[check.Conversation]); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -42,10 +47,36 @@ func (h *Redeliverer) RunChecks(ctx context.Context, id string, list []im.Check)
 	return errors.Join(errs...)
 }
 
-// redeliverOne runs one check, adding the next one (if any) to cs.
-func (h *Redeliverer) redeliverOne(ctx context.Context, tr *trail, cs *checks, check im.Check) error {
+// groupCursors reads, for the checks of read-diffused groups' messages in
+// list, their devices' cursors in each group: one BatchGetItem of the
+// members' index items per group (per 100), not one per check (a
+// 200-member group's message has 200 checks in one queue message).
+func (h *Redeliverer) groupCursors(ctx context.Context, list []im.Check) (map[im.ConversationID]map[im.DeviceKey]im.DeviceCursor, error) {
+	users := map[im.ConversationID][]im.UserID{}
+	for _, c := range list {
+		if c.Conversation != "" && !slices.Contains(users[c.Conversation], c.User) {
+			users[c.Conversation] = append(users[c.Conversation], c.User)
+		}
+	}
+	out := make(map[im.ConversationID]map[im.DeviceKey]im.DeviceCursor, len(users))
+	if h.GroupLogs == nil {
+		return out, nil
+	}
+	for conv, us := range users {
+		cursors, err := h.GroupLogs.GroupCursors(ctx, conv, us)
+		if err != nil {
+			return nil, err
+		}
+		out[conv] = cursors
+	}
+	return out, nil
+}
+
+// redeliverOne runs one check, adding the next one (if any) to cs; a
+// group's check is decided by cursors, its devices' cursors in the group.
+func (h *Redeliverer) redeliverOne(ctx context.Context, tr *trail, cs *checks, check im.Check, cursors map[im.DeviceKey]im.DeviceCursor) error {
 	if check.Conversation != "" {
-		return h.redeliverGroup(ctx, tr, cs, check)
+		return h.redeliverGroup(ctx, tr, cs, check, cursors)
 	}
 	log := h.log().With("userId", check.User, "deviceId", check.Device, "connectionId", check.Connection, "seq", check.Seq, "attempt", check.Attempt)
 	dev, err := h.Inbox.Device(ctx, check.User, check.Device)

@@ -80,4 +80,7 @@ type Stored struct {
 	Inboxed map[UserID]int64
 	// Replayed is true when the send was a retry of an already stored message.
 	Replayed bool
+	// ReadDiffused says a group message went to a group under read
+	// diffusion (known for a first try, false for a replay).
+	ReadDiffused bool
 }

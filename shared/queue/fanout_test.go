@@ -14,6 +14,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 	for _, j := range []im.FanoutJob{
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7},
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, Members: []im.UserID{"a", "b"}},
+		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, Sender: "c9"},
 		{Kind: im.FanoutMessages, Conversation: "g:ops", UpTo: 7, From: 5, Reads: true,
 			Online: []im.Connection{{User: "a", Device: "phone", ID: "c1"}, {User: "b", Device: "web", ID: "c2"}}},
 		{Kind: im.FanoutPresence, User: "alice"},

@@ -107,6 +107,10 @@ type Send struct {
 	// server then finds an earlier try above it in the conversation's log
 	// instead of keeping an idempotency item per message (1:1; optional).
 	Seen *int64 `json:"seen,omitempty"`
+	// OwnFromSent says the client applies its own message of a group
+	// under read diffusion from the "sent" answer (which then carries it
+	// and its proof): the sending connection is not pushed it (optional).
+	OwnFromSent bool `json:"ownFromSent,omitempty"`
 }
 
 // Ack is the client frame {"action":"ack","upTo":N}: every inbox entry with

@@ -89,10 +89,14 @@ type Sent struct {
 	SentAt string `json:"sentAt"`
 	// Seq and Message, in 1:1, are the message's entry in the sender's own
 	// inbox: the sending connection is not pushed its own message, it
-	// applies this entry as if pushed (the stored bytes, at Seq). Absent in
-	// a group, whose copy reaches the sender's inbox by fan-out.
+	// applies this entry as if pushed (the stored bytes, at Seq). In a
+	// written group, absent: the copy reaches the sender's inbox by
+	// fan-out. In a group under read diffusion, when the send said
+	// ownFromSent: Message without Seq, and Proof, applied as a
+	// groupMessage push would be (the sending connection is not pushed it).
 	Seq     int64    `json:"seq,omitempty"`
 	Message *Message `json:"message,omitempty"`
+	Proof   string   `json:"proof,omitempty"`
 }
 
 // Entry returns the sender's own inbox entry a 1:1 "sent" carries.
@@ -328,6 +332,16 @@ func NewSentEntry(clientMsgID string, e im.Entry) Sent {
 	s := NewSent(clientMsgID, e.Message)
 	m := FromMessage(e.Message)
 	s.Seq, s.Message = e.Seq, &m
+	return s
+}
+
+// NewSentGroupMessage builds the server ACK of a send to a group under
+// read diffusion that carries the message and its proof under key (none:
+// no proof): the sending connection's copy.
+func NewSentGroupMessage(clientMsgID string, m im.Message, key []byte) Sent {
+	s := NewSent(clientMsgID, m)
+	p := NewGroupPush(m, key)
+	s.Message, s.Proof = &p.Message, p.Proof
 	return s
 }
 

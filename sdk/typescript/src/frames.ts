@@ -93,6 +93,8 @@ export interface SendFrame {
   body: Body;
   /** the newest convSeq of the conversation the device had when it first queued the message; every retry sends the same value (1:1: an earlier try is found above it, no idempotency item is kept) */
   seen?: number;
+  /** a group under read diffusion: the client applies its own message from sent (which then carries it and its proof), and the sending connection is not pushed it */
+  ownFromSent?: boolean;
 }
 
 export interface AckFrame {
@@ -197,7 +199,10 @@ export interface SentFrame {
   sentAt: Timestamp;
   /** 1:1 only: the message's seq in the sender's own inbox */
   seq?: number;
+  /** 1:1: the sender's own inbox entry's message (with seq); a group under read diffusion, when the send said ownFromSent: the message, applied as a groupMessage push (with proof) */
   message?: Message;
+  /** with a read-diffused group's message: its position proof, as a groupMessage push carries it */
+  proof?: GroupProof;
 }
 
 export interface MessageFrame {
