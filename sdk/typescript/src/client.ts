@@ -173,6 +173,10 @@ interface GroupState {
   /** The highest convSeq known to exist (a push not applied, a head a sync
    * page or notify named): a group sync that ends below it is followed by another. */
   behind: number;
+  /** The highest convSeq of this device's own messages that came in "sent"
+   * and could not be applied yet (ownFromSent: no push or redelivery brings
+   * them): group syncs go on until the cursor reaches it. */
+  own: number;
   forceAck: boolean;
   syncing: boolean;
   syncSent: number;
@@ -740,6 +744,7 @@ export class SignetClient {
           s.own.set(f.seq, { seq: f.seq, message: f.message });
           await this.applyOwn(s);
         }
+        if (!f.seq && f.message) await this.groupOwn(s, f.message, f.proof);
         return this.flushOutbox(s); // the next send of that conversation may go now
       }
       case "receipt":
@@ -923,7 +928,7 @@ export class SignetClient {
     const have = s.groups.get(conv);
     if (have) return { g: have, known: true };
     const { cursor, known } = await this.store.groupCursor(conv);
-    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
     if (known) s.groups.set(conv, g);
     return { g, known };
   }
@@ -959,6 +964,28 @@ export class SignetClient {
     if (++s.unacked >= this.o.ackBatch) await this.ack(s);
   }
 
+  /** Applies this device's own message of a group under read diffusion,
+   * which came in "sent" (the send's ownFromSent) instead of as a push: as
+   * a push would be, but with no ack of its own (the group's next ack,
+   * cumulative, covers it). Out of order it is pulled; the group's first
+   * message needs no pull (nothing is before it). */
+  private async groupOwn(s: Session, m: Message, proof?: string): Promise<void> {
+    const { g, known } = await this.groupState(s, m.conversationId);
+    if (known && m.convSeq <= g.cursor) return;
+    const first = !known && m.convSeq === 1 && !g.syncing;
+    if (!first && (!known || m.convSeq > g.cursor + 1 || g.syncing)) {
+      g.behind = Math.max(g.behind, m.convSeq);
+      g.own = Math.max(g.own, m.convSeq);
+      this.requestGroupSync(s, m.conversationId, g);
+      return;
+    }
+    if (first) s.groups.set(m.conversationId, g);
+    const needAck = g.needAck;
+    await this.applyGroupMessage(g, m, first);
+    g.needAck = needAck;
+    if (proof && g.cursor === m.convSeq) Object.assign(g, { proof, proofAt: m.convSeq });
+  }
+
   /** Persists m (message and group cursor in one store step) and emits it. */
   private async applyGroupMessage(g: GroupState, m: Message, synced: boolean): Promise<void> {
     if (!(await this.store.applyGroup(m, synced))) return;
@@ -981,7 +1008,7 @@ export class SignetClient {
     if (p.proof && p.messages.length > 0 && g.cursor === p.nextCursor) Object.assign(g, { proof: p.proof, proofAt: p.nextCursor });
     s.groups.set(p.conversationId, g);
     g.syncing = false;
-    if (p.hasMore || g.cursor < Math.min(g.behind, p.head)) {
+    if (p.hasMore || g.cursor < Math.max(Math.min(g.behind, p.head), g.own)) {
       this.requestGroupSync(s, p.conversationId, g);
       return;
     }
@@ -1157,6 +1184,9 @@ async function draftFrame(d: Draft): Promise<{ frame: SendFrame; fp: string; dev
   if (d.conversationId) frame.conversationId = d.conversationId;
   else if (d.to) frame.to = d.to;
   else throw new Error("a draft needs to or conversationId");
+  // A group message under read diffusion comes back in "sent", not as a
+  // push to this connection (groupOwn); a written group's ignores it.
+  if (d.conversationId?.startsWith("g:")) frame.ownFromSent = true;
   return { frame, fp: await fingerprint(d), deviceOnly: !d.clientMsgId || d.deviceOnly === true };
 }
 

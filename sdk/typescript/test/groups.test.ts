@@ -120,6 +120,34 @@ test("a read-diffused group reaches an online member, an offline one and a resta
   await Promise.all([alice.close(), bob.close(), carol.close()]);
 });
 
+test("a sender's own group message comes in sent (ownFromSent): persisted and emitted once, never pushed back", async () => {
+  const pushed: number[] = [];
+  const alice = await dial("alice-g4", new MemoryStore(), {
+    onFrame: (dir, f) => {
+      frameCheck(dir, f);
+      const x = f as { type?: string; action?: string; ownFromSent?: boolean; message?: { convSeq: number } };
+      if (dir === "in" && x.type === "groupMessage" && x.message) pushed.push(x.message.convSeq);
+      if (dir === "out" && x.action === "send") assert.equal(x.ownFromSent, true, "a group send says ownFromSent");
+    },
+  });
+  const g = await alice.createGroup("Own", ["bob-g4"]);
+  const conv = g.conversationId;
+  const got = collect(alice, conv);
+  await sendRange(alice, conv, 1, 1);
+  await eventually("alice's own message", () => got.length >= 1, 30000);
+  await new Promise((r) => setTimeout(r, 2500)); // past a redelivery check's push timeout (1 s here)
+  // (Applied from sent it needs no ack; one that came while the group was
+  // being pulled is taken from the pull, whose end is acked.)
+  assert.deepEqual(pushed, [], "the sending connection is not pushed its own message");
+  // More at once: a fan-out job covering several may push the sender's
+  // others back (a duplicate, acked); each is shown once either way.
+  await sendRange(alice, conv, 2, 4);
+  await eventually("alice's own 4 messages", () => got.length >= 4, 30000);
+  assertRange(got, 1, 4, "alice, the sender");
+  assert.equal(await alice.groupCursor(conv), 4);
+  await alice.close();
+});
+
 test("over a transport that drops, duplicates and reorders group pushes, every group message arrives once and in order", async () => {
   const counts = { dropped: 0, duplicated: 0, reordered: 0 };
   const n = 60;

@@ -44,8 +44,24 @@ export interface Stack {
   log(): string;
 }
 
-/** Starts `signet local` (in memory) with env added to its environment. */
+/**
+ * Starts `signet local` (in memory) with env added to its environment. The
+ * ports are found free here and then bound by the stack, so another
+ * listener — the stack's own SNS emulator on a port the system picks, say —
+ * can take one in between ("address already in use"): the start is then
+ * tried again, on new ports unless the caller named them.
+ */
 export async function startStack(env: Record<string, string> = {}, params: string[] = [], ports?: number[]): Promise<Stack & { ports: number[] }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startStackOnce(env, params, ports);
+    } catch (e) {
+      if (attempt >= 3 || !String(e).includes("address already in use")) throw e;
+    }
+  }
+}
+
+async function startStackOnce(env: Record<string, string>, params: string[], ports?: number[]): Promise<Stack & { ports: number[] }> {
   const [ws, http, ddb, sqs] = ports ?? [await freePort(), await freePort(), await freePort(), await freePort()];
   const args = ["local", "--quiet", `--addr=127.0.0.1:${ws}`, `--http-addr=127.0.0.1:${http}`, `--dynamodb-addr=127.0.0.1:${ddb}`,
     `--sqs-addr=127.0.0.1:${sqs}`, "--console-addr=off", "--parameter", "RateLimits=off", ...params.flatMap((p) => ["--parameter", p])];

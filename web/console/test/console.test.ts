@@ -35,8 +35,22 @@ async function freePort(): Promise<number> {
   });
 }
 
-/** Starts `signet local` (the console served from its binary) with parameters; resolves with the console's and the HTTP API's base URLs. */
+/**
+ * Starts `signet local` (the console served from its binary) with parameters; resolves with the console's and the HTTP API's base URLs.
+ * The ports are found free here and bound by the stack, so another listener (its own SNS emulator, on a port the system picks) can
+ * take one in between: the start is then tried again on new ports.
+ */
 async function startLocal(bin: string, params: string[] = []): Promise<{ proc: ChildProcess; base: string; api: string; log: () => string }> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startLocalOnce(bin, params);
+    } catch (e) {
+      if (attempt >= 3 || !String(e).includes("address already in use")) throw e;
+    }
+  }
+}
+
+async function startLocalOnce(bin: string, params: string[]): Promise<{ proc: ChildProcess; base: string; api: string; log: () => string }> {
   const ports = await Promise.all([freePort(), freePort(), freePort(), freePort(), freePort()]);
   const proc = spawn(bin, ["local", "--quiet", `--addr=127.0.0.1:${ports[0]}`, `--http-addr=127.0.0.1:${ports[1]}`, `--dynamodb-addr=127.0.0.1:${ports[2]}`,
     `--sqs-addr=127.0.0.1:${ports[3]}`, `--console-addr=127.0.0.1:${ports[4]}`, ...params.flatMap((p) => ["--parameter", p])], { stdio: ["ignore", "pipe", "pipe"] });

@@ -568,6 +568,8 @@ export class SignetClient {
                     s.own.set(f.seq, { seq: f.seq, message: f.message });
                     await this.applyOwn(s);
                 }
+                if (!f.seq && f.message)
+                    await this.groupOwn(s, f.message, f.proof);
                 return this.flushOutbox(s); // the next send of that conversation may go now
             }
             case "receipt":
@@ -764,7 +766,7 @@ export class SignetClient {
         if (have)
             return { g: have, known: true };
         const { cursor, known } = await this.store.groupCursor(conv);
-        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
         if (known)
             s.groups.set(conv, g);
         return { g, known };
@@ -801,6 +803,30 @@ export class SignetClient {
         if (++s.unacked >= this.o.ackBatch)
             await this.ack(s);
     }
+    /** Applies this device's own message of a group under read diffusion,
+     * which came in "sent" (the send's ownFromSent) instead of as a push: as
+     * a push would be, but with no ack of its own (the group's next ack,
+     * cumulative, covers it). Out of order it is pulled; the group's first
+     * message needs no pull (nothing is before it). */
+    async groupOwn(s, m, proof) {
+        const { g, known } = await this.groupState(s, m.conversationId);
+        if (known && m.convSeq <= g.cursor)
+            return;
+        const first = !known && m.convSeq === 1 && !g.syncing;
+        if (!first && (!known || m.convSeq > g.cursor + 1 || g.syncing)) {
+            g.behind = Math.max(g.behind, m.convSeq);
+            g.own = Math.max(g.own, m.convSeq);
+            this.requestGroupSync(s, m.conversationId, g);
+            return;
+        }
+        if (first)
+            s.groups.set(m.conversationId, g);
+        const needAck = g.needAck;
+        await this.applyGroupMessage(g, m, first);
+        g.needAck = needAck;
+        if (proof && g.cursor === m.convSeq)
+            Object.assign(g, { proof, proofAt: m.convSeq });
+    }
     /** Persists m (message and group cursor in one store step) and emits it. */
     async applyGroupMessage(g, m, synced) {
         if (!(await this.store.applyGroup(m, synced)))
@@ -826,7 +852,7 @@ export class SignetClient {
             Object.assign(g, { proof: p.proof, proofAt: p.nextCursor });
         s.groups.set(p.conversationId, g);
         g.syncing = false;
-        if (p.hasMore || g.cursor < Math.min(g.behind, p.head)) {
+        if (p.hasMore || g.cursor < Math.max(Math.min(g.behind, p.head), g.own)) {
             this.requestGroupSync(s, p.conversationId, g);
             return;
         }
@@ -1008,6 +1034,10 @@ async function draftFrame(d) {
         frame.to = d.to;
     else
         throw new Error("a draft needs to or conversationId");
+    // A group message under read diffusion comes back in "sent", not as a
+    // push to this connection (groupOwn); a written group's ignores it.
+    if (d.conversationId?.startsWith("g:"))
+        frame.ownFromSent = true;
     return { frame, fp: await fingerprint(d), deviceOnly: !d.clientMsgId || d.deviceOnly === true };
 }
 /**
