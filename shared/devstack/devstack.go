@@ -231,6 +231,20 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err := tmpl.CheckRules(params); err != nil {
 		return nil, err
 	}
+	// The named listen addresses are bound before anything takes a port the
+	// system picks (the SNS emulator's, the SDK clients' outgoing
+	// connections): a caller that found a port free (a test harness) must
+	// get it, not lose it to our own emulator.
+	ln, err := net.Listen("tcp", o.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
+	}
+	st.stops = append(st.stops, func() { ln.Close() })
+	hln, err := net.Listen("tcp", o.HTTPAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
+	}
+	st.stops = append(st.stops, func() { hln.Close() })
 	if err := st.startEmulators(o); err != nil {
 		return nil, err
 	}
@@ -253,10 +267,6 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		}
 	}
 
-	ln, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", o.Addr, err)
-	}
 	host := ln.Addr().String()
 	st.URL = "ws://" + host + "/"
 	gw := &gateway.Gateway{Routes: map[string]gateway.Route{}, Log: o.Log, Serial: o.SerialFrames, Stage: params["Stage"], WriteTimeout: o.WriteTimeout}
@@ -269,12 +279,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	for _, id := range slices.Sorted(maps.Keys(tmpl.Functions)) {
 		fn, err := st.function(ctx, tmpl, id, res, params, o)
 		if err != nil {
-			ln.Close()
 			return nil, err
 		}
 		methods := app.Functions(fn.handler)
 		if fns[id], err = wrap(st.runtime, fn, methods[id]); err != nil {
-			ln.Close()
 			return nil, err
 		}
 	}
@@ -285,7 +293,6 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	st.Store.SendMode, st.Store.GroupReads = st.Config.SendMode, st.Config.GroupReads
 
 	if err := routeGateway(gw, tmpl, fns); err != nil {
-		ln.Close()
 		return nil, err
 	}
 	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
@@ -304,10 +311,6 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			return nil, fmt.Errorf("http route %s: function %s has no HTTP handler", key, fn)
 		}
 		httpAPI.Routes[key] = h
-	}
-	hln, err := net.Listen("tcp", o.HTTPAddr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", o.HTTPAddr, err)
 	}
 	st.HTTPURL = "http://" + hln.Addr().String()
 	hsrv := gateway.NewHTTPServer(httpAPI, o.HTTPReadTimeout)

@@ -46,10 +46,11 @@ export interface Stack {
 
 /**
  * Starts `signet local` (in memory) with env added to its environment. The
- * ports are found free here and then bound by the stack, so another
- * listener — the stack's own SNS emulator on a port the system picks, say —
- * can take one in between ("address already in use"): the start is then
- * tried again, on new ports unless the caller named them.
+ * ports are found free here and then bound by the stack, so another process
+ * on the machine can take one in between ("address already in use"; the
+ * stack binds them before anything of its own takes a port the system
+ * picks): the start is then tried again, on new ports unless the caller
+ * named them.
  */
 export async function startStack(env: Record<string, string> = {}, params: string[] = [], ports?: number[]): Promise<Stack & { ports: number[] }> {
   for (let attempt = 1; ; attempt++) {

@@ -37,8 +37,8 @@ async function freePort(): Promise<number> {
 
 /**
  * Starts `signet local` (the console served from its binary) with parameters; resolves with the console's and the HTTP API's base URLs.
- * The ports are found free here and bound by the stack, so another listener (its own SNS emulator, on a port the system picks) can
- * take one in between: the start is then tried again on new ports.
+ * The ports are found free here and bound by the stack, so another process on the machine can take one in between (the stack binds
+ * them before anything of its own takes a port the system picks): the start is then tried again on new ports.
  */
 async function startLocal(bin: string, params: string[] = []): Promise<{ proc: ChildProcess; base: string; api: string; log: () => string }> {
   for (let attempt = 1; ; attempt++) {
