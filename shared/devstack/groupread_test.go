@@ -400,4 +400,31 @@ func TestOwnFromSentCarriesTheGroupMessageAndSkipsItsPush(t *testing.T) {
 	if p := alice.next(wire.TypeGroupMessage, 10*time.Second); p.Message == nil {
 		t.Fatalf("push %+v", p)
 	}
+
+	// A burst: whichever fan-out job pushes the run (one job covers every
+	// message stored before it ran) skips each of the sending connection's
+	// own messages, not only its own job's.
+	desk := dial(t, st, "alice", "desk")
+	for i := 3; i <= 5; i++ {
+		desk.write(map[string]any{"action": "send", "clientMsgId": fmt.Sprintf("o%d", i), "conversationId": "g:own", "body": "burst", "ownFromSent": true})
+	}
+	for range 3 {
+		if err := json.Unmarshal([]byte(desk.rawOf(wire.TypeSent, 10*time.Second)), &sent); err != nil || sent.Message == nil {
+			t.Fatalf("sent in the burst: %+v, %v", sent, err)
+		}
+	}
+	for seq := int64(3); seq <= 5; {
+		f := bob.next(wire.TypeGroupMessage, 10*time.Second)
+		if f.Message == nil {
+			t.Fatalf("bob's push %+v", f)
+		}
+		var m wire.Message
+		if err := json.Unmarshal(f.Message, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.ConvSeq >= seq { // re-pushes of earlier ones come too (bob acks nothing)
+			seq = m.ConvSeq + 1
+		}
+	}
+	desk.quiet(wire.TypeGroupMessage, 2500*time.Millisecond)
 }

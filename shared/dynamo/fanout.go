@@ -34,7 +34,8 @@ func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.S
 
 // groupSend is SendGroup's transaction: the log item and idempotency item,
 // the group head advanced, the sender's membership checked and their read
-// watermark moved to the message.
+// watermark moved to the message. A read-diffused group's log item records
+// the draft's OwnConnection (Message.TakenBy).
 func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
 		h, members, err := st.groupState(ctx, d.Conversation, []im.UserID{d.From})
@@ -46,6 +47,9 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 			return nil, im.Stored{}, fmt.Errorf("%s in %s: %w", d.From, d.Conversation, im.ErrNotMember)
 		}
 		msg := im.Message{ID: im.NewLocatedMessageID(now, d.Conversation, head+1), Conversation: d.Conversation, ConvSeq: head + 1, From: d.From, Body: d.Body, SentAt: now}
+		if h.reads {
+			msg.TakenBy = d.OwnConnection
+		}
 		items := append(st.sendItems(d, msg, heads{conv: head}, nil, now),
 			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 				TableName: aws.String(st.tables.Messages), Key: convKey(d.Conversation, memberSK(d.From)),
@@ -143,7 +147,7 @@ func (st *Store) Log(ctx context.Context, c im.ConversationID, after, upTo int64
 func messageFrom(c im.ConversationID, it map[string]types.AttributeValue) (im.Message, error) {
 	m := im.Message{
 		ID: im.MessageID(getS(it, attrMID)), Conversation: c, ConvSeq: getN(it, attrCSeq), From: im.UserID(getS(it, attrFrom)),
-		SentAt: time.UnixMilli(getN(it, attrAt)).UTC(),
+		SentAt: time.UnixMilli(getN(it, attrAt)).UTC(), TakenBy: im.ConnectionID(getS(it, attrTakenBy)),
 	}
 	body, err := bodyOf(it)
 	if err != nil {

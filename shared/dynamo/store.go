@@ -90,6 +90,9 @@ const (
 	attrCSeq = "cseq" // convSeq
 	attrFrom = "from" // sender
 	attrAt   = "at"   // sent at, Unix ms
+	// attrTakenBy is, on a read-diffused group's log item, the connection
+	// that took the message from its send's "sent" (Message.TakenBy).
+	attrTakenBy = "oc"
 )
 
 // s and n build string and number attribute values.
@@ -167,6 +170,9 @@ func (st *Store) logPut(m im.Message, cmid string, now time.Time) *types.Put {
 	setBody(item, m.Body, st.CompressBodies)
 	if cmid != "" {
 		item["cmid"] = s(cmid)
+	}
+	if m.TakenBy != "" {
+		item[attrTakenBy] = s(string(m.TakenBy))
 	}
 	if st.HistoryRetention > 0 {
 		item[attrTTL] = n(now.Add(st.HistoryRetention).Unix())

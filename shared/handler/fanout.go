@@ -81,7 +81,6 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 		return h.pushBatch(ctx, job)
 	}
 	whole := len(job.Members) == 0
-	own := job.UpTo // the sender's message (job.Sender), before UpTo moves to the head
 	if whole {
 		head, marked, reads, err := h.Fanouts.FanoutMark(ctx, job.Conversation)
 		if err != nil {
@@ -111,7 +110,7 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 		return h.fillOrPush(ctx, job, job.Members, byUser)
 	}
 	if job.Reads && h.Online != nil {
-		if err := h.pushOnline(ctx, job, own, due, byUser); err != nil {
+		if err := h.pushOnline(ctx, job, due, byUser); err != nil {
 			return err
 		}
 		return h.Fanouts.SetFanoutMark(ctx, job.Conversation, job.UpTo)
@@ -186,8 +185,9 @@ func (h *FanoutWorker) pushReads(ctx context.Context, conv im.ConversationID, fr
 // due to them — here, or by batch jobs of pushesPerJob connections that
 // carry their connections (pushBatch) when there are more; the members
 // with no connection are woken (Deps.WakeQueue), nothing else.
-// The connection job.Sender is not pushed message own: it had it in "sent".
-func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, own int64, due []im.UserID, members map[im.UserID]im.Member) error {
+// No connection is pushed a message it took from its own send's "sent"
+// (Message.TakenBy).
+func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, due []im.UserID, members map[im.UserID]im.Member) error {
 	if h.Pusher == nil || job.From >= job.UpTo {
 		return nil
 	}
@@ -212,12 +212,11 @@ func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, own int
 		}
 		var msgs []im.Message
 		for _, m := range log {
-			if members[c.User].Receives(m.ConvSeq) && (c.ID != job.Sender || m.ConvSeq != own) {
+			if m.TakenBy == c.ID {
+				online[c.User] = true // it has its own message: no wake-up
+			} else if members[c.User].Receives(m.ConvSeq) {
 				msgs = append(msgs, m)
 			}
-		}
-		if c.ID == job.Sender {
-			online[c.User] = true
 		}
 		switch {
 		case len(msgs) == len(log):
@@ -239,7 +238,7 @@ func (h *FanoutWorker) pushOnline(ctx context.Context, job im.FanoutJob, own int
 		var jobs []im.FanoutJob
 		for start := 0; start < len(whole); start += batch {
 			b := job
-			b.Online, b.Sender = whole[start:min(start+batch, len(whole))], "" // the sender is not in whole
+			b.Online = whole[start:min(start+batch, len(whole))]
 			jobs = append(jobs, b)
 		}
 		if err := h.FanoutQueue.Enqueue(ctx, 0, jobs...); err != nil {

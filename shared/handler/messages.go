@@ -42,7 +42,10 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 		if !draft.Conversation.ValidGroup() {
 			return h.failPushed(ctx, c, wire.ActionSend, im.ErrMalformedConversation, clientMsgID)
 		}
-		return h.sendGroup(ctx, c, draft, clientMsgID, f.OwnFromSent)
+		if f.OwnFromSent {
+			draft.OwnConnection = c.Connection
+		}
+		return h.sendGroup(ctx, c, draft, clientMsgID)
 	}
 	if _, err := draft.Recipients(); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
@@ -103,20 +106,23 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 // the group's next message, whose fan-out fills every inbox from where it
 // stands, not just with that one message.
 //
-// A group under read diffusion whose sender said ownFromSent gets its
-// message and proof in "sent", and the fan-out does not push it to the
-// sending connection (issue 12: a push, an ack, an invocation and a write
-// fewer per message). Should "sent" not reach the client, it sends again
-// with the same clientMsgId, and the replay's fan-out pushes it.
-func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string, ownFromSent bool) (events.APIGatewayProxyResponse, error) {
+// A group under read diffusion whose sender said ownFromSent (the draft's
+// OwnConnection) gets its message and proof in "sent", and the message's
+// log item records the sending connection, which the fan-out does not
+// push it to (issue 12: a push, an ack, an invocation and a write fewer
+// per message; in a burst, whichever job pushes the run skips each of the
+// connection's own messages). Should "sent" not reach the client, it sends
+// again with the same clientMsgId, from a new connection, which is pushed
+// the message or pulls it.
+func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
 	if err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
 	m := stored.Message
 	job, sent := im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}, wire.NewSent(clientMsgID, m)
-	if ownFromSent && stored.ReadDiffused && !stored.Replayed && c.Connection != "" {
-		job.Sender, sent = c.Connection, wire.NewSentGroupMessage(clientMsgID, m, h.proofKey(ctx))
+	if !stored.Replayed && c.Connection != "" && m.TakenBy == c.Connection {
+		sent = wire.NewSentGroupMessage(clientMsgID, m, h.proofKey(ctx))
 	}
 	if err := h.FanoutQueue.Enqueue(ctx, 0, job); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)

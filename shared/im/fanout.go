@@ -57,10 +57,6 @@ type FanoutJob struct {
 	// (from the group's online index) each due every message of (From,
 	// UpTo] pushed: the batch pushes to them without reading the group.
 	Online []Connection
-	// Sender is the connection that sent message UpTo of a read-diffused
-	// group and took it from its "sent" answer (the send's ownFromSent):
-	// it is not pushed that message.
-	Sender ConnectionID
 	// NotBefore, when set, is when the job is due: a job due later than
 	// one SQS delay (15 minutes) reaches it in hops, each re-enqueued with
 	// the delay left.

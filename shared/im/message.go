@@ -17,6 +17,10 @@ type Message struct {
 	From         UserID
 	Body         []byte // compact JSON
 	SentAt       time.Time
+	// TakenBy is the connection that took this message of a read-diffused
+	// group from its own send's "sent" (ownFromSent): the fan-out does not
+	// push it there. "" for every other message.
+	TakenBy ConnectionID
 }
 
 // Entry is one message in one user's inbox at inbox sequence Seq.
@@ -47,6 +51,10 @@ type Draft struct {
 	// finds an earlier try in the log above Seen and needs no idempotency
 	// item of its own (issue 12; nil: the idempotency item).
 	Seen *int64
+	// OwnConnection is the sending connection when the client takes its
+	// own group message from "sent" (ownFromSent): a read-diffused group
+	// records it on the message (Message.TakenBy).
+	OwnConnection ConnectionID
 }
 
 // Fingerprint is a digest of what a retry must repeat for the server to treat

@@ -29,7 +29,9 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 // c conversation, s convSeq up to, m members of a batch, u presence user,
 // a alert message id, t escalation tick, d device, g urgent, nb not
 // before (Unix ms), f and r a read-diffused group's range, o its batch of
-// connections, x the sending connection not pushed message s.
+// connections. (x, the sending connection not pushed message s, was
+// carried until the twenty-first session: the log item records it now,
+// and a job that still carries it decodes as if it did not.)
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
@@ -46,13 +48,12 @@ type fanoutBody struct {
 	Reads bool  `json:"r,omitempty"`
 	// Online: a batch of connections, each [user, device, connection id].
 	Online [][3]string `json:"o,omitempty"`
-	Sender string      `json:"x,omitempty"`
 }
 
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
 	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick,
-		Device: string(j.Device), Urgent: j.Urgent, From: j.From, Reads: j.Reads, Sender: string(j.Sender)}
+		Device: string(j.Device), Urgent: j.Urgent, From: j.From, Reads: j.Reads}
 	if !j.NotBefore.IsZero() {
 		b.NotBef = j.NotBefore.UnixMilli()
 	}
@@ -73,7 +74,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
 	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick,
-		Device: im.DeviceID(b.Device), Urgent: b.Urgent, From: b.From, Reads: b.Reads, Sender: im.ConnectionID(b.Sender)}
+		Device: im.DeviceID(b.Device), Urgent: b.Urgent, From: b.From, Reads: b.Reads}
 	if b.NotBef > 0 {
 		j.NotBefore = time.UnixMilli(b.NotBef).UTC()
 	}
