@@ -363,13 +363,13 @@ pushed, push_failed, redelivery_scheduled, acked, read, awaiting_pull) with
 its time, the function and request that recorded it, and the user, device,
 connection, inbox seq and attempt it concerns.
 
-A 1:1 message sent as expected is traced in full for one in TraceSample
-(template parameter, default 50); for the others the steps are derived from
-what is stored — the conversation log, the inboxes and the devices' ack
-ranges — and say so in their detail, without connection or request ids.
-For a message of a read-diffused group, the members it is due to, the
-devices that have it (their cursors in the group) and the members who read
-it are derived alike. Failures, retries and redeliveries are always
+A 1:1 or read-diffused group message sent as expected is traced in full for
+one in TraceSample (template parameter, default 50); for the others the
+steps are derived from what is stored — the conversation log, the inboxes
+and the devices' ack ranges — and say so in their detail, without
+connection or request ids. For a message of a read-diffused group, the
+members it is due to, the devices that have it (their cursors in the group)
+and the members who read it are always derived. Failures, retries and redeliveries are always
 recorded.
 
 Flags:

@@ -67,8 +67,9 @@ type Config struct {
 	SendMode string
 	// GroupReads: groups created are read-diffused (dynamo.Store.GroupReads).
 	GroupReads bool
-	// TraceSample: one in TraceSample 1:1 messages sent as expected has its
-	// send's trace written in full (handler.Deps.TraceSample).
+	// TraceSample: one in TraceSample 1:1 and read-diffused group messages
+	// sent as expected has its send's trace written in full
+	// (handler.Deps.TraceSample).
 	TraceSample int
 	// OfflinePush turns wake jobs on (on the presence queue; off: no
 	// function enqueues one). PushApps are the SNS platform
@@ -175,7 +176,7 @@ var Vars = []Var{
 	{EnvBodyCompression, "on", "on: message bodies of 256 bytes or more are stored deflated when that saves an eighth (every reader understands both forms); off: stored as sent — deploy with off once when upgrading from a version that cannot read them"},
 	{EnvSendMode, "claim", "how a 1:1 message is stored: claim (log and idempotency items in one transaction, then each inbox by claim-then-put; about a third fewer write units) or transaction (one transaction of six items)"},
 	{EnvGroupDelivery, "read", "how groups created from now on deliver: read (the group's log is every member's copy) or write (copied into every member's inbox)"},
-	{EnvTraceSample, "50", "one in N 1:1 messages sent as expected has its send's trace (connections, request ids) written in full; the others' trace is derived from what is stored; failures and retries are always written; 1: every message's"},
+	{EnvTraceSample, "50", "one in N 1:1 and read-diffused group messages sent as expected has its send's trace (connections, request ids) written in full; the others' trace is derived from what is stored; failures and retries are always written; 1: every message's"},
 	{EnvCallbackBackoff, "10s,1m,5m,15m,1h,2h,4h,8h", "waits before each retry of a status callback the app's webhook did not take (2xx); after the last the event is dead until the app replays it"},
 	{EnvWebhookPrivate, "off", "on: webhook URLs may be http:// and reach loopback and private addresses (signet local); off: https only, public addresses only"},
 	{EnvOfflinePush, "off", "on: a message to a user with no connection (or one redelivery gave up on) wakes their registered devices through SNS mobile push; off: no wake jobs"},

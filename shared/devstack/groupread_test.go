@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
@@ -167,8 +172,9 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 	}
 
 	// Its trace (the admin's GET /v1/messages/{id}/trace): what was written
-	// — created and stored by the send, bob's re-push by the check — and,
-	// derived, the members it is due to and the devices that have it.
+	// — bob's re-push by the check; created and stored by the send in the
+	// sampled share only — and, derived, created and stored from the log,
+	// the members it is due to and the devices that have it.
 	var trace struct {
 		Events []struct{ Type, Function, UserID, DeviceID string }
 	}
@@ -183,6 +189,9 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 			// A redelivery check is written per re-push, as many as ran
 			// by now; alice's laptop, which sent it, is pushed it too and,
 			// never acking, re-pushed on the same schedule.
+			if e.Type == "created" {
+				e.DeviceID = "" // named only in a written trace (the sampled share)
+			}
 			if e.Type != "redelivery_scheduled" && (e.Type != "pushed" || e.UserID != "alice") {
 				got = append(got, fmt.Sprintf("%s %s %s/%s", e.Type, e.Function, e.UserID, e.DeviceID))
 			}
@@ -190,7 +199,7 @@ func TestReadDiffusedGroupIsPushedToOnlineMembersAndPulledByTheOthers(t *testing
 		return slices.Contains(got, "pushed redeliver bob/phone")
 	})
 	slices.Sort(got)
-	want := []string{"acked ack bob/phone", "acked ack carol/phone", "created send alice/laptop", "inboxed send alice/", "inboxed send bob/",
+	want := []string{"acked ack bob/phone", "acked ack carol/phone", "created send alice/", "inboxed send alice/", "inboxed send bob/",
 		"inboxed send carol/", "pushed redeliver bob/phone", "stored send /"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("trace of %s:\n%s\nwant:\n%s", id, strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -427,4 +436,76 @@ func TestOwnFromSentCarriesTheGroupMessageAndSkipsItsPush(t *testing.T) {
 		}
 	}
 	desk.quiet(wire.TypeGroupMessage, 2500*time.Millisecond)
+}
+
+// Issue 12: the send of a read-diffused group's message writes no trace
+// item unless its id is in the sampled share (TraceSample) — its created
+// and stored events are derived from the log item, as a 1:1 send's are —
+// and the trace reads the same either way.
+func TestAReadDiffusedGroupSendWritesItsTraceOnlyWhenSampled(t *testing.T) {
+	t.Parallel()
+	for _, sample := range []string{"1", ""} {
+		t.Run("TraceSample="+cmp.Or(sample, "default"), func(t *testing.T) {
+			t.Parallel()
+			params := map[string]string{"GroupDelivery": "read"}
+			if sample != "" {
+				params["TraceSample"] = sample
+			}
+			st := startStack(t, devstack.Options{Parameters: params})
+			alice := dial(t, st, "alice", "laptop")
+			alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:tr", "name": "Trace", "users": []string{"bob"}}, nil)
+			var id im.MessageID
+			for i := 0; ; i++ {
+				// An id in the sampled share is written in full: send
+				// again until one is not (one in 50 is).
+				alice.write(map[string]any{"action": "send", "clientMsgId": fmt.Sprintf("t%d", i), "conversationId": "g:tr", "body": "hi", "ownFromSent": true})
+				var sent wire.Sent
+				if err := json.Unmarshal([]byte(alice.rawOf(wire.TypeSent, 10*time.Second)), &sent); err != nil {
+					t.Fatal(err)
+				}
+				if id = im.MessageID(sent.MessageID); sample != "" || !id.Sampled(st.Config.TraceSample) {
+					break
+				}
+			}
+			var raw string
+			waitFor(t, "created and stored in the trace", func() bool {
+				r := call(t, st, "GET", "/v1/messages/"+string(id)+"/trace", devstack.DefaultAdminKey, nil, "")
+				raw = r.raw
+				return r.status == 200 && strings.Contains(raw, `"type":"created"`) && strings.Contains(raw, `"type":"stored"`) && strings.Contains(raw, `"type":"inboxed"`)
+			})
+			if !strings.Contains(raw, `"userId":"alice"`) || !strings.Contains(raw, `"userId":"bob"`) {
+				t.Fatalf("trace of %s names neither sender nor member:\n%s", id, raw)
+			}
+			// What the trace table holds from the send function: its item
+			// when sampled, nothing otherwise (bob has no connection: the
+			// fan-out writes his wait for a pull either way).
+			time.Sleep(300 * time.Millisecond)
+			out, err := st.DynamoDB.Query(context.Background(), &dynamodb.QueryInput{
+				TableName:                 aws.String(st.Resources.Tables["TraceTable"]),
+				KeyConditionExpression:    aws.String("messageId = :m"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":m": &types.AttributeValueMemberS{Value: string(id)}},
+				ConsistentRead:            aws.Bool(true),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			written := false
+			for _, it := range out.Items {
+				list, ok := it["events"].(*types.AttributeValueMemberL)
+				if !ok {
+					continue
+				}
+				for _, v := range list.Value {
+					if e, ok := v.(*types.AttributeValueMemberM); ok {
+						if fn, ok := e.Value["fn"].(*types.AttributeValueMemberS); ok && fn.Value == "send" {
+							written = true
+						}
+					}
+				}
+			}
+			if written != (sample != "") {
+				t.Fatalf("the send wrote its trace: %v, want %v (TraceSample %q); items %v; trace:\n%s", written, sample != "", sample, out.Items, raw)
+			}
+		})
+	}
 }

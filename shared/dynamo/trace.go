@@ -466,9 +466,11 @@ func (st *Store) deriveSend(ctx context.Context, id im.MessageID, evs []im.Event
 }
 
 // deriveGroupReads completes the trace of a read-diffused group's message
-// (whose written trace is the send's created and stored events, and
-// re-pushes, failures and waits for a pull: no member gets an inbox copy,
-// and a member's first pushes are not written) from what is stored: which
+// (whose written trace is re-pushes, failures and waits for a pull, and
+// the send's created and stored events only for a retry and the sampled
+// share: no member gets an inbox copy, and a member's first pushes are not
+// written) from what is stored: created and stored from the log item when
+// no stored event was written, which
 // members it is due to (their membership), which of their devices have it
 // (each device's cursor in the group, with the time it last moved: the
 // device acked it then or before) and who read it (the member's read
@@ -501,6 +503,10 @@ func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im
 	add := func(e im.Event) {
 		e.Message = id
 		evs = append(evs, e)
+	}
+	if !slices.ContainsFunc(evs, func(e im.Event) bool { return e.Type == im.EventStored }) {
+		add(im.Event{Type: im.EventCreated, User: m.From, At: m.SentAt, Function: "send", Detail: "derived from the group log (trace not sampled)"})
+		add(im.Event{Type: im.EventStored, At: m.SentAt, Function: "send", Detail: fmt.Sprintf("%s #%d; fan-out queued", conv, cseq)})
 	}
 	var due []im.Event
 	err = st.batchGet(ctx, st.tables.Inbox, keys, true, func(it map[string]types.AttributeValue) {

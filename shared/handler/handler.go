@@ -159,8 +159,8 @@ type Deps struct {
 	// OIDC, when set, verifies RS256/ES256 tokens of an OpenID Connect
 	// provider (HS256 tokens still go through Secret).
 	OIDC *auth.OIDC
-	// TraceSample: one in TraceSample 1:1 messages sent as expected has
-	// its send's trace written in full; the others' is derived from what
+	// TraceSample: one in TraceSample 1:1 and read-diffused group messages
+	// sent as expected has its send's trace written in full; the others' is derived from what
 	// is stored (Store.Events). 0 or 1: every message's is written.
 	TraceSample int
 	// Redelivery is the push timeout and backoff policy.

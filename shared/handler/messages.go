@@ -130,6 +130,10 @@ func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clie
 	h.answer(ctx, c, wire.ActionSend, sent)
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
+	if !stored.Replayed && stored.ReadDiffused {
+		// Store.Events derives created and stored from the log item.
+		tr.omitIfDerivable(m.ID, h.TraceSample)
+	}
 	if stored.Replayed {
 		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device, Detail: "retry of clientMsgId " + clientMsgID})
 	} else {
