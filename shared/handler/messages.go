@@ -112,8 +112,8 @@ func (h *Messages) Send(ctx context.Context, req events.APIGatewayWebsocketProxy
 // push it to (issue 12: a push, an ack, an invocation and a write fewer
 // per message; in a burst, whichever job pushes the run skips each of the
 // connection's own messages). Should "sent" not reach the client, it sends
-// again with the same clientMsgId, from a new connection, which is pushed
-// the message or pulls it.
+// again with the same clientMsgId, and the replay's "sent" carries the
+// message again (a device applies a convSeq once).
 func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clientMsgID string) (events.APIGatewayProxyResponse, error) {
 	stored, err := h.Groups.SendGroup(ctx, draft, h.now())
 	if err != nil {
@@ -121,7 +121,11 @@ func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clie
 	}
 	m := stored.Message
 	job, sent := im.FanoutJob{Kind: im.FanoutMessages, Conversation: m.Conversation, UpTo: m.ConvSeq}, wire.NewSent(clientMsgID, m)
-	if !stored.Replayed && c.Connection != "" && m.TakenBy == c.Connection {
+	if draft.OwnConnection != "" && m.TakenBy != "" {
+		// Its log item says a client took it from "sent" (a read-diffused
+		// group): this try's answer carries it too, a retry's included —
+		// a retry's connection may never have had the first answer, and
+		// the fan-out does not push it to the connection of the first try.
 		sent = wire.NewSentGroupMessage(clientMsgID, m, h.proofKey(ctx))
 	}
 	if err := h.FanoutQueue.Enqueue(ctx, 0, job); err != nil {
