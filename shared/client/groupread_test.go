@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -187,5 +188,26 @@ func TestOwnGroupMessageIsTakenFromSent(t *testing.T) {
 	}
 	if c, err := alice.GroupCursor(g.ConversationID); err != nil || c != 2 {
 		t.Fatalf("alice's local cursor = %d, %v", c, err)
+	}
+}
+
+// API Gateway's "Internal server error" frame (a throttled or failed
+// invocation) names no request: besides the sends, the ack and the inbox
+// sync, the SDK asks again in a second for each group sync still
+// unanswered — without it a throttled group sync waited out
+// groupSyncRetry (10 s) — and leaves the groups that are not syncing.
+func TestAGatewayErrorAsksAgainForUnansweredGroupSyncs(t *testing.T) {
+	t.Parallel()
+	asked, idle := time.Now(), time.Now().Add(-time.Hour)
+	s := &session{c: &Client{log: slog.New(slog.DiscardHandler)}, sentAt: map[string]time.Time{}, groups: map[string]*groupState{
+		"g:asked": {syncing: true, syncSent: asked},
+		"g:idle":  {syncSent: idle},
+	}}
+	s.gatewayError(gatewayError{Message: "Internal server error"})
+	if wait := groupSyncRetry - time.Since(s.groups["g:asked"].syncSent); wait > time.Second {
+		t.Fatalf("the unanswered group sync is asked for again in %s, want within a second", wait)
+	}
+	if !s.groups["g:idle"].syncSent.Equal(idle) {
+		t.Fatalf("a group not syncing was touched: %v", s.groups["g:idle"].syncSent)
 	}
 }

@@ -481,7 +481,8 @@ type gatewayError struct {
 
 // gatewayError retries whatever may have been lost: every send in flight
 // (after a second, with the same clientMsgId: idempotent), the ack
-// (cumulative) and an unanswered sync.
+// (cumulative), an unanswered sync and the unanswered group syncs (a
+// throttled one would otherwise wait out groupSyncRetry).
 func (s *session) gatewayError(g gatewayError) {
 	s.c.log.Warn("gateway error; retrying what is in flight", "message", g.Message, "requestId", g.RequestID)
 	retry := time.Now().Add(time.Second - s.c.opts.ResendAfter)
@@ -493,6 +494,12 @@ func (s *session) gatewayError(g gatewayError) {
 	s.forceAck = true
 	if s.syncing && s.syncAt.IsZero() {
 		s.syncAt = time.Now().Add(time.Second)
+	}
+	soon := time.Now().Add(time.Second - groupSyncRetry) // retryGroupSyncs asks in a second
+	for _, g := range s.groups {
+		if g.syncing && g.syncSent.After(soon) {
+			g.syncSent = soon
+		}
 	}
 }
 

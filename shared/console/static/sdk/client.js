@@ -590,7 +590,7 @@ export class SignetClient {
                 return this.serverError(s, f);
         }
     }
-    /** API Gateway's own answer to a failed invocation: retry whatever was in flight. */
+    /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the ack, the inbox and group syncs, queries). */
     gatewayError(s, message) {
         this.log("warn", "gateway error; retrying what is in flight", { message });
         const retry = Date.now() + 1000 - this.o.resendAfterMs;
@@ -600,6 +600,11 @@ export class SignetClient {
         s.forceAck = true;
         if (s.syncing && !s.syncAt)
             s.syncAt = Date.now() + 1000;
+        // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
+        const soon = Date.now() + 1000 - groupSyncRetryMs;
+        for (const g of s.groups.values())
+            if (g.syncing && g.syncSent > soon)
+                g.syncSent = soon;
         for (const q of this.queries.values())
             this.writeFrame(s, q.frame);
     }
