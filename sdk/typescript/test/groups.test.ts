@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, type ClientOptions, type DeviceStore, type StoredMessage } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -160,5 +160,27 @@ test("over a transport that drops, duplicates and reorders group pushes, every g
   await new Promise((r) => setTimeout(r, 1500)); // a duplicate would come by now
   assertRange(got, 1, n, "flaky transport");
   assert.ok(counts.dropped > 3 && counts.duplicated > 3 && counts.reordered > 3, `faults happened: ${JSON.stringify(counts)}`);
+  await Promise.all([alice.close(), bob.close()]);
+});
+
+test("a group sync that API Gateway answers with its error frame (a throttled invocation) is asked for again within seconds, not after the 10 s retry", async () => {
+  const alice = await dial("alice-g5", new MemoryStore());
+  const g = await alice.createGroup("Throttled", ["bob-g5"]);
+  const conv = g.conversationId;
+  await sendRange(alice, conv, 1, 3);
+  // Bob connects to 3 waiting messages; his first pull of the group is
+  // throttled: the invocation never runs, and the gateway says so.
+  const sent: { at: number; frame: Record<string, unknown> }[] = [];
+  const isGroupSync = (f: Record<string, unknown>) => f.action === "sync" && f.conversationId === conv;
+  const bob = await dial("bob-g5", new MemoryStore(), { WebSocket: throttledOnce(isGroupSync, sent) });
+  const got = collect(bob, conv);
+  await eventually("bob's 3 group messages", () => got.length >= 3, 30000);
+  assertRange(got, 1, 3, "bob, after a throttled group sync");
+  const asks = sent.filter((s) => isGroupSync(s.frame));
+  assert.ok(asks.length >= 2, `the group sync was asked for again (${asks.length} asks)`);
+  // The SDK's retry of an unanswered group sync is 10 s; after the
+  // gateway's error frame it asks in about a second.
+  const gap = asks[1].at - asks[0].at;
+  assert.ok(gap < 8000, `asked again ${gap} ms after the throttled ask, want well under the 10 s retry`);
   await Promise.all([alice.close(), bob.close()]);
 });

@@ -144,50 +144,80 @@ export async function eventually(what: string, cond: () => boolean | Promise<boo
   }
 }
 
+/** A WebSocket that passes everything through to Node's own; the test
+ * transports below change what `received` and `send` do. */
+class PassThrough implements WebSocketLike {
+  protected ws: WebSocketLike;
+  onopen: WebSocketLike["onopen"] = null;
+  onclose: WebSocketLike["onclose"] = null;
+  onerror: WebSocketLike["onerror"] = null;
+  onmessage: WebSocketLike["onmessage"] = null;
+  constructor(url: string) {
+    this.ws = new (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket(url);
+    this.ws.onopen = (e) => this.onopen?.(e);
+    this.ws.onclose = (e) => this.onclose?.(e);
+    this.ws.onerror = (e) => this.onerror?.(e);
+    this.ws.onmessage = (e) => this.received(e.data);
+  }
+  protected received(data: unknown): void {
+    this.onmessage?.({ data });
+  }
+  get readyState() {
+    return this.ws.readyState;
+  }
+  send(data: string) {
+    this.ws.send(data);
+  }
+  close(code?: number, reason?: string) {
+    this.ws.close(code, reason);
+  }
+}
+
 /** A WebSocket whose incoming pushes (frames of type `push`: "message", or
  * "groupMessage") are dropped, duplicated and reordered at random. */
 export function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }, push = "message"): WebSocketConstructor {
-  const WS = (globalThis as unknown as { WebSocket: WebSocketConstructor }).WebSocket;
-  return class Flaky implements WebSocketLike {
-    private ws: WebSocketLike;
+  return class Flaky extends PassThrough {
     private held: unknown[] = [];
-    onopen: WebSocketLike["onopen"] = null;
-    onclose: WebSocketLike["onclose"] = null;
-    onerror: WebSocketLike["onerror"] = null;
-    onmessage: WebSocketLike["onmessage"] = null;
-    constructor(url: string) {
-      this.ws = new WS(url);
-      this.ws.onopen = (e) => this.onopen?.(e);
-      this.ws.onclose = (e) => this.onclose?.(e);
-      this.ws.onerror = (e) => this.onerror?.(e);
-      this.ws.onmessage = (e) => {
-        const deliver = (data: unknown) => this.onmessage?.({ data });
-        const isPush = typeof e.data === "string" && e.data.startsWith(`{"type":"${push}"`);
-        const r = isPush ? rand() : 1;
-        if (r < 0.2) {
-          counts.dropped++;
-        } else if (r < 0.35) {
-          counts.duplicated++;
-          deliver(e.data);
-          deliver(e.data);
-        } else if (r < 0.5) {
-          counts.reordered++;
-          this.held.push(e.data); // delivered after the next frame
-          return;
-        } else {
-          deliver(e.data);
-        }
-        for (const h of this.held.splice(0)) deliver(h);
-      };
+    protected override received(data: unknown): void {
+      const deliver = (d: unknown) => this.onmessage?.({ data: d });
+      const isPush = typeof data === "string" && data.startsWith(`{"type":"${push}"`);
+      const r = isPush ? rand() : 1;
+      if (r < 0.2) {
+        counts.dropped++;
+      } else if (r < 0.35) {
+        counts.duplicated++;
+        deliver(data);
+        deliver(data);
+      } else if (r < 0.5) {
+        counts.reordered++;
+        this.held.push(data); // delivered after the next frame
+        return;
+      } else {
+        deliver(data);
+      }
+      for (const h of this.held.splice(0)) deliver(h);
     }
-    get readyState() {
-      return this.ws.readyState;
-    }
-    send(data: string) {
-      this.ws.send(data);
-    }
-    close(code?: number, reason?: string) {
-      this.ws.close(code, reason);
+  };
+}
+
+/** A WebSocket that stands in for a throttled invocation: the first
+ * outgoing frame that `swallow` matches never reaches the stack, and the
+ * client gets instead the frame API Gateway answers a failed or throttled
+ * route invocation with (as the local gateway sends it, gateway.go). Every
+ * outgoing frame is recorded in `sent` with its time. */
+export function throttledOnce(swallow: (frame: Record<string, unknown>) => boolean, sent: { at: number; frame: Record<string, unknown> }[]): WebSocketConstructor {
+  let done = false;
+  return class Throttled extends PassThrough {
+    override send(data: string) {
+      const frame = JSON.parse(data) as Record<string, unknown>;
+      sent.push({ at: Date.now(), frame });
+      if (!done && swallow(frame)) {
+        done = true;
+        const answer = `{"message": "Internal server error", "connectionId":"test", "requestId":"throttled-${sent.length}"}`;
+        setTimeout(() => this.received(answer), 10);
+        return;
+      }
+      super.send(data);
     }
   };
 }
