@@ -84,6 +84,7 @@ func (term *terminal) mark() int { return len(term.out.String()) }
 // says so, keeps taking input, shows a line as queued, and marks it ✓
 // when it is stored after the restart.
 func TestChatOnATerminalTellsTheTruth(t *testing.T) {
+	t.Parallel()
 	bin, err := signetBinary()
 	if err != nil {
 		t.Fatal(err)

@@ -197,6 +197,7 @@ func waitText(t *testing.T, b *syncBuffer, s string) {
 // the device, each once, in order; its output across runs is every seq in
 // order, where a kill may repeat at most the one line it interrupted.
 func TestTailKilledAtRandomPrintsEveryMessageOnceInOrder(t *testing.T) {
+	t.Parallel()
 	// 10 `signet send` processes at once, each a fresh connection: this
 	// test is about the tail being killed, so it runs at AWS's standard
 	// account concurrency (1,000), not a new account's 10.
