@@ -487,6 +487,20 @@ func TestAReadDiffusedGroupSendWritesItsTraceOnlyWhenSampled(t *testing.T) {
 			if !strings.Contains(raw, `"userId":"alice"`) || !strings.Contains(raw, `"userId":"bob"`) {
 				t.Fatalf("trace of %s names neither sender nor member:\n%s", id, raw)
 			}
+			// The sending connection had it in "sent", written or derived
+			// (its log item names the connection).
+			var trace struct {
+				Events []struct{ Type, UserID, ConnectionID, Detail string }
+			}
+			if err := json.Unmarshal([]byte(raw), &trace); err != nil {
+				t.Fatal(err)
+			}
+			inSent := slices.IndexFunc(trace.Events, func(e struct{ Type, UserID, ConnectionID, Detail string }) bool {
+				return e.Type == "pushed" && e.UserID == "alice" && e.ConnectionID != "" && strings.Contains(e.Detail, "in sent")
+			})
+			if inSent < 0 {
+				t.Fatalf("trace of %s does not show alice's connection taking it from sent:\n%s", id, raw)
+			}
 			// What the trace table holds from the send function: its item
 			// when sampled, nothing otherwise (bob has no connection: the
 			// fan-out writes his wait for a pull either way).

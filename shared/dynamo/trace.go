@@ -470,7 +470,8 @@ func (st *Store) deriveSend(ctx context.Context, id im.MessageID, evs []im.Event
 // the send's created and stored events only for a retry and the sampled
 // share: no member gets an inbox copy, and a member's first pushes are not
 // written) from what is stored: created and stored from the log item when
-// no stored event was written, which
+// no stored event was written, its answer to the sending connection when
+// that connection took it from "sent" (its log item names it), which
 // members it is due to (their membership), which of their devices have it
 // (each device's cursor in the group, with the time it last moved: the
 // device acked it then or before) and who read it (the member's read
@@ -507,6 +508,14 @@ func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im
 	if !slices.ContainsFunc(evs, func(e im.Event) bool { return e.Type == im.EventStored }) {
 		add(im.Event{Type: im.EventCreated, User: m.From, At: m.SentAt, Function: "send", Detail: "derived from the group log (trace not sampled)"})
 		add(im.Event{Type: im.EventStored, At: m.SentAt, Function: "send", Detail: fmt.Sprintf("%s #%d; fan-out queued", conv, cseq)})
+	}
+	if m.TakenBy != "" && !slices.ContainsFunc(evs, func(e im.Event) bool {
+		return e.Connection == m.TakenBy && (e.Type == im.EventPushed || e.Type == im.EventPushFailed)
+	}) {
+		// The send's answer carried it to the sending connection (a failed
+		// answer would have written the send's trace).
+		add(im.Event{Type: im.EventPushed, User: m.From, Connection: m.TakenBy, At: m.SentAt, Function: "send",
+			Detail: "derived: in sent to the sending connection, which asked for it (ownFromSent); the device's next ack in the group confirms it has it"})
 	}
 	var due []im.Event
 	err = st.batchGet(ctx, st.tables.Inbox, keys, true, func(it map[string]types.AttributeValue) {

@@ -131,7 +131,7 @@ func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clie
 	if err := h.FanoutQueue.Enqueue(ctx, 0, job); err != nil {
 		return h.failPushed(ctx, c, wire.ActionSend, err, clientMsgID)
 	}
-	h.answer(ctx, c, wire.ActionSend, sent)
+	posted := h.answer(ctx, c, wire.ActionSend, sent)
 	tr := h.trail("send", c.RequestID)
 	defer tr.flush(ctx)
 	if !stored.Replayed && stored.ReadDiffused {
@@ -143,6 +143,16 @@ func (h *Messages) sendGroup(ctx context.Context, c caller, draft im.Draft, clie
 	} else {
 		tr.add(im.Event{Message: m.ID, Type: im.EventCreated, User: c.User, Device: c.Device})
 		tr.add(im.Event{Message: m.ID, Type: im.EventStored, Detail: fmt.Sprintf("%s #%d; fan-out queued", m.Conversation, m.ConvSeq)})
+	}
+	if sent.Message != nil {
+		// The sending connection takes its message from "sent" (the fan-out
+		// skips it). Not posted, the trace says so in full: the client sends
+		// again, and that retry's "sent" carries it.
+		e := im.Event{Message: m.ID, Type: im.EventPushed, User: c.User, Device: c.Device, Connection: c.Connection, Detail: "in sent"}
+		if !posted {
+			e.Type, e.Detail = im.EventPushFailed, "sent not posted; the client's retry of clientMsgId "+clientMsgID+" carries it"
+		}
+		tr.add(e)
 	}
 	h.log().InfoContext(ctx, "group message stored", "messageId", m.ID, "conversationId", m.Conversation, "convSeq", m.ConvSeq,
 		"userId", c.User, "replayed", stored.Replayed, "requestId", c.RequestID)
