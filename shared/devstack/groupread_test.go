@@ -1,12 +1,14 @@
 package devstack_test
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -447,6 +450,70 @@ func TestOwnFromSentCarriesTheGroupMessageAndSkipsItsPush(t *testing.T) {
 		}
 	}
 	desk.quiet(wire.TypeGroupMessage, 2500*time.Millisecond)
+}
+
+// goneSent answers every "sent" posted to a connection of device with
+// im.ErrGone while lose is set, as for a client gone just after its send.
+type goneSent struct {
+	handler.Pusher
+	stack  *atomic.Pointer[devstack.Stack]
+	device string
+	lose   *atomic.Bool
+}
+
+func (p *goneSent) Push(ctx context.Context, id im.ConnectionID, data []byte) error {
+	if st := p.stack.Load(); st != nil && p.lose.Load() && bytes.HasPrefix(data, []byte(`{"type":"sent"`)) {
+		if d, _ := st.Gateway.Context(string(id))[handler.ContextDevice].(string); d == p.device {
+			return im.ErrGone
+		}
+	}
+	return p.Pusher.Push(ctx, id, data)
+}
+
+// A read-diffused group's message whose "sent" could not be posted to the
+// connection that asked for it (ownFromSent) has its send's whole trace
+// written, with the failed answer; the fan-out still skips that
+// connection, and the client's retry gets the message in its "sent".
+func TestAGroupSendWhoseSentIsLostWritesItsTrace(t *testing.T) {
+	t.Parallel()
+	var stack atomic.Pointer[devstack.Stack]
+	var lose atomic.Bool
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(_ string, h *handler.Deps) {
+		if h.Pusher != nil {
+			h.Pusher = &goneSent{Pusher: h.Pusher, stack: &stack, device: "laptop", lose: &lose}
+		}
+	}})
+	stack.Store(st)
+	alice := dial(t, st, "alice", "laptop")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:lost", "name": "Lost", "users": []string{"bob"}}, nil)
+	lose.Store(true)
+	alice.write(map[string]any{"action": "send", "clientMsgId": "l1", "conversationId": "g:lost", "body": "hi", "ownFromSent": true})
+	var raw string
+	waitFor(t, "the lost sent in the trace", func() bool {
+		msgs, err := st.Store.Log(context.Background(), "g:lost", 0, 1)
+		if err != nil || len(msgs) != 1 {
+			return false
+		}
+		r := call(t, st, "GET", "/v1/messages/"+string(msgs[0].ID)+"/trace", devstack.DefaultAdminKey, nil, "")
+		raw = r.raw
+		return r.status == 200 && strings.Contains(raw, `"type":"push_failed"`)
+	})
+	if !strings.Contains(raw, `"detail":"sent not posted; the client's retry of clientMsgId l1 carries it"`) {
+		t.Fatalf("trace lacks the failed answer:\n%s", raw)
+	}
+	// Written in full: the send's own created and stored, not derived ones,
+	// and no derived answer in sent.
+	if strings.Contains(raw, "derived from the group log") || strings.Contains(raw, "derived: in sent") {
+		t.Fatalf("trace derives what the send wrote:\n%s", raw)
+	}
+	// Not pushed to the connection instead; its retry carries it.
+	alice.quiet(wire.TypeGroupMessage, 1500*time.Millisecond)
+	lose.Store(false)
+	alice.write(map[string]any{"action": "send", "clientMsgId": "l1", "conversationId": "g:lost", "body": "hi", "ownFromSent": true})
+	var sent wire.Sent
+	if err := json.Unmarshal([]byte(alice.rawOf(wire.TypeSent, 10*time.Second)), &sent); err != nil || sent.Message == nil || sent.Message.ConvSeq != 1 {
+		t.Fatalf("the retry's sent: %+v, %v; want message 1", sent, err)
+	}
 }
 
 // Issue 12: the send of a read-diffused group's message writes no trace
