@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -196,13 +197,39 @@ func StartGoawsAt(addr string) (string, error) {
 // serialized runs queue-creating and -deleting requests alone: goaws reads
 // its queue map without a lock at the start of some operations, which races
 // with a concurrent CreateQueue from another stack in the same process.
+// A queue change waits for the requests under way, and a long poll would
+// hold it (and every request queued behind it, every stack's) for up to
+// its wait time: a change wakes the long polls under way, which answer
+// with no message as goaws answers a poll whose caller went away.
 func serialized(next http.Handler) http.Handler {
 	var mu sync.RWMutex
+	var wakeMu sync.Mutex
+	wake := make(chan struct{}) // closed when a queue change waits
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("X-Amz-Target") {
 		case "AmazonSQS.CreateQueue", "AmazonSQS.DeleteQueue":
+			wakeMu.Lock()
+			close(wake)
 			mu.Lock()
+			wake = make(chan struct{})
+			wakeMu.Unlock()
 			defer mu.Unlock()
+		case "AmazonSQS.ReceiveMessage":
+			wakeMu.Lock()
+			woken := wake
+			wakeMu.Unlock()
+			mu.RLock()
+			defer mu.RUnlock()
+			ctx, cancel := context.WithCancel(r.Context())
+			defer cancel()
+			go func() {
+				select {
+				case <-woken:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			r = r.WithContext(ctx)
 		default:
 			mu.RLock()
 			defer mu.RUnlock()
