@@ -296,6 +296,87 @@ func TestOwnMessagesComeInSentInOrderAndNeedNoAckOfTheirOwn(t *testing.T) {
 	})
 }
 
+// A new device's own message can come in "sent" before the page of its
+// connect sync, answered before the send was stored (the sync's and the
+// send's invocations post to the connection independently): the entry
+// waits for the page, which tells the inbox's epoch, and is applied when
+// the page ends. Fails if it waits for a later entry instead (CI
+// 2026-12-04: the device had not shown its own message 30 s on).
+func TestOwnMessageBeforeTheFirstSyncPageIsShownWhenThePageEnds(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	held := make(chan struct{})
+	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
+		o.Dialer = holdFirstSyncUntilSent(WebSocket, held)
+		o.ResendAfter = time.Hour // the held sync is not asked again
+	})
+	newDevice(t, st, "bob", "phone").dial(t)
+	<-held // the page is computed: the inbox is empty
+	sent, err := alice.Send(context.Background(), "bob", "first words")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own := collect(t, alice, 1, 10*time.Second); own[0].MessageID != sent.MessageID || own[0].Seq != 1 {
+		t.Fatalf("alice shows %+v, want her own message %s at seq 1", own[0], sent.MessageID)
+	}
+	waitFor(t, "alice's connect sync", alice.Synced)
+}
+
+// holdFirstSyncUntilSent wraps a dialer so that the first connection's
+// first sync page is read only after the next "sent" (held says when the
+// page is held).
+func holdFirstSyncUntilSent(d Dialer, held chan struct{}) Dialer {
+	var once sync.Once
+	return func(ctx context.Context, url string, h http.Header) (Conn, error) {
+		c, err := d(ctx, url, h)
+		if err != nil {
+			return nil, err
+		}
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return c, nil
+		}
+		return &holdingConn{Conn: c, held: held}, nil
+	}
+}
+
+type holdingConn struct {
+	Conn
+	held    chan struct{}
+	page    []byte // the held sync page, until a "sent" has been read
+	release bool
+}
+
+func (c *holdingConn) Read(ctx context.Context) ([]byte, error) {
+	if c.release {
+		c.release = false
+		b := c.page
+		c.page = nil
+		return b, nil
+	}
+	for {
+		b, err := c.Conn.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var env struct {
+			Type string `json:"type"`
+		}
+		json.Unmarshal(b, &env)
+		switch {
+		case env.Type == wire.TypeSync && c.held != nil:
+			c.page = b
+			close(c.held)
+			c.held = nil
+			continue
+		case env.Type == wire.TypeSent && c.page != nil:
+			c.release = true
+		}
+		return b, nil
+	}
+}
+
 func TestOfflineDeviceSyncsOnConnect(t *testing.T) {
 	t.Parallel()
 	st := startStack(t)

@@ -692,6 +692,12 @@ func (s *session) page(ctx context.Context, p wire.SyncPage) error {
 		return s.requestSync(ctx, p.NextCursor)
 	}
 	s.syncing = false
+	// This device's own entries that came in "sent" while the inbox's
+	// epoch was unknown waited for this page (a page answered before the
+	// send was stored can come after its "sent"): next in line now.
+	if err := s.applyOwn(ctx); err != nil {
+		return err
+	}
 	if s.cursor < p.Head || s.resyncAgain {
 		// Entries were skipped (applied out of order, or pushed before
 		// the epoch was known): pull again.

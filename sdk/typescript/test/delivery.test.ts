@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -65,6 +65,19 @@ test("a message reaches the recipient once, persisted before it is emitted, and 
   await b.markRead(sent.conversationId, 1);
   await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === 1), 30000);
   await Promise.all([a.close(), b.close()]);
+});
+
+test("a new device's own message that comes in sent before its first sync page (answered before the send was stored) is shown when the page ends", async () => {
+  let held!: () => void;
+  const pageHeld = new Promise<void>((r) => (held = r));
+  const a = await dial("alice-own", new MemoryStore(), { WebSocket: holdFirstSyncUntilSent(held), resendAfterMs: 3600000 });
+  await pageHeld; // computed while the inbox was empty
+  const sent = await a.send("bob-own", { text: "first words" });
+  await eventually("alice's own message on her device", async () => (await a.history()).some((m) => m.messageId === sent.messageId), 30000);
+  const m = (await a.messages().next()).value as StoredMessage;
+  assert.equal(m.messageId, sent.messageId);
+  assert.equal(m.seq, 1);
+  await a.close();
 });
 
 test("the outbox survives a restart; a send retried with its clientMsgId is stored once; a reused id is refused", async () => {

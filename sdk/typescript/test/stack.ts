@@ -222,6 +222,36 @@ export function throttledOnce(swallow: (frame: Record<string, unknown>) => boole
   };
 }
 
+/** A WebSocket whose first connection holds back its first sync page until
+ * the next "sent" has been delivered, as when the sync's invocation answers
+ * after the send's (`held` is called once the page is held). */
+export function holdFirstSyncUntilSent(held: () => void): WebSocketConstructor {
+  let first = true;
+  return class HoldFirstSync extends PassThrough {
+    private page: unknown = undefined;
+    private holding = first;
+    constructor(url: string) {
+      super(url);
+      first = false;
+    }
+    protected override received(data: unknown): void {
+      const type = typeof data === "string" ? (JSON.parse(data) as { type?: string }).type : undefined;
+      if (this.holding && type === "sync") {
+        this.holding = false;
+        this.page = data;
+        held();
+        return;
+      }
+      super.received(data);
+      if (type === "sent" && this.page !== undefined) {
+        const page = this.page;
+        this.page = undefined;
+        super.received(page);
+      }
+    }
+  };
+}
+
 /** Connects user's client on store to stack, every frame checked against the schema (SDK_DEBUG=1 prints its log). */
 export function dialStack(stack: Stack, user: string, store: DeviceStore, extra: Partial<ClientOptions> = {}): Promise<SignetClient> {
   return SignetClient.connect({

@@ -749,6 +749,10 @@ export class SignetClient {
             return;
         }
         s.syncing = false;
+        // This device's own entries that came in "sent" while the inbox's epoch
+        // was unknown waited for this page (a page answered before the send was
+        // stored can come after its "sent"): next in line now.
+        await this.applyOwn(s);
         if (s.cursor < p.head || s.resyncAgain) {
             s.resyncAgain = false;
             this.requestSync(s, s.cursor);
