@@ -327,18 +327,14 @@ func TestOwnMessageBeforeTheFirstSyncPageIsShownWhenThePageEnds(t *testing.T) {
 // page is held).
 func holdFirstSyncUntilSent(d Dialer, held chan struct{}) Dialer {
 	var once sync.Once
-	return func(ctx context.Context, url string, h http.Header) (Conn, error) {
-		c, err := d(ctx, url, h)
-		if err != nil {
-			return nil, err
-		}
+	return wrapDialer(d, func(c Conn) Conn {
 		first := false
 		once.Do(func() { first = true })
 		if !first {
-			return c, nil
+			return c
 		}
-		return &holdingConn{Conn: c, held: held}, nil
-	}
+		return &holdingConn{Conn: c, held: held}
+	})
 }
 
 type holdingConn struct {
@@ -360,17 +356,13 @@ func (c *holdingConn) Read(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		var env struct {
-			Type string `json:"type"`
-		}
-		json.Unmarshal(b, &env)
-		switch {
-		case env.Type == wire.TypeSync && c.held != nil:
+		switch typ := frameType(b); {
+		case typ == wire.TypeSync && c.held != nil:
 			c.page = b
 			close(c.held)
 			c.held = nil
 			continue
-		case env.Type == wire.TypeSent && c.page != nil:
+		case typ == wire.TypeSent && c.page != nil:
 			c.release = true
 		}
 		return b, nil
@@ -671,13 +663,27 @@ func TestRandomCrashesDuringABurstLoseNothing(t *testing.T) {
 
 // dropFrames wraps a dialer so that incoming frames of type typ vanish.
 func dropFrames(d Dialer, typ string) Dialer {
+	return wrapDialer(d, func(c Conn) Conn { return &filterConn{Conn: c, drop: typ} })
+}
+
+// wrapDialer wraps each connection d makes with wrap.
+func wrapDialer(d Dialer, wrap func(Conn) Conn) Dialer {
 	return func(ctx context.Context, url string, h http.Header) (Conn, error) {
 		c, err := d(ctx, url, h)
 		if err != nil {
 			return nil, err
 		}
-		return &filterConn{Conn: c, drop: typ}, nil
+		return wrap(c), nil
 	}
+}
+
+// frameType is the type of an incoming frame ("" if it has none).
+func frameType(b []byte) string {
+	var env struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(b, &env)
+	return env.Type
 }
 
 type filterConn struct {
@@ -693,10 +699,7 @@ func (f *filterConn) Read(ctx context.Context) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		var env struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(b, &env) == nil && env.Type == f.drop {
+		if f.drop != "" && frameType(b) == f.drop {
 			continue
 		}
 		return b, nil
@@ -717,13 +720,7 @@ func countAcks(d Dialer, n *atomic.Int64) Dialer { return countFrames(d, "ack", 
 
 // countFrames wraps a dialer so that frames written with action are counted.
 func countFrames(d Dialer, action string, n *atomic.Int64) Dialer {
-	return func(ctx context.Context, url string, h http.Header) (Conn, error) {
-		c, err := d(ctx, url, h)
-		if err != nil {
-			return nil, err
-		}
-		return &filterConn{Conn: c, count: action, acks: n}, nil
-	}
+	return wrapDialer(d, func(c Conn) Conn { return &filterConn{Conn: c, count: action, acks: n} })
 }
 
 // The send limit is the user's: once one send is refused rate_limited, the
