@@ -15,9 +15,10 @@ import (
 )
 
 // SendGroup stores a group draft in the conversation log exactly once per
-// (sender, clientMsgId): the log entry, the sender's idempotency item and a
-// check that the sender is a current member, in one transaction. Member
-// inboxes are filled later by the fan-out (AppendGroup). A retry returns
+// (sender, clientMsgId): the log entry, the sender's idempotency item and
+// their read watermark, conditional on their being a current member, in
+// one transaction. Member inboxes are filled later by the fan-out
+// (AppendGroup). A retry returns
 // the stored result with Replayed set. A sender who is not a current member
 // gets im.ErrNotMember, except for a retry of a send accepted before they
 // left, which is answered with its stored result.
@@ -33,11 +34,12 @@ func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.S
 }
 
 // groupSend is SendGroup's transaction: the log item and idempotency item,
-// the group head advanced, the sender's membership checked and their read
-// watermark moved to the message. A read-diffused group's log item records
-// the draft's OwnConnection (Message.TakenBy).
+// the group head advanced, and the sender's read watermark moved to the
+// message on condition of their membership. A read-diffused group's log
+// item records the draft's OwnConnection (Message.TakenBy).
 func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
-	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
+	checkMember := false
+	return st.transactSend(ctx, d, func(prev error) ([]types.TransactWriteItem, im.Stored, error) {
 		h, members, err := st.groupState(ctx, d.Conversation, []im.UserID{d.From})
 		if err != nil {
 			return nil, im.Stored{}, err
@@ -50,23 +52,54 @@ func (st *Store) groupSend(ctx context.Context, d im.Draft, now time.Time) (im.S
 		if h.reads {
 			msg.TakenBy = d.OwnConnection
 		}
-		items := append(st.sendItems(d, msg, heads{conv: head}, nil, now),
-			types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-				TableName: aws.String(st.tables.Messages), Key: convKey(d.Conversation, memberSK(d.From)),
-				ConditionExpression:       aws.String("attribute_exists(#role) AND (attribute_not_exists(#removed) OR #removed = :zero)"),
-				ExpressionAttributeNames:  map[string]string{"#role": "role", "#removed": attrRemoved},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0)},
-			}},
-			// What you write you have read (see senderIndexUpdate).
-			types.TransactWriteItem{Update: &types.Update{
-				TableName: aws.String(st.tables.Inbox), Key: inboxKey(d.From, convIndexSK(d.Conversation)),
-				UpdateExpression:          aws.String("SET #read = :c"),
-				ExpressionAttributeNames:  map[string]string{"#read": attrRead},
-				ExpressionAttributeValues: map[string]types.AttributeValue{":c": n(msg.ConvSeq)},
-			}},
-		)
+		// What you write you have read (see senderIndexUpdate): the
+		// sender's read watermark moves to the message, on condition that
+		// they are still a member. Their index item says so as their member
+		// item does (base from the join, removed: joinIndexUpdate and
+		// changeChunk write both in one transaction), so a removal that
+		// commits between groupState's read and this transaction fails it
+		// here, and the next attempt's read refuses the send: no
+		// ConditionCheck of the member item (two write units a message).
+		items := st.sendItems(d, msg, heads{conv: head}, nil, now)
+		// If the index item failed the condition though the member item
+		// (just read) says member — a staged create's members before their
+		// index items are written (createStaged writes them after its
+		// commit), or items from outside Signet — the member item decides,
+		// as it did before the index carried membership.
+		if checkMember = checkMember || failedAt(prev, len(items)); checkMember {
+			items = append(items, memberCheck(st.tables.Messages, d))
+		}
+		items = append(items, readWatermark(st.tables.Inbox, d, msg.ConvSeq, !checkMember))
 		return items, im.Stored{Message: msg, Inboxed: map[im.UserID]int64{}, ReadDiffused: h.reads}, nil
 	})
+}
+
+// memberCheck is a transaction's check that d's sender is a current
+// member of its group (their member item).
+func memberCheck(table string, d im.Draft) types.TransactWriteItem {
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(table), Key: convKey(d.Conversation, memberSK(d.From)),
+		ConditionExpression:       aws.String("attribute_exists(#role) AND (attribute_not_exists(#removed) OR #removed = :zero)"),
+		ExpressionAttributeNames:  map[string]string{"#role": "role", "#removed": attrRemoved},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0)},
+	}}
+}
+
+// readWatermark moves d's sender's read watermark in its group to convSeq;
+// with member, on condition that their index item says they are a member.
+func readWatermark(table string, d im.Draft, convSeq int64, member bool) types.TransactWriteItem {
+	up := &types.Update{
+		TableName: aws.String(table), Key: inboxKey(d.From, convIndexSK(d.Conversation)),
+		UpdateExpression:          aws.String("SET #read = :c"),
+		ExpressionAttributeNames:  map[string]string{"#read": attrRead},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": n(convSeq)},
+	}
+	if member {
+		up.ConditionExpression = aws.String("attribute_exists(#base) AND (attribute_not_exists(#removed) OR #removed = :zero)")
+		up.ExpressionAttributeNames["#base"], up.ExpressionAttributeNames["#removed"] = attrBase, attrRemoved
+		up.ExpressionAttributeValues[":zero"] = n(0)
+	}
+	return types.TransactWriteItem{Update: up}
 }
 
 // FanoutMark returns group c's head and how far fan-out has been taken

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/signet-im/signet/shared/im"
 )
 
@@ -218,5 +222,39 @@ func TestConcurrentFanOutsAndSendsKeepOneCopyInOrder(t *testing.T) {
 	inbox := assertOnceInOrder(t, st, "bob", g, n)
 	if len(inbox) != n+10 {
 		t.Fatalf("bob's inbox holds %d entries, want %d", len(inbox), n+10)
+	}
+}
+
+// A member whose conversation index item does not (yet) say so — a staged
+// create's members between its commit and their index items, or an item
+// written by other means — still sends: when the index item fails the
+// send's membership condition, the member item decides.
+func TestAMemberWithoutAnIndexItemStillSends(t *testing.T) {
+	t.Parallel()
+	st := testStore(t)
+	ctx, now := context.Background(), time.Now()
+	g := im.Group("staged")
+	if _, err := st.CreateGroup(ctx, g, "Staged", "alice", []im.UserID{"bob"}, now); err != nil {
+		t.Fatal(err)
+	}
+	// Bob's index item as a staged create leaves it until it is written:
+	// nothing (a bare item, since minidyn's REMOVE leaves attributes).
+	bare := map[string]types.AttributeValue{attrUser: s("bob"), attrSK: s(convIndexSK(g))}
+	if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.tables.Inbox), Item: bare}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "x", Conversation: g, Body: []byte(`"hi"`)}, now)
+	if err != nil || got.Message.ConvSeq != 1 {
+		t.Fatalf("bob's send = %+v, %v; want convSeq 1", got.Message, err)
+	}
+	if log, err := st.Log(ctx, g, 0, 10); err != nil || len(log) != 1 || log[0].From != "bob" {
+		t.Fatalf("log = %+v, %v", log, err)
+	}
+	// Removed, he is refused by either path.
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "y", Conversation: g, Body: []byte(`"out"`)}, now); err == nil {
+		t.Fatal("a removed member's send was stored")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,5 +371,43 @@ func TestConcurrentMemberChangesAllLand(t *testing.T) {
 	members, err := st.Members(ctx, g)
 	if err != nil || len(members) != 13 {
 		t.Fatalf("%d members, %v; want 13", len(members), err)
+	}
+}
+
+// A member removed after the send read their membership and before its
+// transaction commits is refused and nothing is stored: the send's write
+// of the sender's read watermark is conditional on the index item saying
+// member, which the removal changed in its own transaction.
+func TestARemovalBetweenTheSendsReadAndItsWriteRefusesTheSend(t *testing.T) {
+	t.Parallel()
+	var plain *dynamo.Store
+	var removed atomic.Bool
+	ctx, now := context.Background(), time.Now()
+	g := im.Group("race")
+	plain, hooked := newStores(t, func(ctx context.Context, in any) error {
+		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok && removed.CompareAndSwap(false, true) {
+			_, err := plain.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now)
+			return err
+		}
+		return nil
+	})
+	if _, err := plain.CreateGroup(ctx, g, "Race", "alice", []im.UserID{"bob"}, now); err != nil {
+		t.Fatal(err)
+	}
+	_, err := hooked.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "x", Conversation: g, Body: []byte(`"late"`)}, now)
+	if !removed.Load() || !errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("send by a member removed under it: %v (removal ran: %v); want %v", err, removed.Load(), im.ErrNotMember)
+	}
+	head, _, _, err := plain.FanoutMark(ctx, g)
+	if err != nil || head != 0 {
+		t.Fatalf("group head = %d, %v; want 0 (nothing stored)", head, err)
+	}
+	if log, err := plain.Log(ctx, g, 0, 10); err != nil || len(log) != 0 {
+		t.Fatalf("log = %v, %v; want empty", log, err)
+	}
+	// Alice, still a member, sends; the log starts at 1.
+	s, err := plain.SendGroup(ctx, im.Draft{From: "alice", ClientMsgID: "y", Conversation: g, Body: []byte(`"on"`)}, now)
+	if err != nil || s.Message.ConvSeq != 1 {
+		t.Fatalf("alice's send = %+v, %v; want convSeq 1", s.Message, err)
 	}
 }

@@ -29,7 +29,7 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 		}
 		return st.sendClaimed(ctx, d, recipients, now)
 	}
-	return st.transactSend(ctx, d, func() ([]types.TransactWriteItem, im.Stored, error) {
+	return st.transactSend(ctx, d, func(error) ([]types.TransactWriteItem, im.Stored, error) {
 		heads, err := st.readDirectHeads(ctx, d.From, d.Conversation, recipients)
 		if err != nil {
 			return nil, im.Stored{}, err
@@ -45,11 +45,13 @@ func (st *Store) Send(ctx context.Context, d im.Draft, now time.Time) (im.Stored
 
 // transactSend runs the optimistic send loop shared by 1:1 and group sends:
 // attempt reads the heads and builds one transaction (laid out as sendItems
-// does) and the result it stores; a lost race retries with jitter, a
-// duplicate idempotency item turns into a replay of the stored result.
-func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([]types.TransactWriteItem, im.Stored, error)) (im.Stored, error) {
+// does) and the result it stores, told how the previous attempt's
+// transaction failed (nil the first time); a lost race retries with jitter,
+// a duplicate idempotency item turns into a replay of the stored result.
+func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func(prev error) ([]types.TransactWriteItem, im.Stored, error)) (im.Stored, error) {
+	var prev error
 	for n := range st.MaxAttempts {
-		items, stored, err := attempt()
+		items, stored, err := attempt(prev)
 		if err != nil {
 			return im.Stored{}, fmt.Errorf("send %s/%s: %w", d.From, d.ClientMsgID, err)
 		}
@@ -57,6 +59,7 @@ func (st *Store) transactSend(ctx context.Context, d im.Draft, attempt func() ([
 		if err == nil {
 			return stored, nil
 		}
+		prev = err
 		switch classifyTx(err, posIdem) {
 		case txCondition:
 			stored, err := st.replay(ctx, d)

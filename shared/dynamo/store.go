@@ -235,6 +235,13 @@ func classifyTx(err error, at int) txFailure {
 	return txOther
 }
 
+// failedAt reports whether err is a cancelled transaction whose item at
+// position at failed its condition.
+func failedAt(err error, at int) bool {
+	tce, ok := errors.AsType[*types.TransactionCanceledException](err)
+	return ok && at < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[at].Code) == "ConditionalCheckFailed"
+}
+
 // isConditionFailed reports a failed condition on a single-item write.
 func isConditionFailed(err error) bool {
 	_, ok := errors.AsType[*types.ConditionalCheckFailedException](err)
