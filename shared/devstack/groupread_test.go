@@ -601,3 +601,37 @@ func TestAReadDiffusedGroupSendWritesItsTraceOnlyWhenSampled(t *testing.T) {
 		})
 	}
 }
+
+// A ping whose connection record is gone (a push met a stale 410, or the
+// record expired) writes it again and puts the connection back in the
+// online index of its user's read-diffused groups, so the group's next
+// message is pushed to it. Doing so reads the group proof key, which the
+// ping's function was not allowed to (chaos seed 103: IAM denied
+// PingFunction dynamodb:GetItem on the connections table; the stack's
+// fault check fails this test on such a denial).
+func TestAPingWritesARemovedRecordBackIntoItsGroupsOnlineIndex(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}})
+	ctx := context.Background()
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:back", "name": "Back", "users": []string{"bob"}}, nil)
+	var conns []im.Connection
+	waitFor(t, "bob's record", func() bool { conns, _ = st.Store.Connections(ctx, "bob"); return len(conns) == 1 })
+	if err := st.Store.RemoveConnection(ctx, "bob", conns[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	bob.write(`{"action":"ping"}`)
+	bob.next("pong", 30*time.Second)
+	if again, err := st.Store.Connections(ctx, "bob"); err != nil || len(again) != 1 || again[0].ID != conns[0].ID {
+		t.Fatalf("bob's records after the ping: %+v, %v; want %s again", again, err, conns[0].ID)
+	}
+	alice.sendTo("m1", "g:back", map[string]any{"text": "back"})
+	f := bob.next(wire.TypeGroupMessage, 10*time.Second)
+	var m wire.Message
+	if err := json.Unmarshal(f.Message, &m); err != nil || m.ConversationID != "g:back" || m.ConvSeq != 1 {
+		t.Fatalf("push to bob: %s (%v)", f.Message, err)
+	}
+	if denied := st.Denials(); len(denied) > 0 {
+		t.Fatalf("IAM denials: %v", denied)
+	}
+}
