@@ -49,7 +49,9 @@ devices), reconnect storms, group membership churn, and server-side faults
 (AWS calls failing mid-handler, lost, 410 and failing pushes, duplicated and
 delayed queue messages). Then it reconciles every ACKed message against every
 device's journal and the server's inboxes: lost, shown twice, out of order,
-unACKed, idempotency violations. Exit status 1 if anything is found.
+unACKed, idempotency violations, refusals the run cannot explain (only group
+sends by users who were not members may be refused). Exit status 1 if
+anything is found.
 
 Examples:
   signet chaos                                   # 200 messages, seed 1

@@ -40,6 +40,7 @@ import (
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/netem"
 	"github.com/signet-im/signet/shared/reconcile"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 // Config sizes a run.
@@ -126,14 +127,14 @@ type draft struct {
 	ids     map[string]bool // messageIds the server answered (one, unless idempotency broke)
 	sent    client.Sent
 	acked   bool
-	refused bool
-	lastErr string // why the last settling attempt failed (converge)
+	refused *client.ServerError // the server's refusal, if it refused the send
+	lastErr string              // why the last settling attempt failed (converge)
 }
 
 func (d *draft) done() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.acked || d.refused
+	return d.acked || d.refused != nil
 }
 
 func (d *draft) settle(s client.Sent, err error) {
@@ -145,7 +146,7 @@ func (d *draft) settle(s client.Sent, err error) {
 		d.ids[s.MessageID] = true
 		d.sent, d.acked = s, true
 	case errors.As(err, &se):
-		d.refused = true // e.g. sending into a group one was removed from
+		d.refused = se // e.g. sending into a group one was removed from (verify checks why)
 	}
 }
 
@@ -181,6 +182,11 @@ type runner struct {
 	byUser  map[string][]*device
 	groups  []string
 	owners  map[string]string // group → owner
+	// members are each group's members at its creation; changed holds
+	// "group/user" for every membership change the run asked for (made
+	// or not: an answer lost on the network may hide one that was made).
+	members map[string]map[string]bool
+	changed map[string]bool
 	drafts  []*draft
 	mine    map[string][]*draft // user → their drafts (retries pick from these)
 	dmu     sync.Mutex
@@ -217,7 +223,8 @@ func (r *runner) progress(format string, a ...any) {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
-	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{}}
+	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
+		members: map[string]map[string]bool{}, changed: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -463,6 +470,10 @@ func (r *runner) populate(ctx context.Context) error {
 		}
 		r.groups = append(r.groups, info.ConversationID)
 		r.owners[info.ConversationID] = owner
+		r.members[info.ConversationID] = map[string]bool{owner: true}
+		for _, u := range members {
+			r.members[info.ConversationID][u] = true
+		}
 	}
 	r.res.Groups = len(r.groups)
 	return nil
@@ -716,6 +727,9 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	r.dmu.Lock()
+	r.changed[g+"/"+peer] = true
+	r.dmu.Unlock()
 	var err error
 	if r.intn(2) == 0 {
 		_, err = c.AddMembers(cctx, g, "member", peer)
@@ -799,6 +813,23 @@ func (r *runner) converge(ctx context.Context) {
 			stable = 0
 		}
 	}
+}
+
+// unjustified says what is wrong with the server's refusal of dr ("" when
+// nothing): the run's only refusals are of group sends by a user who was
+// not a member at some moment of the send — never a member, or added or
+// removed during the run.
+func (r *runner) unjustified(dr *draft) string {
+	g := dr.d.ConversationID
+	switch {
+	case !strings.HasPrefix(g, "g:"):
+		return "a 1:1 send"
+	case dr.refused.Code != wire.CodeForbidden:
+		return "a group send refused with " + string(dr.refused.Code)
+	case r.members[g][dr.user] && !r.changed[g+"/"+dr.user]:
+		return "its sender has been a member since the group was created"
+	}
+	return ""
 }
 
 // groupState reads group g's head, fan-out mark and members.
@@ -956,8 +987,11 @@ func (r *runner) verify(ctx context.Context) {
 		case len(dr.ids) > 1:
 			r.res.IdempotencyViolations++
 			problem("clientMsgId %s got %d messageIds", dr.d.ClientMsgID, len(dr.ids))
-		case dr.refused:
+		case dr.refused != nil:
 			r.res.Refused++
+			if why := r.unjustified(dr); why != "" {
+				problem("send %s to %s%s refused (%v): %s", dr.d.ClientMsgID, dr.d.To, dr.d.ConversationID, dr.refused, why)
+			}
 			continue
 		case !dr.acked:
 			r.res.Unacked++

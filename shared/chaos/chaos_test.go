@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -61,6 +62,41 @@ func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 	}
 	if res.OK() || res.Lost == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "m-never-stored") {
 		t.Fatalf("the lost message went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
+
+// wrongGroups refuses one group send of a member as if they were not one:
+// the server bug a refusal check exists to catch (a run counts refusals,
+// and must not count that one as the churn's).
+type wrongGroups struct {
+	handler.Groups
+	refused *atomic.Bool // shared by every instance of the function
+}
+
+func (w *wrongGroups) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	if m, err := w.Member(ctx, d.Conversation, d.From); err == nil && m.Active() && w.refused.CompareAndSwap(false, true) {
+		return im.Stored{}, fmt.Errorf("chaos test: %w", im.ErrNotMember)
+	}
+	return w.Groups.SendGroup(ctx, d, now)
+}
+
+func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
+	t.Parallel()
+	var refused atomic.Bool
+	res, err := Run(context.Background(), Config{Seed: 5, Users: 3, MaxDevices: 1, Groups: 1, Messages: 30, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+			if fn == "SendFunction" {
+				h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !refused.Load() {
+		t.Fatal("no group send of a member was made (the seed must make one)")
+	}
+	if res.OK() || !strings.Contains(strings.Join(res.Problems, "\n"), "a member since the group was created") {
+		t.Fatalf("the wrong refusal went unnoticed: %s\n%v", res, res.Problems)
 	}
 }
 
