@@ -50,8 +50,9 @@ devices), reconnect storms, group membership churn, and server-side faults
 delayed queue messages). Then it reconciles every ACKed message against every
 device's journal and the server's inboxes: lost, shown twice, out of order,
 unACKed, idempotency violations, refusals the run cannot explain (only group
-sends by users who were not members may be refused). Exit status 1 if
-anything is found.
+sends by users who were not members may be refused), and traces of 1:1
+messages that name a device that did not ack or miss one whose cursor
+covers the message. Exit status 1 if anything is found.
 
 Examples:
   signet chaos                                   # 200 messages, seed 1

@@ -89,7 +89,10 @@ type Result struct {
 	Network                              netem.Snapshot
 	Lost, Duplicated, Reordered, Unacked int
 	IdempotencyViolations                int
-	Elapsed                              time.Duration
+	// Traces is how many ACKed 1:1 messages' traces were held to the
+	// devices' acks (verifyTraces), TraceAcks the acked events they named.
+	Traces, TraceAcks int
+	Elapsed           time.Duration
 	// Problems lists each fault found (empty on success).
 	Problems []string
 }
@@ -108,10 +111,11 @@ func (r Result) String() string {
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
-  reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations`,
+  reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
+  traces: %d checked against the devices' cursors, naming %d device acks`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
-		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations)
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks)
 }
 
 // draft is one distinct send and what came of it.
@@ -920,15 +924,17 @@ func (r *runner) verify(ctx context.Context) {
 		problem("fan-out incomplete: %s", b)
 	}
 	inboxes := map[string]map[string]int{} // user → messageId → count
+	seqOf := map[string]map[string]int64{} // user → messageId → inbox seq
 	for user := range r.byUser {
 		srv, err := reconcile.ReadServer(ctx, r.st.Store, im.UserID(user), "")
 		if err != nil {
 			problem("read %s's inbox: %v", user, err)
 			continue
 		}
-		inboxes[user] = map[string]int{}
+		inboxes[user], seqOf[user] = map[string]int{}, map[string]int64{}
 		for _, e := range srv.Entries {
 			inboxes[user][e.MessageID]++
+			seqOf[user][e.MessageID] = e.Seq
 			if inboxes[user][e.MessageID] == 2 {
 				problem("%s's inbox holds %s twice", user, e.MessageID)
 			}
@@ -1029,5 +1035,78 @@ func (r *runner) verify(ctx context.Context) {
 			}
 		}
 	}
+	r.verifyTraces(ctx, problem, seqOf)
 	sort.Strings(r.res.Problems)
+}
+
+// traceSample is how many ACKed 1:1 messages verifyTraces reads the trace
+// of, spread over the run.
+const traceSample = 300
+
+// verifyTraces holds the traces of ACKed 1:1 messages (traceSample of
+// them at most) to what the devices did — the trace is how an operator
+// sees who has a message, derived for most messages from the devices' ack
+// ranges, which the run's server faults interrupt between their steps. A
+// trace names as having acked a message only devices of its participants,
+// at its seq in that user's inbox and within the device's cursor; and it
+// names every device of theirs whose cursor covers that seq.
+func (r *runner) verifyTraces(ctx context.Context, problem func(string, ...any), seqOf map[string]map[string]int64) {
+	// The cursors first: a range that moved one is in the trace by then.
+	cursors := map[string]int64{} // user/device → ack cursor
+	cursor := func(u, d string) (int64, error) {
+		c, err := r.st.Store.Device(ctx, im.UserID(u), im.DeviceID(d))
+		return c.Acked, err
+	}
+	for _, d := range r.devices {
+		c, err := cursor(d.user, d.name)
+		if err != nil {
+			problem("cursor of %s/%s: %v", d.user, d.name, err)
+			return
+		}
+		cursors[d.user+"/"+d.name] = c
+	}
+	var direct []*draft
+	for _, dr := range r.drafts {
+		if dr.acked && len(dr.ids) == 1 && !strings.HasPrefix(dr.sent.ConversationID, "g:") {
+			direct = append(direct, dr)
+		}
+	}
+	for i := 0; i < len(direct); i += (len(direct) + traceSample - 1) / traceSample {
+		dr := direct[i]
+		id := dr.sent.MessageID
+		events, err := r.st.Store.Events(ctx, im.MessageID(id))
+		if err != nil {
+			problem("trace of %s: %v", id, err)
+			continue
+		}
+		r.res.Traces++
+		acked := map[string]bool{}
+		for _, e := range events {
+			if e.Type != im.EventAcked {
+				continue
+			}
+			r.res.TraceAcks++
+			u, key := string(e.User), string(e.User)+"/"+string(e.Device)
+			acked[key] = true
+			_, known := cursors[key]
+			seq, ok := seqOf[u][id]
+			switch {
+			case !ok || (u != dr.user && u != dr.d.To) || !known:
+				problem("trace of %s: %s acked it, not a device of %s or %s", id, key, dr.user, dr.d.To)
+			case e.Seq != seq:
+				problem("trace of %s: %s acked it at seq %d; it is at %d", id, key, e.Seq, seq)
+			default:
+				if c, err := cursor(u, string(e.Device)); err != nil || c < seq {
+					problem("trace of %s: %s acked it (seq %d) beyond the device's cursor %d (%v)", id, key, seq, c, err)
+				}
+			}
+		}
+		for _, u := range []string{dr.user, dr.d.To} {
+			for _, d := range r.byUser[u] {
+				if c, seq := cursors[u+"/"+d.name], seqOf[u][id]; seq > 0 && c >= seq && !acked[u+"/"+d.name] {
+					problem("trace of %s: no ack of %s/%s, whose cursor %d covers its seq %d", id, u, d.name, c, seq)
+				}
+			}
+		}
+	}
 }

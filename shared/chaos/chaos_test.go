@@ -100,6 +100,40 @@ func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
 	}
 }
 
+// ghostAcks stores one device's acks as another device's: the devices'
+// cursors move, but the trace (derived from the ack ranges) names a device
+// that has nothing and misses the one that acked.
+type ghostAcks struct {
+	handler.Inbox
+}
+
+func (g ghostAcks) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error) {
+	if a.Device == "d0" {
+		if _, err := g.Inbox.Ack(ctx, a); err != nil {
+			return im.AckResult{}, err
+		}
+		a.Device = "ghost"
+	}
+	return g.Inbox.Ack(ctx, a)
+}
+
+func TestChaosRunCatchesATraceThatMisnamesWhoAcked(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+			if fn == "AckFunction" {
+				h.Inbox = ghostAcks{Inbox: h.Inbox}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems := strings.Join(res.Problems, "\n")
+	if res.OK() || res.Traces == 0 || !strings.Contains(problems, "/ghost acked it, not a device of") {
+		t.Fatalf("the misnamed acks went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
+
 // The same with the groups read-diffused (GroupDelivery read): every
 // device of every member shows each group message due to its user once,
 // in order.
