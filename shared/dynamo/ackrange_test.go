@@ -39,14 +39,7 @@ func TestAckRangesRideOnTheCursorItemAndMoveToTheTraceEightAtATime(t *testing.T)
 	})
 	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
 	const n = 20
-	var sent []im.Stored
-	for i := range n {
-		s, err := st.Send(ctx, draft("alice", fmt.Sprintf("c%d", i), "bob", `"hi"`), t0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sent = append(sent, s)
-	}
+	sent := aliceToBob(t, st, n, t0)
 	tracePuts.Store(0)
 	inboxUpdates.Store(0)
 	at := func(i int) time.Time { return t0.Add(time.Duration(i+1) * time.Second) }
@@ -214,4 +207,52 @@ func ackedEvents(t *testing.T, st *dynamo.Store, id im.MessageID, t0 time.Time) 
 		}
 	}
 	return fmt.Sprint(acked)
+}
+
+// A device's range that covers a message is found however many ranges of
+// the user's other devices were moved to the trace after it: here the
+// laptop acked seq 2 in one range (1, 220] that moved to the trace only
+// with its 9th ack, at seq 228, after the phone's 220 one-message acks had
+// moved in 27 items ending below 228 — more than one page of the ack
+// partition read from seq 2 up. (The page alone missed the laptop: the
+// trace said only the phone had the message.)
+func TestACoveringRangeIsFoundPastAnotherDevicesPageOfRanges(t *testing.T) {
+	t.Parallel()
+	st := newStore(t)
+	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
+	const n = 228
+	sent := aliceToBob(t, st, n, t0)
+	seq := func(i int) int64 { return sent[i].Inboxed["bob"] }
+	ack := func(d im.DeviceID, upTo int64, at int) {
+		t.Helper()
+		if r, err := st.Ack(ctx, im.AckRange{User: "bob", Device: d, Connection: im.ConnectionID("conn-" + d), RequestID: fmt.Sprintf("req-%s-%d", d, upTo), UpTo: upTo, At: t0.Add(time.Duration(at) * time.Second)}); err != nil || !r.Moved {
+			t.Fatalf("%s's ack of %d: %+v, %v", d, upTo, r, err)
+		}
+	}
+	ack("laptop", seq(0), 1)
+	ack("laptop", seq(219), 2)
+	for i := range 220 {
+		ack("phone", seq(i), 10+i)
+	}
+	for i := 220; i < n; i++ {
+		ack("laptop", seq(i), 300+i)
+	}
+	want := fmt.Sprintf("[bob/laptop #%d +2s conn-laptop req-laptop-%d bob/phone #%d +11s conn-phone req-phone-%d]", seq(1), seq(219), seq(1), seq(1))
+	if got := ackedEvents(t, st, sent[1].Message.ID, t0); got != want {
+		t.Fatalf("message 1's acked events: %s\nwant %s", got, want)
+	}
+}
+
+// aliceToBob sends n 1:1 messages from alice to bob, at t0.
+func aliceToBob(t *testing.T, st *dynamo.Store, n int, t0 time.Time) []im.Stored {
+	t.Helper()
+	var sent []im.Stored
+	for i := range n {
+		s, err := st.Send(context.Background(), draft("alice", fmt.Sprintf("c%d", i), "bob", `"hi"`), t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, s)
+	}
+	return sent
 }

@@ -299,48 +299,64 @@ func ackRanges(u im.UserID, d im.DeviceID, base int64, v types.AttributeValue) [
 // acksCovering returns, per device, the ack of u that first covered inbox
 // seq: of the ranges that cover it (a range moved to the trace may also
 // still be pending, or be in two items), the one with the lowest upTo.
-// Ranges moved to the trace are found from their item's last upTo: the
-// items with one ≥ seq, in ascending order, hold each device's covering one
-// early (one page of ackPage is read); ranges still pending are on the
-// devices' cursor items. Items of one range each (from before ranges were
-// kept on the cursor item) are read alike.
+// Ranges still pending are on the devices' cursor items, read first; those
+// moved to the trace are found from their item's last upTo: the items with
+// one ≥ seq, in ascending order, hold each device's covering one early,
+// though other devices' items may come before it (a device that acked seq
+// in one long range, moved long after, while another acked message by
+// message), so they are read on until every device whose cursor covers
+// seq has its range (ackPage, ackPageMore, ackPages). Items of one range
+// each (from before ranges were kept on the cursor item) are read alike.
 func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im.AckRange, error) {
-	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(st.tables.Trace),
-		KeyConditionExpression:    aws.String("#m = :m AND #sk >= :s"),
-		ExpressionAttributeNames:  map[string]string{"#m": "messageId", "#sk": attrSK},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(ackPartition(u)), ":s": s(fmt.Sprintf("%020d", seq))},
-		Limit:                     aws.Int32(ackPage),
-		ConsistentRead:            aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("acks of %s covering %d: %w", u, seq, err)
-	}
 	first := map[im.DeviceID]im.AckRange{}
 	consider := func(a im.AckRange) {
 		if b, ok := first[a.Device]; a.Covers(seq) && (!ok || a.UpTo < b.UpTo) {
 			first[a.Device] = a
 		}
 	}
-	for _, it := range out.Items {
-		d := im.DeviceID(getS(it, "deviceId"))
-		if list, ok := it[attrAcks]; ok {
-			for _, a := range ackRanges(u, d, getN(it, attrAckBase), list) {
-				consider(a)
-			}
-			continue
-		}
-		consider(im.AckRange{User: u, Device: d, Connection: im.ConnectionID(getS(it, attrConn)),
-			RequestID: getS(it, "requestId"), From: getN(it, "from"), UpTo: getN(it, "upTo"), At: time.UnixMilli(getN(it, "at")).UTC()})
-	}
 	devices, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("pending acks of %s covering %d: %w", u, seq, err)
 	}
+	var covered []im.DeviceID // devices whose cursor is at seq or past it
 	for _, it := range devices {
-		for _, a := range ackRanges(u, im.DeviceID(getS(it, attrSK)[2:]), getN(it, attrAckBase), it[attrAcks]) {
+		d := im.DeviceID(getS(it, attrSK)[2:])
+		for _, a := range ackRanges(u, d, getN(it, attrAckBase), it[attrAcks]) {
 			consider(a)
 		}
+		if getN(it, "acked") >= seq {
+			covered = append(covered, d)
+		}
+	}
+	in := &dynamodb.QueryInput{
+		TableName:                 aws.String(st.tables.Trace),
+		KeyConditionExpression:    aws.String("#m = :m AND #sk >= :s"),
+		ExpressionAttributeNames:  map[string]string{"#m": "messageId", "#sk": attrSK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(ackPartition(u)), ":s": s(fmt.Sprintf("%020d", seq))},
+		Limit:                     aws.Int32(ackPage),
+		ConsistentRead:            aws.Bool(true),
+	}
+	for page := 1; ; page++ {
+		out, err := st.db.Query(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("acks of %s covering %d: %w", u, seq, err)
+		}
+		for _, it := range out.Items {
+			d := im.DeviceID(getS(it, "deviceId"))
+			if list, ok := it[attrAcks]; ok {
+				for _, a := range ackRanges(u, d, getN(it, attrAckBase), list) {
+					consider(a)
+				}
+				continue
+			}
+			consider(im.AckRange{User: u, Device: d, Connection: im.ConnectionID(getS(it, attrConn)),
+				RequestID: getS(it, "requestId"), From: getN(it, "from"), UpTo: getN(it, "upTo"), At: time.UnixMilli(getN(it, "at")).UTC()})
+		}
+		missing := slices.ContainsFunc(covered, func(d im.DeviceID) bool { _, ok := first[d]; return !ok })
+		if !missing || out.LastEvaluatedKey == nil || page == ackPages {
+			break
+		}
+		in.ExclusiveStartKey, in.Limit = out.LastEvaluatedKey, aws.Int32(ackPageMore)
 	}
 	acks := slices.Collect(maps.Values(first))
 	slices.SortFunc(acks, func(a, b im.AckRange) int {
@@ -349,9 +365,14 @@ func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im
 	return acks, nil
 }
 
-// ackPage bounds the trace items of ack ranges read to derive one entry's
-// "acked" events.
-const ackPage = 25
+// ackPage is how many trace items of ack ranges acksCovering reads first;
+// while a device whose cursor covers the entry has no range found yet it
+// reads on, ackPageMore at a time, up to ackPages pages.
+const (
+	ackPage     = 25
+	ackPageMore = 100
+	ackPages    = 40
+)
 
 // Events returns a message's trace, oldest first. It reads packed items
 // and the one-event items written before events were packed alike, derives
