@@ -131,8 +131,11 @@ type draft struct {
 	ids     map[string]bool // messageIds the server answered (one, unless idempotency broke)
 	sent    client.Sent
 	acked   bool
-	refused *client.ServerError // the server's refusal, if it refused the send
-	lastErr string              // why the last settling attempt failed (converge)
+	refused *client.ServerError // the server's refusal, if it refused the send before any ACK
+	// refusedAfterAck is a refusal of a retry of the send after it was
+	// ACKed: the server answers such a retry with what it stored.
+	refusedAfterAck *client.ServerError
+	lastErr         string // why the last settling attempt failed (converge)
 }
 
 func (d *draft) done() bool {
@@ -149,6 +152,8 @@ func (d *draft) settle(s client.Sent, err error) {
 	case err == nil:
 		d.ids[s.MessageID] = true
 		d.sent, d.acked = s, true
+	case errors.As(err, &se) && d.acked:
+		d.refusedAfterAck = se
 	case errors.As(err, &se):
 		d.refused = se // e.g. sending into a group one was removed from (verify checks why)
 	}
@@ -993,7 +998,14 @@ func (r *runner) verify(ctx context.Context) {
 		case len(dr.ids) > 1:
 			r.res.IdempotencyViolations++
 			problem("clientMsgId %s got %d messageIds", dr.d.ClientMsgID, len(dr.ids))
-		case dr.refused != nil:
+		case dr.refusedAfterAck != nil:
+			// A retry of a send the server ACKed is answered with what it
+			// stored (from another device of the user; the device that
+			// has the ACK answers from its own store). A send refused
+			// first may be ACKed later (its user added back meanwhile).
+			r.res.IdempotencyViolations++
+			problem("send %s was ACKed as %s, then a retry was refused (%v)", dr.d.ClientMsgID, dr.sent.MessageID, dr.refusedAfterAck)
+		case dr.refused != nil && !dr.acked:
 			r.res.Refused++
 			if why := r.unjustified(dr); why != "" {
 				problem("send %s to %s%s refused (%v): %s", dr.d.ClientMsgID, dr.d.To, dr.d.ConversationID, dr.refused, why)
