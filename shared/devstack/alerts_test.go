@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -450,5 +453,81 @@ func TestOnlyRecipientsReadAlertsAndAppsSeeNoDevices(t *testing.T) {
 	}
 	if !strings.Contains(app, `"userId":"ann"`) || !strings.Contains(app, `"type":"pushed"`) {
 		t.Errorf("app trace lost states: %s", app)
+	}
+}
+
+// failFirstAppend fails the first inbox append of an alert to user (as a
+// crash of the alerts function between storing the alert and reaching
+// that inbox would): the app is answered 500 and retries with its key.
+type failFirstAppend struct {
+	handler.AlertStore
+	user   im.UserID
+	failed *atomic.Bool
+}
+
+func (f failFirstAppend) AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error) {
+	if u == f.user && f.failed.CompareAndSwap(false, true) {
+		return 0, errors.New("injected: the function stopped before this inbox")
+	}
+	return f.AlertStore.AppendInbox(ctx, u, m, expiry, now)
+}
+
+// An alert that reaches a user's inbox after a later alert of the same app
+// (its post failed half-way and was retried once the later one had been
+// read) is below the user's read watermark of the app's conversation when
+// it arrives — alert convSeqs number every user's alerts. The user has not
+// read it: its status says delivered, not read, until a read that comes
+// after it (a status once said read: a false confirmation of an on-call
+// alert). The conversation's last alert stays the later one.
+func TestAnAlertInboxedAfterALaterOneIsNotReadByItsWatermark(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "AlertsFunction" && h.AlertStore != nil {
+			h.AlertStore = failFirstAppend{AlertStore: h.AlertStore, user: "ann", failed: &failed}
+		}
+	}})
+	key := createApp(t, st, "monitoring", []string{"ann"}, 100)
+	ann := dial(t, st, "ann", "phone")
+	first := `{"to":["ann"],"title":"disk 90%","body":"db-1"}`
+	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "a1"}, first); r.status != http.StatusInternalServerError {
+		t.Fatalf("first post: %d %s; want 500 (the injected failure)", r.status, r.raw)
+	}
+	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "a2"}, `{"to":["ann"],"title":"disk 95%","body":"db-1"}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("second post: %d %s", r.status, r.raw)
+	}
+	second := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": second.Seq})
+	ann.readPushed(second)
+	status := func(id string) map[string]any {
+		r := call(t, st, "GET", "/v1/messages/"+id, key, nil, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("status: %d %s", r.status, r.raw)
+		}
+		return recipientStates(r)["ann"]
+	}
+	waitFor(t, "the second alert read", func() bool { return status(r.body["messageId"].(string))["state"] == "read" })
+	r = call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "a1"}, first)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("first post retried: %d %s", r.status, r.raw)
+	}
+	late := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": late.Seq})
+	id := r.body["messageId"].(string)
+	waitFor(t, "the late alert delivered", func() bool { return status(id)["state"] != "pushed" })
+	if s := status(id); s["state"] != "delivered" || s["readAt"] != nil {
+		t.Fatalf("the late alert's status for ann: %v; want delivered, not read", s)
+	}
+	convs, _, err := st.Store.Conversations(context.Background(), "ann", "", 10)
+	if err != nil || len(convs) != 1 {
+		t.Fatalf("ann's conversations: %+v, %v", convs, err)
+	}
+	var secondConvSeq int64
+	_ = json.Unmarshal(second.Message, &struct {
+		ConvSeq *int64 `json:"convSeq"`
+	}{&secondConvSeq})
+	if c := convs[0]; c.Last != secondConvSeq || c.Unread() != 1 {
+		t.Fatalf("ann's app conversation: last %d, unread %d; want the later alert's %d and 1 unread", c.Last, c.Unread(), secondConvSeq)
 	}
 }

@@ -511,13 +511,19 @@ func (st *Store) Answers(ctx context.Context, id im.MessageID) ([]im.Answer, err
 // the head + 1 on condition that the seq is free) and returns its inbox seq,
 // the existing one when it was already there. A positive expiry shorter
 // than the inbox retention becomes the entry's TTL, and the head item's
-// floor is raised to the entry in the same transaction.
+// floor is raised to the entry in the same transaction. The conversation
+// index names m as the conversation's last message only if it is later
+// than the one it names: an alert can reach an inbox after a later alert of
+// its app (a post retried after a failure, an escalation), and the later
+// one stays the last (the entry's inbox seq and the unread count move
+// either way).
 func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, expiry time.Duration, now time.Time) (int64, error) {
 	ttl := st.ttlAt(now)
 	short := expiry > 0 && expiry < st.Retention
 	if short {
 		ttl = n(now.Add(expiry).Unix())
 	}
+	older := false // the index names a later message: keep it
 	for attempt := range st.MaxAttempts {
 		heads, err := st.inboxHeads(ctx, []im.UserID{u}, nil, nil)
 		if err != nil {
@@ -532,7 +538,7 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
 			{Put: st.entryPut(u, im.Entry{Seq: seq, Message: m}, ttl)},
-			{Update: indexUpdate(st.tables.Inbox, u, m, seq).add(attrUnread, 1).Update},
+			{Update: appendedIndex(st.tables.Inbox, u, m, seq, older)},
 		}
 		switch {
 		case short:
@@ -552,11 +558,30 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 		case txCondition:
 			return st.InboxSeq(ctx, u, m.ID)
 		}
+		older = older || failedAt(err, 2) // 2: the index item
 		if err := sleepJitter(ctx, attempt); err != nil {
 			return 0, err
 		}
 	}
 	return 0, fmt.Errorf("append %s to %s: %w", m.ID, u, im.ErrContention)
+}
+
+// appendedIndex is AppendInbox's update of u's conversation index for m at
+// inbox seq: m becomes the last message on condition that it is later than
+// the last, or, when older (that condition failed), only the inbox seq and
+// the unread count move.
+func appendedIndex(table string, u im.UserID, m im.Message, seq int64, older bool) *types.Update {
+	if older {
+		return &types.Update{
+			TableName: aws.String(table), Key: inboxKey(u, convIndexSK(m.Conversation)),
+			UpdateExpression:          aws.String("SET #iseq = :iseq ADD #unread :one"),
+			ExpressionAttributeNames:  map[string]string{"#iseq": attrInboxSeq, "#unread": attrUnread},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":iseq": n(seq), ":one": n(1)},
+		}
+	}
+	up := indexUpdate(table, u, m, seq).add(attrUnread, 1).Update
+	up.ConditionExpression = aws.String("attribute_not_exists(#last) OR #last < :last")
+	return up
 }
 
 // InboxSeq returns the seq of message id in u's inbox, or im.ErrNotFound.

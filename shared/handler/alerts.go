@@ -570,7 +570,11 @@ func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error)
 			if err != nil {
 				return alertStatus{}, err
 			}
-			if upTo >= a.Message.ConvSeq {
+			// Alert convSeqs number every user's alerts of the app, and an
+			// alert can reach an inbox after a later one (a post retried
+			// after a failure, an escalation): the watermark counts for it
+			// only if it moved once the alert was in the inbox.
+			if upTo >= a.Message.ConvSeq && !at.Before(d.StoredAt) {
 				d.State = "read"
 				if d.ReadAt.IsZero() {
 					d.ReadAt = at
