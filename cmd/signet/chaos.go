@@ -45,7 +45,8 @@ Runs the whole system under chaos on an in-process local stack (DynamoDB and
 SQS from AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS when set): SDK
 devices behind signet netem's weak network, offline periods, crashes between
 persisting and acking, retried sends (before and after the ACK, from other
-devices), reconnect storms, group membership churn, and server-side faults
+devices), reconnect storms, group membership churn, alerts an app posts over
+HTTPS (every 20th send; retried with its Idempotency-Key), and server-side faults
 (AWS calls failing mid-handler, lost, 410 and failing pushes, duplicated and
 delayed queue messages). Then it reconciles every ACKed message against every
 device's journal and the server's inboxes: lost, shown twice, out of order,

@@ -92,7 +92,10 @@ type Result struct {
 	// Traces is how many ACKed 1:1 messages' traces were held to the
 	// devices' acks (verifyTraces), TraceAcks the acked events they named.
 	Traces, TraceAcks int
-	Elapsed           time.Duration
+	// Alerts is how many alerts the run's app posted over HTTPS,
+	// AlertsAccepted how many the API accepted (each verified as a send).
+	Alerts, AlertsAccepted int
+	Elapsed                time.Duration
 	// Problems lists each fault found (empty on success).
 	Problems []string
 }
@@ -107,13 +110,13 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf(`chaos seed %d: %s in %s
   %d users, %d devices, %d groups
-  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId
+  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
   traces: %d checked against the devices' cursors, naming %d device acks`,
-		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries,
+		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks)
 }
@@ -198,6 +201,8 @@ type runner struct {
 	changed map[string]bool
 	drafts  []*draft
 	mine    map[string][]*draft // user → their drafts (retries pick from these)
+	alerts  []*alert
+	appKey  string
 	dmu     sync.Mutex
 	res     Result
 	rmu     sync.Mutex
@@ -485,7 +490,7 @@ func (r *runner) populate(ctx context.Context) error {
 		}
 	}
 	r.res.Groups = len(r.groups)
-	return nil
+	return r.createApp(ctx)
 }
 
 // retry retries a query until it succeeds (the network drops frames).
@@ -631,6 +636,10 @@ func (r *runner) act(ctx context.Context, d *device) {
 			n := r.next.Add(1)
 			if n > int64(r.cfg.Messages) {
 				return
+			}
+			if n%alertEvery == 0 {
+				_ = r.post(ctx, r.newAlert(n))
+				continue
 			}
 			_ = r.send(ctx, d, r.newDraft(d, n))
 		case p < 0.88:
@@ -789,6 +798,7 @@ func (r *runner) converge(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	r.settleAlerts(ctx, deadline)
 	// Wait until every group's fan-out has reached every member it owes
 	// (the queue may still hold jobs: inbox heads alone would look settled),
 	// then until each device shows its inbox head and heads stay put.
@@ -956,8 +966,8 @@ func (r *runner) verify(ctx context.Context) {
 			r.res.Duplicated += len(rep.Duplicated)
 			r.res.Reordered += len(rep.OutOfOrder)
 			if !rep.OK() || len(rep.Pending) > 0 {
-				problem("device %s/%s: %d missing, %d not delivered, %d shown twice, %d out of order, %d mismatched (highest %d, head %d)",
-					user, d.name, len(rep.Missing), len(rep.Pending), len(rep.Duplicated), len(rep.OutOfOrder), len(rep.Mismatched), rep.Highest, rep.Head)
+				problem("device %s/%s: %d missing, %d not delivered, %d shown twice, %d out of order, %d mismatched (highest %d, head %d)%s",
+					user, d.name, len(rep.Missing), len(rep.Pending), len(rep.Duplicated), len(rep.OutOfOrder), len(rep.Mismatched), rep.Highest, rep.Head, firstOf(rep))
 			}
 		}
 	}
@@ -1047,6 +1057,7 @@ func (r *runner) verify(ctx context.Context) {
 			}
 		}
 	}
+	r.verifyAlerts(problem, inboxes)
 	r.verifyTraces(ctx, problem, seqOf)
 	sort.Strings(r.res.Problems)
 }
@@ -1121,4 +1132,21 @@ func (r *runner) verifyTraces(ctx context.Context, problem func(string, ...any),
 			}
 		}
 	}
+}
+
+// firstOf names the first fault of each kind a reconciliation found.
+func firstOf(rep reconcile.Report) string {
+	var out []string
+	for _, k := range []struct {
+		name    string
+		entries []reconcile.Entry
+	}{{"missing", rep.Missing}, {"shown twice", rep.Duplicated}, {"out of order", rep.OutOfOrder}, {"mismatched", rep.Mismatched}} {
+		if len(k.entries) > 0 {
+			out = append(out, fmt.Sprintf("first %s: %s", k.name, k.entries[0]))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(out, ", ")
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/signet-im/signet/shared/im"
 )
 
 // Entry is one inbox entry as a journal records it.
@@ -61,7 +63,10 @@ type Report struct {
 	// held (shown twice).
 	Duplicated []Entry `json:"duplicated"`
 	// OutOfOrder are journal entries received after an entry with a
-	// higher seq, or of a conversation after a higher convSeq of it.
+	// higher seq, or of a conversation after a higher convSeq of it — not
+	// of an app's alert conversation, whose convSeqs number every user's
+	// alerts and may reach an inbox out of their order (a post retried
+	// after a failure, an escalation): the inbox seq orders those.
 	OutOfOrder []Entry `json:"outOfOrder"`
 	// Mismatched are journal entries whose seq holds another message on
 	// the server (the device mixes two sequences of this inbox).
@@ -101,7 +106,7 @@ func Compare(srv Server, journal []Entry) Report {
 		}
 		held[e.MessageID] = true
 		have[e.Seq] = true
-		if e.Seq < lastSeq || (e.ConvSeq > 0 && e.ConvSeq < lastConv[e.Conversation]) {
+		if e.Seq < lastSeq || (e.ConvSeq > 0 && e.ConvSeq < lastConv[e.Conversation] && !im.ConversationID(e.Conversation).AppConversation()) {
 			r.OutOfOrder = append(r.OutOfOrder, e)
 		}
 		lastSeq = max(lastSeq, e.Seq)

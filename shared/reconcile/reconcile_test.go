@@ -72,3 +72,17 @@ func TestCompareCleanJournalWithPendingTail(t *testing.T) {
 		t.Fatalf("mismatch report %+v", r)
 	}
 }
+
+// An app's alert conversation may reach an inbox out of convSeq order
+// (its convSeqs number every user's alerts: a retried post, an
+// escalation); the inbox seq orders it. Any other conversation may not.
+func TestCompareOrdersAlertsByInboxSeqOnly(t *testing.T) {
+	t.Parallel()
+	for conv, want := range map[string]string{"a:monitoring": "", "d:alice:bob": "m1"} {
+		entries := []Entry{entry(1, "m2", conv, 2), entry(2, "m1", conv, 1)}
+		r := Compare(Server{User: "bob", Head: 2, Acked: 2, Entries: entries}, entries)
+		if ids(r.OutOfOrder) != want || r.OK() != (want == "") {
+			t.Fatalf("%s: out of order %q, want %q; report %+v", conv, ids(r.OutOfOrder), want, r)
+		}
+	}
+}
