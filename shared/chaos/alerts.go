@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"sync"
@@ -40,13 +41,7 @@ func (a *alert) done() bool {
 // createApp makes the run's app, allowed to alert every user, and keeps
 // its key.
 func (r *runner) createApp(ctx context.Context) error {
-	users := slices.Sorted(func(yield func(string) bool) {
-		for u := range r.byUser {
-			if !yield(u) {
-				return
-			}
-		}
-	})
+	users := slices.Sorted(maps.Keys(r.byUser))
 	body, _ := json.Marshal(map[string]any{"name": "chaos", "allowUsers": users, "ratePerMinute": 100_000})
 	adminKey := cmp.Or(r.cfg.Stack.AdminKey, devstack.DefaultAdminKey)
 	return retry(ctx, func(ctx context.Context) error {

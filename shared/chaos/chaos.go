@@ -1004,6 +1004,13 @@ func (r *runner) verify(ctx context.Context) {
 		members[g] = ms
 	}
 	for _, dr := range r.drafts {
+		// A refusal needs a cause, also when a retry was ACKed later (its
+		// user added back meanwhile).
+		if dr.refused != nil {
+			if why := r.unjustified(dr); why != "" {
+				problem("send %s to %s%s refused (%v): %s", dr.d.ClientMsgID, dr.d.To, dr.d.ConversationID, dr.refused, why)
+			}
+		}
 		switch {
 		case len(dr.ids) > 1:
 			r.res.IdempotencyViolations++
@@ -1017,9 +1024,6 @@ func (r *runner) verify(ctx context.Context) {
 			problem("send %s was ACKed as %s, then a retry was refused (%v)", dr.d.ClientMsgID, dr.sent.MessageID, dr.refusedAfterAck)
 		case dr.refused != nil && !dr.acked:
 			r.res.Refused++
-			if why := r.unjustified(dr); why != "" {
-				problem("send %s to %s%s refused (%v): %s", dr.d.ClientMsgID, dr.d.To, dr.d.ConversationID, dr.refused, why)
-			}
 			continue
 		case !dr.acked:
 			r.res.Unacked++
@@ -1118,7 +1122,7 @@ func (r *runner) verifyTraces(ctx context.Context, problem func(string, ...any),
 				problem("trace of %s: %s acked it, not a device of %s or %s", id, key, dr.user, dr.d.To)
 			case e.Seq != seq:
 				problem("trace of %s: %s acked it at seq %d; it is at %d", id, key, e.Seq, seq)
-			default:
+			case cursors[key] < seq: // read before the traces: an ack may have landed since
 				if c, err := cursor(u, string(e.Device)); err != nil || c < seq {
 					problem("trace of %s: %s acked it (seq %d) beyond the device's cursor %d (%v)", id, key, seq, c, err)
 				}

@@ -18,10 +18,10 @@ import (
 // (sender, clientMsgId): the log entry, the sender's idempotency item and
 // their read watermark, conditional on their being a current member, in
 // one transaction. Member inboxes are filled later by the fan-out
-// (AppendGroup). A retry returns
-// the stored result with Replayed set. A sender who is not a current member
-// gets im.ErrNotMember, except for a retry of a send accepted before they
-// left, which is answered with its stored result.
+// (AppendGroup). A retry returns the stored result with Replayed set. A
+// sender who is not a current member gets im.ErrNotMember, except for a
+// retry of a send accepted before they left, which is answered with its
+// stored result.
 func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	stored, err := st.groupSend(ctx, d, now)
 	if errors.Is(err, im.ErrNotMember) {
