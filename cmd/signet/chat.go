@@ -355,7 +355,13 @@ func (ch *chat) incoming(ctx context.Context, m client.Message) {
 	if m.ConversationID == ch.current() {
 		// Shown in the open conversation: read.
 		ch.async(ctx, func(qctx context.Context) error {
-			if err := ch.c.MarkRead(qctx, m.ConversationID, m.ConvSeq); err != nil {
+			read := func() error { return ch.c.MarkRead(qctx, m.ConversationID, m.ConvSeq) }
+			if im.ConversationID(m.ConversationID).AppConversation() {
+				// An alert can come after a later one (below the read
+				// watermark): its inbox seq marks it read.
+				read = func() error { return ch.c.MarkAlertsRead(qctx, m.ConversationID, m.ConvSeq, m.Seq) }
+			}
+			if err := read(); err != nil {
 				return fmt.Errorf("read mark not sent: %w", err)
 			}
 			return nil

@@ -103,6 +103,10 @@ type Options struct {
 	// at once): keep the highest UpTo per conversation and kind.
 	OnReceipt func(Receipt)
 	OnRead    func(conversationID string, upTo int64)
+	// OnAlertsRead is called, besides OnRead, when another device of this
+	// user read an app's alert conversation: its alerts at inbox seqs up
+	// to inboxSeq are read (MarkAlertsRead).
+	OnAlertsRead func(conversationID string, upTo, inboxSeq int64)
 	// OnPresence is called when a peer of one of this user's 1:1
 	// conversations changes what they show (online, away, dnd, offline).
 	OnPresence func(userID, status string)

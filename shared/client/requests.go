@@ -148,6 +148,16 @@ func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64
 	return c.write(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
 }
 
+// MarkAlertsRead marks this user's alerts of an app's alert conversation
+// (a:<app>) read up to convSeq upTo and exactly those at inbox seqs up to
+// inboxSeq (Message.Seq of the newest alert of the conversation shown): an
+// alert can reach the inbox after a later one of its app (a retried post,
+// an escalation), with a convSeq below the read watermark, and only its
+// inbox seq marks it read. The server answers only errors.
+func (c *Client) MarkAlertsRead(ctx context.Context, conversationID string, upTo, inboxSeq int64) error {
+	return c.write(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo, InboxSeq: inboxSeq})
+}
+
 // Receipts asks who has message convSeq of a conversation delivered and read.
 func (c *Client) Receipts(ctx context.Context, conversationID string, convSeq int64) (ReceiptsInfo, error) {
 	var r ReceiptsInfo

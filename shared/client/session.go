@@ -439,8 +439,14 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		}
 	case wire.TypeRead:
 		var r wire.ReadSync
-		if err := json.Unmarshal(data, &r); err == nil && s.c.opts.OnRead != nil {
+		if err := json.Unmarshal(data, &r); err != nil {
+			break
+		}
+		if s.c.opts.OnRead != nil {
 			s.c.opts.OnRead(r.ConversationID, r.UpTo)
+		}
+		if r.InboxSeq > 0 && s.c.opts.OnAlertsRead != nil {
+			s.c.opts.OnAlertsRead(r.ConversationID, r.UpTo, r.InboxSeq)
 		}
 	case wire.TypeAnswer:
 		var a wire.AnswerResult

@@ -476,9 +476,12 @@ func (f failFirstAppend) AppendInbox(ctx context.Context, u im.UserID, m im.Mess
 // (its post failed half-way and was retried once the later one had been
 // read) is below the user's read watermark of the app's conversation when
 // it arrives — alert convSeqs number every user's alerts. The user has not
-// read it: its status says delivered, not read, until a read that comes
-// after it (a status once said read: a false confirmation of an on-call
-// alert). The conversation's last alert stays the later one.
+// read it: its status says delivered, not read (a status once said read: a
+// false confirmation of an on-call alert), and it counts unread. The
+// conversation's last alert stays the later one. A read naming its inbox
+// seq reads it (a read at or below the watermark was once ignored, so it
+// stayed unread for good): read in its status, 0 unread, the user's other
+// device told.
 func TestAnAlertInboxedAfterALaterOneIsNotReadByItsWatermark(t *testing.T) {
 	t.Parallel()
 	var failed atomic.Bool
@@ -529,5 +532,17 @@ func TestAnAlertInboxedAfterALaterOneIsNotReadByItsWatermark(t *testing.T) {
 	}{&secondConvSeq})
 	if c := convs[0]; c.Last != secondConvSeq || c.Unread() != 1 {
 		t.Fatalf("ann's app conversation: last %d, unread %d; want the later alert's %d and 1 unread", c.Last, c.Unread(), secondConvSeq)
+	}
+	tablet := dial(t, st, "ann", "tablet")
+	ann.write(map[string]any{"action": "read", "conversationId": "a:monitoring", "upTo": secondConvSeq, "inboxSeq": late.Seq})
+	if f := tablet.next("read", 5*time.Second); f.UpTo != secondConvSeq || f.InboxSeq != late.Seq {
+		t.Fatalf("ann's tablet was told %+v; want the read up to inbox seq %d", f, late.Seq)
+	}
+	if s := status(id); s["state"] != "read" || s["readAt"] == nil {
+		t.Fatalf("the late alert's status once ann read it: %v; want read", s)
+	}
+	convs, _, err = st.Store.Conversations(context.Background(), "ann", "", 10)
+	if err != nil || len(convs) != 1 || convs[0].Unread() != 0 || convs[0].ReadSeq != late.Seq {
+		t.Fatalf("ann's conversations after the read: %+v, %v; want 0 unread, read up to inbox seq %d", convs, err, late.Seq)
 	}
 }

@@ -50,6 +50,8 @@ type frame struct {
 	UserID       string `json:"userId"`
 	Urgent       bool   `json:"urgent"`
 	Renotify     int    `json:"renotify"`
+	UpTo         int64  `json:"upTo"`
+	InboxSeq     int64  `json:"inboxSeq"`
 }
 
 // pushed decodes the message of a "message" frame.

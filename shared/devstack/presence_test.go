@@ -164,8 +164,8 @@ func TestSummaryAfter31DaysAwayReportsUnreadCounts(t *testing.T) {
 	}
 	bob.write(map[string]any{"action": "read", "conversationId": direct, "upTo": 2})
 	waitFor(t, "bob's read", func() bool {
-		r, _, _ := st.Store.ReadWatermark(ctx, "bob", im.ConversationID(direct))
-		return r == 2
+		r, _ := st.Store.ReadWatermark(ctx, "bob", im.ConversationID(direct))
+		return r.UpTo == 2
 	})
 	bob.conn.CloseNow()
 	for i := 1; i <= 3; i++ {

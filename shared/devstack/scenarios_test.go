@@ -530,8 +530,8 @@ func TestReadWatermarkSyncsToOtherDevicesAndIsForwardOnly(t *testing.T) {
 	phone.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 1})
 	phone.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 2})
 	tablet.quiet("read", 500*time.Millisecond)
-	if upTo, _, err := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); err != nil || upTo != 2 {
-		t.Fatalf("watermark = %d, %v", upTo, err)
+	if r, err := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); err != nil || r.UpTo != 2 {
+		t.Fatalf("watermark = %d, %v", r.UpTo, err)
 	}
 	cases := []struct {
 		frame string
@@ -548,8 +548,8 @@ func TestReadWatermarkSyncsToOtherDevicesAndIsForwardOnly(t *testing.T) {
 			t.Errorf("%s: %+v, want %s", tc.frame, e, tc.code)
 		}
 	}
-	if upTo, _, _ := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); upTo != 2 {
-		t.Fatalf("watermark moved to %d by rejected frames", upTo)
+	if r, _ := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); r.UpTo != 2 {
+		t.Fatalf("watermark moved to %d by rejected frames", r.UpTo)
 	}
 }
 

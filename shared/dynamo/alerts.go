@@ -523,7 +523,7 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 	if short {
 		ttl = n(now.Add(expiry).Unix())
 	}
-	older := false // the index names a later message: keep it
+	place := newer
 	for attempt := range st.MaxAttempts {
 		heads, err := st.inboxHeads(ctx, []im.UserID{u}, nil, nil)
 		if err != nil {
@@ -538,7 +538,7 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 			}},
 			{Put: st.entryPut(u, im.Entry{Seq: seq, Message: m}, ttl)},
-			{Update: appendedIndex(st.tables.Inbox, u, m, seq, older)},
+			{Update: appendedIndex(st.tables.Inbox, u, m, seq, place)},
 		}
 		switch {
 		case short:
@@ -558,7 +558,9 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 		case txCondition:
 			return st.InboxSeq(ctx, u, m.ID)
 		}
-		older = older || failedAt(err, 2) // 2: the index item
+		if failedAt(err, 2) && place < olderUnlisted { // 2: the index item
+			place++
+		}
 		if err := sleepJitter(ctx, attempt); err != nil {
 			return 0, err
 		}
@@ -566,12 +568,36 @@ func (st *Store) AppendInbox(ctx context.Context, u im.UserID, m im.Message, exp
 	return 0, fmt.Errorf("append %s to %s: %w", m.ID, u, im.ErrContention)
 }
 
+// placement is how AppendInbox updates the conversation index for an alert.
+type placement int
+
+const (
+	// newer: the alert becomes the last message (on condition that it is
+	// later than the last).
+	newer placement = iota
+	// older: a later alert is the last; this one is listed as late (on
+	// condition that fewer than maxLate are), so that the read that
+	// covers it can name it for its trace.
+	older
+	// olderUnlisted: the list is full; the alert is read all the same
+	// when the inbox seq watermark passes it.
+	olderUnlisted
+)
+
 // appendedIndex is AppendInbox's update of u's conversation index for m at
-// inbox seq: m becomes the last message on condition that it is later than
-// the last, or, when older (that condition failed), only the inbox seq and
-// the unread count move.
-func appendedIndex(table string, u im.UserID, m im.Message, seq int64, older bool) *types.Update {
-	if older {
+// inbox seq: by place, m becomes the last message, or only the inbox seq
+// and the unread count move (and m is listed late).
+func appendedIndex(table string, u im.UserID, m im.Message, seq int64, place placement) *types.Update {
+	switch place {
+	case older:
+		return &types.Update{
+			TableName: aws.String(table), Key: inboxKey(u, convIndexSK(m.Conversation)),
+			UpdateExpression:          aws.String("SET #iseq = :iseq ADD #unread :one, #late :e, #lateN :one"),
+			ConditionExpression:       aws.String("attribute_not_exists(#lateN) OR #lateN < :max"),
+			ExpressionAttributeNames:  map[string]string{"#iseq": attrInboxSeq, "#unread": attrUnread, "#late": attrLate, "#lateN": attrLateN},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":iseq": n(seq), ":one": n(1), ":e": &types.AttributeValueMemberSS{Value: []string{"0", fmt.Sprintf("%d %s", seq, m.ID)}}, ":max": n(maxLate)},
+		}
+	case olderUnlisted:
 		return &types.Update{
 			TableName: aws.String(table), Key: inboxKey(u, convIndexSK(m.Conversation)),
 			UpdateExpression:          aws.String("SET #iseq = :iseq ADD #unread :one"),

@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -71,4 +72,92 @@ func TestAnswersAreOncePerRecipientAndTheFirstCanWin(t *testing.T) {
 	if _, recorded, err := st.Answer(ctx, first, im.Answer{User: list[0].User, Option: "approve", At: now}, true); err != nil || recorded {
 		t.Fatalf("the winner's answer again: %v %v", recorded, err)
 	}
+}
+
+// An alert can reach an inbox after a later alert of its app (a retried
+// post, an escalation): its convSeq is below the user's read watermark when
+// it arrives. It is unread until a read covers its inbox seq — a device
+// names the inbox seq it has shown, and a stale device's read does not
+// cover an alert it has not shown — and the read that covers it names it
+// (for its trace and status callback) and clears the unread count.
+func TestALateAlertIsReadByItsInboxSeq(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	now := time.Now()
+	post := func(key string) im.Message {
+		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
+			App: "ops", Recipients: []im.UserID{"ann"}, Title: key, Priority: "normal"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Alert.Message
+	}
+	append := func(m im.Message) int64 {
+		seq, err := st.AppendInbox(ctx, "ann", m, 0, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	early, later := post("k1"), post("k2")
+	laterSeq := append(later)
+	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", later.ConvSeq, 0, now); err != nil || !r.Moved || r.ReadSeq != laterSeq || !slices.Equal(r.Read, []im.MessageID{later.ID}) {
+		t.Fatalf("reading the later alert: %+v, %v", r, err)
+	}
+	earlySeq := append(early) // late: its convSeq is below the watermark
+	mark, err := st.ReadWatermark(ctx, "ann", "a:ops")
+	if err != nil || mark.CoversAlert(early.ConvSeq, earlySeq, now) || !mark.CoversAlert(later.ConvSeq, laterSeq, now) {
+		t.Fatalf("after the late alert arrived: %+v, %v; want the later alert read, the late one not", mark, err)
+	}
+	state := func() im.ConversationState {
+		cs, _, err := st.Conversations(ctx, "ann", "", 10)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("ann's conversations: %+v, %v", cs, err)
+		}
+		return cs[0]
+	}
+	if s := state(); s.Last != later.ConvSeq || s.Unread() != 1 || s.ReadSeq != laterSeq {
+		t.Fatalf("with the late alert unread: %+v; want last %d, 1 unread, read seq %d", s, later.ConvSeq, laterSeq)
+	}
+	// A device that has not shown it yet reads what it has: nothing moves.
+	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", later.ConvSeq, laterSeq, now); err != nil || r.Moved {
+		t.Fatalf("a stale device's read: %+v, %v; want nothing moved", r, err)
+	}
+	// The device that shows it reads up to its inbox seq.
+	r, err := st.ReadAlerts(ctx, "ann", "a:ops", later.ConvSeq, earlySeq, now.Add(time.Second))
+	if err != nil || !r.Moved || r.ReadSeq != earlySeq || !slices.Equal(r.Read, []im.MessageID{early.ID}) {
+		t.Fatalf("reading the late alert: %+v, %v; want it named, read seq %d", r, err, earlySeq)
+	}
+	if s := state(); s.Unread() != 0 || s.ReadSeq != earlySeq {
+		t.Fatalf("after reading the late alert: %+v; want 0 unread", s)
+	}
+	if mark, _ := st.ReadWatermark(ctx, "ann", "a:ops"); !mark.CoversAlert(early.ConvSeq, earlySeq, now) {
+		t.Fatalf("the late alert is not covered after its read: %+v", mark)
+	}
+	// Again, the same read changes nothing and names nothing.
+	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", later.ConvSeq, earlySeq, now); err != nil || r.Moved || len(r.Read) > 0 {
+		t.Fatalf("the read again: %+v, %v", r, err)
+	}
+	// An older client's read (no inbox seq) of the whole conversation
+	// covers a late alert too: it reads up to the last alert.
+	third, fourth := post("k3"), post("k4")
+	append(fourth)
+	thirdSeq := append(third) // late again
+	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", fourth.ConvSeq, 0, now); err != nil || r.ReadSeq != thirdSeq || !slices.Equal(r.Read, sorted(third.ID, fourth.ID)) {
+		t.Fatalf("an older client's read: %+v, %v; want both named, read seq %d", r, err, thirdSeq)
+	}
+	if s := state(); s.Unread() != 0 {
+		t.Fatalf("after an older client's read: %+v; want 0 unread", s)
+	}
+	if _, err := st.ReadAlerts(ctx, "ann", "a:ops", fourth.ConvSeq+1, 0, now); !errors.Is(err, im.ErrReadBeyondHead) {
+		t.Fatalf("a read beyond ann's last alert: %v; want ErrReadBeyondHead", err)
+	}
+	if _, err := st.ReadAlerts(ctx, "bob", "a:ops", 1, 0, now); !errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("a read by a user with no alert of the app: %v; want ErrNotMember", err)
+	}
+}
+
+func sorted(ids ...im.MessageID) []im.MessageID {
+	slices.Sort(ids)
+	return ids
 }

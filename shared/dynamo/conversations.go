@@ -30,6 +30,9 @@ import (
 //	                                  (withDerivedDelivered), a stored value counting
 //	                                  where it is higher
 //	unread                            alert conversations only: alerts not yet read
+//	rseq, late                        alert conversations only: the inbox seq up to
+//	                                  which alerts are read, alerts that came late
+//	                                  (read.go)
 //
 // Writers: every inbox append (in a 1:1 send's transaction; a group
 // fan-out claims the message just before putting its entry), membership
@@ -130,6 +133,7 @@ func stateFields(item map[string]types.AttributeValue) im.ConversationState {
 		Preview:      getS(item, "preview"),
 		Title:        getS(item, "title"),
 		UnreadAlerts: getN(item, attrUnread),
+		ReadSeq:      getN(item, attrReadSeq),
 	}
 }
 

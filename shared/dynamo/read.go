@@ -3,6 +3,9 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,24 +21,16 @@ import (
 // watermark and whether it moved; lower or equal values change nothing.
 // Group conversations are open to their members (current or removed).
 // It costs one read (the conversation head, with the membership for a
-// group) and one write, whatever the number of messages covered.
+// group) and one write, whatever the number of messages covered. An app's
+// alert conversation is read by ReadAlerts (without an inbox seq).
 func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
-	var head int64
-	var member im.Member
-	var err error
 	if c.AppConversation() {
-		// An app's log numbers every recipient's alerts: a user may read
-		// only up to the last alert they received, and only if they
-		// received one (the shared head would tell how many the app sent).
-		head, err = st.lastReceived(ctx, u, c)
-		if err == nil && head == 0 {
-			err = fmt.Errorf("read %s in %s: not a recipient: %w", u, c, im.ErrNotMember)
-		}
-	} else {
-		head, member, err = st.headAndMember(ctx, c, u)
-		if err == nil && c.IsGroup() && !member.Role.Valid() {
-			err = fmt.Errorf("read %s in %s: %w", u, c, im.ErrNotMember)
-		}
+		r, err := st.ReadAlerts(ctx, u, c, upTo, 0, now)
+		return r.Old, r.Moved, err
+	}
+	head, member, err := st.headAndMember(ctx, c, u)
+	if err == nil && c.IsGroup() && !member.Role.Valid() {
+		err = fmt.Errorf("read %s in %s: %w", u, c, im.ErrNotMember)
 	}
 	if err != nil {
 		return 0, false, err
@@ -47,30 +42,167 @@ func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID,
 	if err != nil {
 		return 0, false, fmt.Errorf("read %s in %s: %w", u, c, err)
 	}
-	if moved && c.AppConversation() {
-		// Alert convSeqs also number other users' alerts: the unread
-		// counter is cleared when the read covers the latest alert.
-		_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)),
-			UpdateExpression:          aws.String("SET #unread = :zero"),
-			ConditionExpression:       aws.String("#last <= :n"),
-			ExpressionAttributeNames:  map[string]string{"#unread": attrUnread, "#last": attrLast},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":zero": n(0), ":n": n(upTo)},
-		})
-		if err != nil && !isConditionFailed(err) {
-			return 0, false, fmt.Errorf("read %s in %s: %w", u, c, err)
-		}
-	}
 	return old, moved, nil
 }
 
-// ReadWatermark returns u's read watermark of c and when it last moved.
-func (st *Store) ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (int64, time.Time, error) {
+// Attributes of an app conversation's index item (besides those of every
+// index item, conversations.go):
+//
+//	rseq    the inbox seq up to which the user has read the app's alerts
+//	late    "<inbox seq> <message id>" of each alert that reached the inbox
+//	        after a later alert of the app and is not read yet (at most
+//	        maxLate; the read that covers one names it for the trace), and
+//	        "0", which keeps the set from being emptied (DynamoDB drops an
+//	        emptied set, minidyn keeps it and then fails every Query of the
+//	        partition; its REMOVE of an attribute leaves it behind)
+//	lateN   how many alerts late lists (minidyn refuses a condition on
+//	        size() of a missing set)
+const (
+	attrReadSeq = "rseq"
+	attrLate    = "late"
+	attrLateN   = "lateN"
+	maxLate     = 64
+)
+
+// ReadAlerts marks u's alerts of app conversation c read: up to convSeq
+// upTo, and, when inboxSeq is set, exactly those at inbox seqs up to it.
+// An app's convSeqs number every user's alerts and an alert can reach an
+// inbox after a later one (a retried post, an escalation), below the
+// convSeq watermark: what a user has read is the inbox seq (rseq), which
+// a read without inboxSeq moves to the newest alert when upTo covers the
+// last one, else to the newest it covers by convSeq. A user may read only
+// up to the last alert they received, and only if they received one (the
+// shared numbering would tell how many the app sent). The unread count is
+// cleared when the read covers the newest alert, else lowered by the
+// alerts it covered. One read of the index item, the log ids and inbox
+// seqs of the alerts newly covered by convSeq (at most maxReadCover) and
+// one conditional write (again if an alert arrived in between).
+func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
+	key := inboxKey(u, convIndexSK(c))
+	for attempt := range st.MaxAttempts {
+		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: key, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+		}
+		it := out.Item
+		last, iseq, read, rseq := getN(it, attrLast), getN(it, attrInboxSeq), getN(it, attrRead), getN(it, attrReadSeq)
+		if last == 0 {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s: not a recipient: %w", u, c, im.ErrNotMember)
+		}
+		if upTo > last {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s up to %d (last %d): %w", u, c, upTo, last, im.ErrReadBeyondHead)
+		}
+		covered, err := st.coveredAlerts(ctx, u, c, read, upTo)
+		if err != nil {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+		}
+		cover := rseq
+		switch {
+		case inboxSeq > 0:
+			cover = min(inboxSeq, iseq)
+		case upTo >= last:
+			cover = iseq
+		default:
+			for _, seq := range covered {
+				cover = max(cover, seq)
+			}
+		}
+		r := im.AlertsRead{Old: read, UpTo: max(read, upTo), ReadSeq: max(rseq, cover)}
+		if r.UpTo == read && r.ReadSeq == rseq {
+			return r, nil
+		}
+		newly := map[im.MessageID]bool{}
+		for id, seq := range covered {
+			if seq > rseq && seq <= r.ReadSeq {
+				newly[id] = true
+			}
+		}
+		var gone []string
+		if ss, ok := it[attrLate].(*types.AttributeValueMemberSS); ok {
+			for _, e := range ss.Value {
+				seq, id, _ := strings.Cut(e, " ")
+				if v, err := strconv.ParseInt(seq, 10, 64); err == nil && v > 0 && v <= r.ReadSeq {
+					newly[im.MessageID(id)] = true
+					gone = append(gone, e)
+				}
+			}
+		}
+		iseqIs := "#iseq = :iseq"
+		if _, ok := it[attrInboxSeq]; !ok {
+			iseqIs = "(attribute_not_exists(#iseq) OR #iseq = :iseq)"
+		}
+		up := &dynamodb.UpdateItemInput{
+			TableName: aws.String(st.tables.Inbox), Key: key,
+			UpdateExpression:         aws.String("SET #read = :read, #rseq = :rseq, readAt = :now"),
+			ConditionExpression:      aws.String(iseqIs + " AND (attribute_not_exists(#read) OR #read = :oldRead) AND (attribute_not_exists(#rseq) OR #rseq = :oldRseq)"),
+			ExpressionAttributeNames: map[string]string{"#read": attrRead, "#rseq": attrReadSeq, "#iseq": attrInboxSeq, "#unread": attrUnread},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":read": n(r.UpTo), ":rseq": n(r.ReadSeq), ":now": n(now.UnixMilli()), ":iseq": n(iseq), ":oldRead": n(read), ":oldRseq": n(rseq),
+			},
+		}
+		if r.ReadSeq >= iseq {
+			*up.UpdateExpression += ", #unread = :zero"
+			up.ExpressionAttributeValues[":zero"] = n(0)
+		} else if len(newly) > 0 {
+			*up.UpdateExpression += " ADD #unread :minus"
+			up.ExpressionAttributeValues[":minus"] = n(-int64(len(newly)))
+		} else {
+			delete(up.ExpressionAttributeNames, "#unread")
+		}
+		if len(gone) > 0 {
+			add := " ADD"
+			if strings.Contains(*up.UpdateExpression, " ADD ") {
+				add = ","
+			}
+			*up.UpdateExpression += add + " #lateN :lessLate DELETE #late :gone"
+			up.ExpressionAttributeNames["#late"], up.ExpressionAttributeNames["#lateN"] = attrLate, attrLateN
+			up.ExpressionAttributeValues[":gone"] = &types.AttributeValueMemberSS{Value: gone}
+			up.ExpressionAttributeValues[":lessLate"] = n(-int64(len(gone)))
+		}
+		_, err = st.db.UpdateItem(ctx, up)
+		if isConditionFailed(err) { // an alert arrived, or another read moved on
+			if err := sleepJitter(ctx, attempt); err != nil {
+				return im.AlertsRead{}, err
+			}
+			continue
+		}
+		if err != nil {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+		}
+		r.Moved = true
+		for id := range newly {
+			r.Read = append(r.Read, id)
+		}
+		slices.Sort(r.Read)
+		return r, nil
+	}
+	return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, im.ErrContention)
+}
+
+// maxReadCover bounds the alerts a read looks up by convSeq: a read
+// covering more marks them read all the same (the inbox seq watermark);
+// only their "read" trace events and status callbacks are left out.
+const maxReadCover = 200
+
+// coveredAlerts returns u's alerts of app conversation c with convSeq in
+// (after, upTo] — the newest maxReadCover of them — and their inbox seqs.
+func (st *Store) coveredAlerts(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64) (map[im.MessageID]int64, error) {
+	ids, err := st.ConversationIDs(ctx, c, max(after, upTo-maxReadCover), upTo, maxReadCover)
+	if err != nil || len(ids) == 0 {
+		return nil, err
+	}
+	return st.receivedSeqs(ctx, u, slices.Collect(maps.Values(ids)))
+}
+
+// ReadWatermark returns u's read watermark of c, when it last moved and,
+// in an app conversation, the inbox seq up to which its alerts are read.
+func (st *Store) ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (im.ReadMark, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, convIndexSK(c)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return 0, time.Time{}, fmt.Errorf("read watermark %s in %s: %w", u, c, err)
+		return im.ReadMark{}, fmt.Errorf("read watermark %s in %s: %w", u, c, err)
 	}
-	return getN(out.Item, attrRead), time.UnixMilli(getN(out.Item, "readAt")).UTC(), nil
+	_, hasSeq := out.Item[attrReadSeq]
+	return im.ReadMark{UpTo: getN(out.Item, attrRead), At: time.UnixMilli(getN(out.Item, "readAt")).UTC(), Seq: getN(out.Item, attrReadSeq), HasSeq: hasSeq}, nil
 }
 
 // ConversationIDs returns the message ids of c with convSeq in (after, upTo],
@@ -102,16 +234,16 @@ func (st *Store) lastReceived(ctx context.Context, u im.UserID, c im.Conversatio
 	return getN(out.Item, attrLast), nil
 }
 
-// Received reports which of ids are in u's inbox, in BatchGetItem calls of
-// 100 keys.
-func (st *Store) Received(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]bool, error) {
-	got := map[im.MessageID]bool{}
+// receivedSeqs returns the inbox seqs of those of ids that are in u's
+// inbox (their dedup items), in BatchGetItem calls of 100 keys.
+func (st *Store) receivedSeqs(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]int64, error) {
+	got := map[im.MessageID]int64{}
 	keys := make([]map[string]types.AttributeValue, len(ids))
 	for i, id := range ids {
 		keys[i] = inboxKey(u, dedupSK(id))
 	}
 	err := st.inboxBatchGet(ctx, keys, func(it map[string]types.AttributeValue) {
-		got[im.MessageID(strings.TrimPrefix(getS(it, attrSK), "m#"))] = true
+		got[im.MessageID(strings.TrimPrefix(getS(it, attrSK), "m#"))] = getN(it, attrSeq)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("received by %s: %w", u, err)

@@ -566,18 +566,18 @@ func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error)
 		}
 		d = im.Progress(d, seq, devs, evs)
 		if h.Reads != nil && seq > 0 {
-			upTo, at, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
+			mark, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
 			if err != nil {
 				return alertStatus{}, err
 			}
 			// Alert convSeqs number every user's alerts of the app, and an
 			// alert can reach an inbox after a later one (a post retried
-			// after a failure, an escalation): the watermark counts for it
-			// only if it moved once the alert was in the inbox.
-			if upTo >= a.Message.ConvSeq && !at.Before(d.StoredAt) {
+			// after a failure, an escalation): what counts is the inbox
+			// seq read up to (im.ReadMark.CoversAlert).
+			if mark.CoversAlert(a.Message.ConvSeq, seq, d.StoredAt) {
 				d.State = "read"
 				if d.ReadAt.IsZero() {
-					d.ReadAt = at
+					d.ReadAt = mark.At
 				}
 			}
 		}

@@ -169,11 +169,11 @@ func (h *AlertsAPI) repeat(ctx context.Context, jobID string, job im.FanoutJob) 
 			continue // not in the inbox (yet): a group alert's fan-out
 		}
 		if h.Reads != nil {
-			upTo, _, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
+			mark, err := h.Reads.ReadWatermark(ctx, u, a.Message.Conversation)
 			if err != nil {
 				return err
 			}
-			if upTo >= a.Message.ConvSeq {
+			if mark.CoversAlert(a.Message.ConvSeq, seq, time.Time{}) {
 				continue
 			}
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"strings"
 	"time"
 
@@ -18,10 +17,10 @@ import (
 // Reads is the storage of read watermarks.
 type Reads interface {
 	MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error)
-	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (int64, time.Time, error)
+	ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error)
+	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (im.ReadMark, error)
 	ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
 	Message(ctx context.Context, c im.ConversationID, convSeq int64) (im.Message, error)
-	Received(ctx context.Context, u im.UserID, ids []im.MessageID) (map[im.MessageID]bool, error)
 }
 
 // Read moves the user's read watermark of a conversation
@@ -47,6 +46,9 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 	if err := conv.CanRead(c.User); err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
+	if conv.AppConversation() {
+		return h.readAlerts(ctx, c, conv, upTo, f.InboxSeq)
+	}
 	old, moved, err := h.Reads.MarkRead(ctx, c.User, conv, upTo, h.now())
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
@@ -55,10 +57,8 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 	}
 	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", upTo)
-	h.syncRead(ctx, c, conv, upTo)
-	if !conv.AppConversation() {
-		h.receipt(ctx, c.User, conv, wire.ReceiptRead, upTo)
-	}
+	h.syncRead(ctx, c, wire.ReadSync{ConversationID: string(conv), UpTo: upTo})
+	h.receipt(ctx, c.User, conv, wire.ReceiptRead, upTo)
 	// In a group, per-message read events would cost one trace write per
 	// message per member (300 members × 100 messages = 30,000 writes for
 	// one catch-up): group read state is derived from the watermarks
@@ -66,25 +66,43 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 	if h.Tracer != nil && !conv.IsGroup() {
 		from := max(old, upTo-maxAckTrace)
 		ids, err := h.Reads.ConversationIDs(ctx, conv, from, upTo, maxAckTrace)
-		if err == nil && conv.AppConversation() {
-			err = h.onlyReceived(ctx, c.User, ids)
-		}
 		if err != nil {
 			h.log().WarnContext(ctx, "read trace not recorded", "err", err.Error())
-		} else {
-			tr := h.trail("read", c.RequestID)
-			var alerts []im.MessageID
-			for seq := from + 1; seq <= upTo; seq++ {
-				if id, ok := ids[seq]; ok {
-					tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
-					if conv.AppConversation() {
-						alerts = append(alerts, id)
-					}
-				}
-			}
-			tr.flush(ctx)
-			callbacksLater(ctx, h.core, h.FanoutQueue, alerts...)
+			return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 		}
+		tr := h.trail("read", c.RequestID)
+		for seq := from + 1; seq <= upTo; seq++ {
+			if id, ok := ids[seq]; ok {
+				tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
+			}
+		}
+		tr.flush(ctx)
+	}
+	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// readAlerts is Read in an app's alert conversation: the read covers the
+// user's alerts up to convSeq upTo and, when the device names it, exactly
+// those at inbox seqs up to inboxSeq (an alert can reach the inbox after a
+// later one, below the convSeq watermark). Each alert it newly covers is
+// traced "read" and gets a status callback.
+func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.ConversationID, upTo, inboxSeq int64) (events.APIGatewayProxyResponse, error) {
+	r, err := h.Reads.ReadAlerts(ctx, c.User, conv, upTo, inboxSeq, h.now())
+	if err != nil {
+		return h.failOneWay(ctx, c, wire.ActionRead, err)
+	}
+	if !r.Moved {
+		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+	}
+	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", r.UpTo, "inboxSeq", r.ReadSeq, "alerts", len(r.Read))
+	h.syncRead(ctx, c, wire.ReadSync{ConversationID: string(conv), UpTo: r.UpTo, InboxSeq: r.ReadSeq})
+	if h.Tracer != nil {
+		tr := h.trail("read", c.RequestID)
+		for _, id := range r.Read {
+			tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
+		}
+		tr.flush(ctx)
+		callbacksLater(ctx, h.core, h.FanoutQueue, r.Read...)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
@@ -159,23 +177,8 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 }
 
 // syncRead pushes the new watermark to the user's other connections.
-func (h *ReadRoutes) syncRead(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
-	frame, _ := json.Marshal(wire.ReadSync{Type: wire.TypeRead, ConversationID: string(conv), UpTo: upTo})
+func (h *ReadRoutes) syncRead(ctx context.Context, c caller, f wire.ReadSync) {
+	f.Type = wire.TypeRead
+	frame, _ := json.Marshal(f)
 	h.pushAll(ctx, "read sync", c.User, c.Connection, frame)
-}
-
-// onlyReceived drops from ids the messages u did not receive: an app's log
-// holds every recipient's alerts, and u's read belongs only in the traces
-// of u's own.
-func (h *ReadRoutes) onlyReceived(ctx context.Context, u im.UserID, ids map[int64]im.MessageID) error {
-	list := make([]im.MessageID, 0, len(ids))
-	for _, id := range ids {
-		list = append(list, id)
-	}
-	got, err := h.Reads.Received(ctx, u, list)
-	if err != nil {
-		return err
-	}
-	maps.DeleteFunc(ids, func(_ int64, id im.MessageID) bool { return !got[id] })
-	return nil
 }

@@ -47,6 +47,10 @@ type ConversationState struct {
 	// UnreadAlerts counts unread alerts in an app conversation, whose
 	// convSeqs also number alerts to other users.
 	UnreadAlerts int64
+	// ReadSeq, in an app conversation, is the inbox seq up to which the
+	// user has read its alerts (0 until a read set it): an alert can reach
+	// the inbox after a later one, below the convSeq watermark.
+	ReadSeq int64
 	// ReadDiffused marks a read-diffused group (no inbox copies): Last is
 	// its due head and Delivered the highest of the user's devices'
 	// cursors in it.
@@ -57,7 +61,40 @@ type ConversationState struct {
 // read, never counting messages before the user joined.
 func (s ConversationState) Unread() int64 {
 	if s.Conversation.AppConversation() {
-		return s.UnreadAlerts
+		return max(0, s.UnreadAlerts)
 	}
 	return max(0, s.Last-max(s.Read, s.Base))
+}
+
+// AlertsRead is what a read of an app's alert conversation changed: the
+// convSeq watermark (UpTo, Old before), the inbox seq up to which the
+// user has read the app's alerts (ReadSeq) and the alerts it newly covered
+// (Read; as many as were found, for the trace and status callbacks).
+type AlertsRead struct {
+	Moved     bool
+	Old, UpTo int64
+	ReadSeq   int64
+	Read      []MessageID
+}
+
+// ReadMark is a user's read watermark of a conversation: UpTo (a convSeq)
+// and when it last moved; in an app conversation also the inbox seq up to
+// which its alerts are read (Seq, when HasSeq: a read has set it).
+type ReadMark struct {
+	UpTo   int64
+	At     time.Time
+	Seq    int64
+	HasSeq bool
+}
+
+// CoversAlert reports whether the mark covers an alert at convSeq that
+// reached the user's inbox at inboxSeq, storedAt: by the inbox seq once a
+// read set it; before, by convSeq, counting only if the watermark moved
+// after the alert was stored (an alert can reach an inbox after a later
+// one; a zero storedAt is not checked).
+func (r ReadMark) CoversAlert(convSeq, inboxSeq int64, storedAt time.Time) bool {
+	if r.HasSeq {
+		return inboxSeq > 0 && inboxSeq <= r.Seq
+	}
+	return r.UpTo >= convSeq && !r.At.Before(storedAt)
 }

@@ -69,6 +69,12 @@ type Read struct {
 	ConversationID string `json:"conversationId"`
 	// UpTo is the highest convSeq read.
 	UpTo *int64 `json:"upTo"`
+	// InboxSeq, for an app's alert conversation only, is the inbox seq of
+	// the newest of its alerts the device has shown: the read then covers
+	// exactly the alerts at or below it. An alert can reach an inbox after
+	// a later alert of its app (a retried post, an escalation), below the
+	// convSeq watermark, and only its inbox seq tells it apart.
+	InboxSeq int64 `json:"inboxSeq,omitempty"`
 }
 
 // DecodeRead validates a read frame (UpTo is set).
@@ -82,6 +88,12 @@ func DecodeRead(body string) (Read, error) {
 	}
 	if f.UpTo == nil || *f.UpTo < 1 {
 		return Read{}, Problemf(CodeBadRequest, "upTo is required: a convSeq of at least 1")
+	}
+	if f.InboxSeq < 0 {
+		return Read{}, Problemf(CodeBadRequest, "inboxSeq must be an inbox seq of at least 1")
+	}
+	if f.InboxSeq > 0 && !im.ConversationID(f.ConversationID).AppConversation() {
+		return Read{}, Problemf(CodeBadRequest, "inboxSeq is for an app's alert conversation (a:<app>) only")
 	}
 	return f, nil
 }

@@ -417,6 +417,10 @@ type ConversationSummary struct {
 	// Read and Delivered are the caller's watermarks (convSeqs).
 	Read      int64 `json:"read"`
 	Delivered int64 `json:"delivered"`
+	// ReadSeq, in an app's alert conversation, is the inbox seq up to which
+	// the user has read its alerts (absent until a read names one): an alert
+	// is read when its inbox seq is at or below it, whatever its convSeq.
+	ReadSeq int64 `json:"readSeq,omitempty"`
 	// Removed is set when the caller was removed from the group, at convSeq
 	// Left (absent: 0).
 	Removed bool `json:"removed,omitempty"`
@@ -446,7 +450,7 @@ type SummaryPage struct {
 func FromState(s im.ConversationState) ConversationSummary {
 	out := ConversationSummary{
 		ConversationID: string(s.Conversation), Title: s.Title, Unread: s.Unread(), Last: s.Last,
-		Read: s.Read, Delivered: s.Delivered, Removed: s.Removed, Left: s.Left, LastFrom: string(s.LastFrom), Preview: s.Preview,
+		Read: s.Read, Delivered: s.Delivered, ReadSeq: s.ReadSeq, Removed: s.Removed, Left: s.Left, LastFrom: string(s.LastFrom), Preview: s.Preview,
 	}
 	if s.LastFrom != "" {
 		out.LastAt = Timestamp(s.LastAt)

@@ -70,6 +70,9 @@ type ReadSync struct {
 	ConversationID string `json:"conversationId"`
 	// UpTo is the user's read watermark (a convSeq).
 	UpTo int64 `json:"upTo"`
+	// InboxSeq, in an app's alert conversation, is the inbox seq up to
+	// which the user has read its alerts.
+	InboxSeq int64 `json:"inboxSeq,omitempty"`
 }
 
 // Sent is the server ACK of a send, sent only once the message is durable in

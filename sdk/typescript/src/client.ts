@@ -93,7 +93,8 @@ export interface ClientOptions {
   shownGroups?: Record<string, number>;
   /** A delivered/read watermark of a 1:1 peer; they can arrive out of order (acks handled at once): keep the highest upTo. */
   onReceipt?: (r: ReceiptFrame) => void;
-  onRead?: (conversationId: string, upTo: number) => void;
+  /** Another device of this user read a conversation up to convSeq upTo; in an app's alert conversation also its alerts at inbox seqs up to inboxSeq (see markRead). */
+  onRead?: (conversationId: string, upTo: number, inboxSeq?: number) => void;
   onPresence?: (userId: string, status: string) => void;
   onMembership?: (m: MembershipFrame) => void;
   /** Called when an escalation pushes again an alert this device already has: show it to the user again (messages() does not emit it twice). */
@@ -373,9 +374,15 @@ export class SignetClient {
     return result;
   }
 
-  /** Moves this user's read watermark of a conversation to upTo (a convSeq). */
-  async markRead(conversationId: string, upTo: number): Promise<void> {
-    await this.write({ action: "read", conversationId, upTo });
+  /**
+   * Moves this user's read watermark of a conversation to upTo (a convSeq).
+   * In an app's alert conversation (a:<app>) pass inboxSeq too, the seq of
+   * the newest of its alerts shown: an alert can reach the inbox after a
+   * later one of its app (a retried post, an escalation), with a convSeq
+   * below the watermark, and only its inbox seq marks it read.
+   */
+  async markRead(conversationId: string, upTo: number, inboxSeq?: number): Promise<void> {
+    await this.write(inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo });
   }
 
   /**
@@ -751,7 +758,7 @@ export class SignetClient {
         this.o.onReceipt?.(f);
         return;
       case "read":
-        this.o.onRead?.(f.conversationId, f.upTo);
+        this.o.onRead?.(f.conversationId, f.upTo, f.inboxSeq);
         return;
       case "answer":
         this.o.onAnswer?.(f);

@@ -78,6 +78,8 @@ export interface ConversationSummary {
   last: Seq;
   read: Seq;
   delivered: Seq;
+  /** an app's alert conversation: its alerts at inbox seqs up to readSeq are read, whatever their convSeq (absent until a read set it; then read by convSeq) */
+  readSeq?: Seq;
   removed?: boolean;
   left?: Seq;
   lastFrom?: string;
@@ -118,6 +120,8 @@ export interface ReadFrame {
   action: "read";
   conversationId: ConversationId;
   upTo: number;
+  /** an app's alert conversation (a:<app>) only: the inbox seq of the newest of its alerts the device has shown; the read covers exactly the alerts at or below it (an alert can reach the inbox after a later one, below the convSeq watermark) */
+  inboxSeq?: number;
 }
 
 export interface HistoryFrame {
@@ -319,6 +323,8 @@ export interface ReadSyncFrame {
   type: "read";
   conversationId: ConversationId;
   upTo: Seq;
+  /** an app's alert conversation: the inbox seq up to which its alerts are read */
+  inboxSeq?: Seq;
 }
 
 export interface PongFrame {

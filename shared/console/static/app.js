@@ -41,7 +41,7 @@ function textOf(body) {
 function conversation(id) {
     let c = conversations.get(id);
     if (!c) {
-        c = { id, title: titleOf(id), last: 0, read: 0 };
+        c = { id, title: titleOf(id), last: 0, read: 0, readSeq: 0, unread: 0 };
         conversations.set(id, c);
     }
     return c;
@@ -77,9 +77,10 @@ async function signIn(user, device) {
             el.dataset.state = connected ? (synced ? "synced" : "syncing") : "down";
         },
         onReceipt: receipt,
-        onRead: (conv, upTo) => {
+        onRead: (conv, upTo, inboxSeq) => {
             const c = conversation(conv);
             c.read = Math.max(c.read, upTo);
+            c.readSeq = Math.max(c.readSeq, inboxSeq ?? 0);
             renderConversations();
         },
         onPresence: (u, s) => {
@@ -143,6 +144,8 @@ async function loadSummary() {
         c.title = titleOf(s.conversationId, s);
         c.last = Math.max(c.last, s.last);
         c.read = Math.max(c.read, s.read);
+        c.readSeq = Math.max(c.readSeq, s.readSeq ?? 0);
+        c.unread = s.unread;
         c.preview ??= s.preview;
     }
     renderConversations();
@@ -190,7 +193,7 @@ function renderConversations() {
         }
         title.append(c.title);
         li.append(title);
-        const unread = Math.max(0, c.last - c.read);
+        const unread = unreadOf(c);
         if (unread > 0 && c.id !== current) {
             const b = document.createElement("span");
             b.className = "badge";
@@ -399,11 +402,38 @@ async function refreshGroupReceipts() {
         renderMessages();
 }
 setInterval(() => void refreshGroupReceipts(), 3000);
+/**
+ * Unread messages of a conversation: after the read watermark; in an app's
+ * alert conversation, whose convSeqs also number other users' alerts, the
+ * alerts on this device above the inbox seq read up to (by convSeq while no
+ * read has set it), or the server's count while none are here.
+ */
+function unreadOf(c) {
+    if (!c.id.startsWith("a:"))
+        return Math.max(0, c.last - c.read);
+    const list = messages.get(c.id) ?? [];
+    if (!list.length)
+        return c.unread;
+    return list.filter((m) => (c.readSeq > 0 ? m.seq > c.readSeq : m.convSeq > c.read)).length;
+}
 function markRead() {
     if (!client || !current || document.visibilityState === "hidden")
         return;
     const c = conversation(current);
     const last = Math.max(0, ...(messages.get(current) ?? []).map((m) => m.convSeq));
+    if (current.startsWith("a:")) {
+        // An alert can arrive after a later one (a retried post, an
+        // escalation), below the watermark: what is read is the inbox seq.
+        const seq = Math.max(0, ...(messages.get(current) ?? []).map((m) => m.seq));
+        if (seq > c.readSeq || last > c.read) {
+            c.read = Math.max(c.read, last);
+            c.readSeq = Math.max(c.readSeq, seq);
+            c.unread = 0;
+            void client.markRead(current, c.read, seq).catch(() => { });
+            renderConversations();
+        }
+        return;
+    }
     if (last > c.read) {
         c.read = last;
         void client.markRead(current, last).catch(() => { });

@@ -260,3 +260,40 @@ test("a send the server never got waits in the outbox (…) and is sent after a 
   await frank.waitForFunction(() => document.querySelectorAll("#messages .msg[data-message-id]").length === 1, null, { timeout: wait });
   assert.equal(await frank.textContent("#messages .msg .text"), "sent before a reload");
 });
+
+test("an alert escalated to a user after a later alert of its app counts unread until shown, then its status says read", async () => {
+  const hank = await signIn("hank");
+  const app = await (await fetch(`${api}/v1/apps`, { method: "POST", headers: { Authorization: "Bearer local-admin-key" }, body: JSON.stringify({ name: "paging", allowUsers: ["gina", "hank"] }) })).json();
+  const post = async (key: string, body: object): Promise<string> => {
+    const r = await fetch(`${api}/v1/messages`, { method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": key }, body: JSON.stringify(body) });
+    assert.equal(r.status, 202, await r.clone().text());
+    return (await r.json()).messageId as string;
+  };
+  const stateFor = async (id: string): Promise<string | undefined> => {
+    const s = await (await fetch(`${api}/v1/messages/${id}`, { headers: { Authorization: `Bearer ${app.key}` } })).json();
+    return (s.recipients as { userId: string; state: string }[]).find((r) => r.userId === "hank")?.state;
+  };
+  const until = async (what: string, ok: () => Promise<boolean>) => {
+    for (const end = Date.now() + wait; !(await ok()); ) {
+      if (Date.now() > end) throw new Error(`waited ${wait} ms for ${what}`);
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  };
+  // Nobody answers gina's alert: it escalates to hank, whose inbox has a later alert of the app by then (and his read of it).
+  const early = await post("e-1", { to: ["gina"], title: "Checkout errors", body: "5xx", ack: { options: ["ack"] }, escalation: { everySeconds: 8, steps: [{ to: ["hank"] }] } });
+  const later = await post("f-1", { to: ["hank"], title: "Disk 91%", body: "db-2" });
+  await hank.waitForSelector('#conversations li[data-conversation="a:paging"]', { timeout: wait });
+  await hank.click('#conversations li[data-conversation="a:paging"]');
+  await until("the later alert read", async () => (await stateFor(later)) === "read");
+  assert.equal(await stateFor(early), undefined, "the escalation has not reached hank yet (it runs 8 s after the post)");
+  // hank is in another conversation when the escalation brings the early alert, below his read watermark.
+  await hank.fill("#new-chat-user", "gina");
+  await hank.press("#new-chat-user", "Enter");
+  await diagnose(hank, "late-alert-badge", () => hank.waitForSelector('#conversations li[data-conversation="a:paging"] .badge[data-unread="1"]', { timeout: wait }));
+  await until("the escalated alert on hank's device", async () => (await stateFor(early)) !== "pushed");
+  assert.equal(await stateFor(early), "delivered", "on hank's device, not read");
+  await hank.click('#conversations li[data-conversation="a:paging"]');
+  await until("the escalated alert read once shown", async () => (await stateFor(early)) === "read");
+  assert.ok(await hank.isHidden('#conversations li[data-conversation="a:paging"] .badge'), "no unread badge");
+  assert.deepEqual((hank as Page & { errors: string[] }).errors, [], "no script errors");
+});

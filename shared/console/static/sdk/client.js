@@ -200,9 +200,15 @@ export class SignetClient {
         }
         return result;
     }
-    /** Moves this user's read watermark of a conversation to upTo (a convSeq). */
-    async markRead(conversationId, upTo) {
-        await this.write({ action: "read", conversationId, upTo });
+    /**
+     * Moves this user's read watermark of a conversation to upTo (a convSeq).
+     * In an app's alert conversation (a:<app>) pass inboxSeq too, the seq of
+     * the newest of its alerts shown: an alert can reach the inbox after a
+     * later one of its app (a retried post, an escalation), with a convSeq
+     * below the watermark, and only its inbox seq marks it read.
+     */
+    async markRead(conversationId, upTo, inboxSeq) {
+        await this.write(inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo });
     }
     /**
      * Answers an alert that asks for one (its body's ack.options): once,
@@ -576,7 +582,7 @@ export class SignetClient {
                 this.o.onReceipt?.(f);
                 return;
             case "read":
-                this.o.onRead?.(f.conversationId, f.upTo);
+                this.o.onRead?.(f.conversationId, f.upTo, f.inboxSeq);
                 return;
             case "answer":
                 this.o.onAnswer?.(f);
