@@ -546,3 +546,53 @@ func TestAnAlertInboxedAfterALaterOneIsNotReadByItsWatermark(t *testing.T) {
 		t.Fatalf("ann's conversations after the read: %+v, %v; want 0 unread, read up to inbox seq %d", convs, err, late.Seq)
 	}
 }
+
+// An urgent alert that reaches an inbox after a later alert of its app
+// (below the read watermark) is re-pushed until read like any other: the
+// repeat once took the watermark for a read and skipped it. Once read by
+// its inbox seq, the re-pushes stop.
+func TestALateUrgentAlertIsRepushedUntilRead(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "AlertsFunction" && h.AlertStore != nil {
+			h.AlertStore = failFirstAppend{AlertStore: h.AlertStore, user: "ann", failed: &failed}
+		}
+	}})
+	key := createApp(t, st, "oncall", []string{"ann"}, 100)
+	ann := dial(t, st, "ann", "phone")
+	urgent := `{"to":["ann"],"title":"Pager","body":"","priority":"urgent","repeat":{"everySeconds":3,"times":10}}`
+	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "u1"}, urgent); r.status != http.StatusInternalServerError {
+		t.Fatalf("urgent post: %d %s; want 500 (the injected failure)", r.status, r.raw)
+	}
+	postAlert(t, st, key, "n1", `{"to":["ann"],"title":"FYI","body":""}`)
+	later := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": later.Seq})
+	ann.readPushed(later)
+	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "u1"}, urgent)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("urgent post retried: %d %s", r.status, r.raw)
+	}
+	id := r.body["messageId"].(string)
+	late := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": late.Seq})
+	f := ann.next("message", 15*time.Second)
+	if mid, _, _ := f.pushed(t); mid != id || f.Renotify < 1 || !f.Urgent {
+		t.Fatalf("the late urgent alert's re-push: %s renotify %d urgent %v", mid, f.Renotify, f.Urgent)
+	}
+	var convSeq int64
+	_ = json.Unmarshal(later.Message, &struct {
+		ConvSeq *int64 `json:"convSeq"`
+	}{&convSeq})
+	ann.write(map[string]any{"action": "read", "conversationId": "a:oncall", "upTo": convSeq, "inboxSeq": late.Seq})
+	waitFor(t, "the late urgent alert read", func() bool {
+		return recipientStates(call(t, st, "GET", "/v1/messages/"+id, key, nil, ""))["ann"]["state"] == "read"
+	})
+	// A tick already running may still re-push it once; a tick that starts
+	// after the read finds nobody due and schedules no more.
+	n := len(traceDetails(t, st, key, id, "escalated"))
+	time.Sleep(3 * 3 * time.Second)
+	if got := traceDetails(t, st, key, id, "escalated"); len(got) > n+1 {
+		t.Fatalf("re-pushed %d times after the read: %v", len(got)-n, got)
+	}
+}
