@@ -1,12 +1,17 @@
 package client
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -104,4 +109,70 @@ func TestQueryWaitsForAConnectionAndHonoursItsContext(t *testing.T) {
 	if _, err := d.Summary(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("summary without an answer: %v", err)
 	}
+}
+
+// In an app's alert conversation the SDK marks alerts read by inbox seq
+// (an alert can reach the inbox after a later one, below the convSeq
+// watermark): MarkAlertsRead reads exactly the alerts up to the inbox seq
+// it names, the summary says it (ReadSeq, the unread count), and the
+// user's other device hears it through OnAlertsRead.
+func TestAlertsAreMarkedReadByInboxSeqThroughTheSDK(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	posts := 0
+	post := func(path, key string, body any) map[string]any {
+		posts++
+		b, _ := json.Marshal(body)
+		req, _ := http.NewRequestWithContext(ctx, "POST", st.HTTPURL+path, bytes.NewReader(b))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Idempotency-Key", fmt.Sprint("k", posts))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode >= 300 {
+			t.Fatalf("POST %s: %d %v %v", path, resp.StatusCode, out, err)
+		}
+		return out
+	}
+	var (
+		mu    sync.Mutex
+		reads []string
+	)
+	phone := newDevice(t, st, "ann", "phone").dial(t)
+	newDevice(t, st, "ann", "tablet").dial(t, func(o *Options) {
+		o.OnAlertsRead = func(conv string, upTo, inboxSeq int64) {
+			mu.Lock()
+			reads = append(reads, fmt.Sprintf("%s %d %d", conv, upTo, inboxSeq))
+			mu.Unlock()
+		}
+	})
+	key := post("/v1/apps", devstack.DefaultAdminKey, map[string]any{"name": "ops", "allowUsers": []string{"ann"}})["key"].(string)
+	post("/v1/messages", key, map[string]any{"to": []string{"ann"}, "title": "one", "body": ""})
+	post("/v1/messages", key, map[string]any{"to": []string{"ann"}, "title": "two", "body": ""})
+	got := collect(t, phone, 2, 10*time.Second)
+	first, second := got[0], got[1]
+	summary := func() ConversationSummary {
+		sum, err := phone.Summary(ctx)
+		if err != nil || len(sum) != 1 {
+			t.Fatalf("summary %+v, %v", sum, err)
+		}
+		return sum[0]
+	}
+	if err := phone.MarkAlertsRead(ctx, "a:ops", first.ConvSeq, first.Seq); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("a:ops %d %d", first.ConvSeq, first.Seq)
+	waitFor(t, "the tablet told", func() bool { mu.Lock(); defer mu.Unlock(); return len(reads) == 1 })
+	if s := summary(); reads[0] != want || s.ReadSeq != first.Seq || s.Unread != 1 {
+		t.Fatalf("after reading the first alert: tablet told %q (want %q), summary %+v", reads[0], want, s)
+	}
+	if err := phone.MarkAlertsRead(ctx, "a:ops", second.ConvSeq, second.Seq); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second read", func() bool { s := summary(); return s.ReadSeq == second.Seq && s.Unread == 0 })
 }
