@@ -378,20 +378,22 @@ func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.D
 	return out, nil
 }
 
-// deviceItems reads the cursor items of all of a user's devices (one
-// Query, strongly consistent).
+// deviceItems reads the cursor items of all of a user's devices (a Query,
+// strongly consistent; one page up to about a thousand devices — a client
+// names its device, so a user can have more, and every page is read).
 func (st *Store) deviceItems(ctx context.Context, u im.UserID) ([]map[string]types.AttributeValue, error) {
-	res, err := st.db.Query(ctx, &dynamodb.QueryInput{
+	var items []map[string]types.AttributeValue
+	err := st.queryUntil(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :c)"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":c": s("c#")},
 		ConsistentRead:            aws.Bool(true),
+	}, func(it map[string]types.AttributeValue) bool {
+		items = append(items, it)
+		return true
 	})
-	if err != nil {
-		return nil, err
-	}
-	return res.Items, nil
+	return items, err
 }
 
 // SetSyncNext records where a device's unfinished sync continues (0: finished).

@@ -430,3 +430,27 @@ func TestBothParticipantsSendingAtOnceGiveOneGapFreeConversation(t *testing.T) {
 		t.Fatalf("newest 5: %d messages (last convSeq %d), more %v, %v", len(last), last[len(last)-1].ConvSeq, more, err)
 	}
 }
+
+// A user's devices are read page by page: a client names its device, so a
+// user can have more cursor items than one Query page holds (DynamoDB's
+// 1 MB), and a device missed there would be missing from what delivered a
+// message. Pages of one item stand in for full ones.
+func TestDevicesAreReadPastTheFirstPage(t *testing.T) {
+	t.Parallel()
+	plain, hooked := newStores(t, func(_ context.Context, in any) error {
+		if q, ok := in.(*dynamodb.QueryInput); ok {
+			q.Limit = aws.Int32(1)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	for _, d := range []im.DeviceID{"phone", "tablet", "laptop"} {
+		if err := plain.SetSyncNext(ctx, "bob", d, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	devs, err := hooked.Devices(ctx, "bob")
+	if err != nil || len(devs) != 3 {
+		t.Fatalf("bob's devices read a page at a time: %v, %v; want all 3", devs, err)
+	}
+}
