@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/reconcile"
 )
 
 // alertEvery makes every alertEvery-th send of a run an alert that an app
@@ -45,7 +47,7 @@ func (r *runner) createApp(ctx context.Context) error {
 	body, _ := json.Marshal(map[string]any{"name": "chaos", "allowUsers": users, "ratePerMinute": 100_000})
 	adminKey := cmp.Or(r.cfg.Stack.AdminKey, devstack.DefaultAdminKey)
 	return retry(ctx, func(ctx context.Context) error {
-		status, raw, err := r.call(ctx, "/v1/apps", adminKey, nil, body)
+		status, raw, err := r.call(ctx, http.MethodPost, "/v1/apps", adminKey, nil, body)
 		if err != nil {
 			return err
 		}
@@ -79,7 +81,7 @@ func (r *runner) newAlert(n int64) *alert {
 // before) and records the answer; it returns why a is still not accepted.
 func (r *runner) post(ctx context.Context, a *alert) error {
 	body, _ := json.Marshal(map[string]any{"to": a.to, "title": "chaos " + a.key, "body": "on-call: " + a.key, "priority": "high"})
-	status, raw, err := r.call(ctx, "/v1/messages", r.appKey, map[string]string{"Idempotency-Key": a.key}, body)
+	status, raw, err := r.call(ctx, http.MethodPost, "/v1/messages", r.appKey, map[string]string{"Idempotency-Key": a.key}, body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out struct {
@@ -102,10 +104,10 @@ func (r *runner) post(ctx context.Context, a *alert) error {
 
 // call makes one request of the HTTP API as key, with body, and returns
 // its status and body.
-func (r *runner) call(ctx context.Context, path, key string, headers map[string]string, body []byte) (int, []byte, error) {
+func (r *runner) call(ctx context.Context, method, path, key string, headers map[string]string, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.st.HTTPURL+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, r.st.HTTPURL+path, bytes.NewReader(body))
 	if err != nil {
 		return 0, nil, err
 	}
@@ -166,4 +168,104 @@ func (r *runner) verifyAlerts(problem func(string, ...any), inboxes map[string]m
 			}
 		}
 	}
+}
+
+// alertConversation is the run's app's alert conversation.
+const alertConversation = "a:chaos"
+
+// verifyAlertReads has one device of each user who received alerts mark a
+// prefix of them read, in the order the device shows them (inbox order,
+// MarkAlertsRead naming the inbox seq of the last one read), and holds
+// each alert's status for that user to it: read up to there, not read
+// beyond. A run's alerts reach inboxes out of convSeq order (posts retried
+// after server faults, posts racing), which a convSeq watermark gets
+// wrong; LateAlerts counts them.
+func (r *runner) verifyAlertReads(ctx context.Context, problem func(string, ...any)) {
+	for _, user := range slices.Sorted(maps.Keys(r.byUser)) {
+		var d *device
+		var shown []reconcile.Entry
+		for _, x := range r.byUser[user] {
+			x.mu.Lock()
+			if d == nil && x.c != nil {
+				d = x
+				for _, e := range x.journal {
+					if e.Conversation == alertConversation {
+						shown = append(shown, e)
+					}
+				}
+			}
+			x.mu.Unlock()
+		}
+		if d == nil || len(shown) == 0 {
+			continue
+		}
+		var upTo int64
+		for _, e := range shown {
+			if e.ConvSeq < upTo {
+				r.res.LateAlerts++
+			}
+			upTo = max(upTo, e.ConvSeq)
+		}
+		cut := 1 // read shown[:cut]; with two or more, at least one stays unread
+		if len(shown) > 1 {
+			cut += r.intn(len(shown) - 1)
+		}
+		upTo = 0
+		for _, e := range shown[:cut] {
+			upTo = max(upTo, e.ConvSeq)
+		}
+		last := shown[cut-1].Seq
+		err := retry(ctx, func(ctx context.Context) error {
+			if err := d.c.MarkAlertsRead(ctx, alertConversation, upTo, last); err != nil {
+				return err
+			}
+			// One-way: wait for it to land (a frame lost on the way is
+			// sent again).
+			for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				if m, err := r.st.Store.ReadWatermark(ctx, im.UserID(user), alertConversation); err == nil && m.Seq >= last {
+					return nil
+				}
+			}
+			return fmt.Errorf("the read of %s's alerts up to inbox seq %d has not landed", user, last)
+		})
+		if err != nil {
+			problem("%v", err)
+			continue
+		}
+		r.res.AlertReads++
+		for i, e := range shown {
+			state, err := r.alertState(ctx, e.MessageID, user)
+			switch {
+			case err != nil:
+				problem("status of alert %s: %v", e.MessageID, err)
+			case i < cut && state != "read":
+				problem("alert %s (inbox #%d) is %s for %s, who read up to inbox #%d", e.MessageID, e.Seq, state, user, last)
+			case i >= cut && state == "read":
+				problem("alert %s (inbox #%d, convSeq %d) is read for %s, who read up to inbox #%d (convSeq %d)", e.MessageID, e.Seq, e.ConvSeq, user, last, upTo)
+			}
+		}
+	}
+}
+
+// alertState is user's state in alert id's status (GET /v1/messages/{id}).
+func (r *runner) alertState(ctx context.Context, id, user string) (string, error) {
+	status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
+	if err != nil {
+		return "", err
+	}
+	var out struct {
+		Recipients []struct {
+			UserID string `json:"userId"`
+			State  string `json:"state"`
+		} `json:"recipients"`
+	}
+	if status != http.StatusOK || json.Unmarshal(raw, &out) != nil {
+		return "", fmt.Errorf("%d %s", status, raw)
+	}
+	for _, x := range out.Recipients {
+		if x.UserID == user {
+			return x.State, nil
+		}
+	}
+	return "", fmt.Errorf("%s is not among its recipients: %s", user, raw)
 }

@@ -95,6 +95,10 @@ type Result struct {
 	// Alerts is how many alerts the run's app posted over HTTPS,
 	// AlertsAccepted how many the API accepted (each verified as a send).
 	Alerts, AlertsAccepted int
+	// AlertReads is how many users marked a prefix of their alerts read
+	// (verifyAlertReads), LateAlerts how many alerts their devices showed
+	// after an alert with a higher convSeq.
+	AlertReads, LateAlerts int
 	Elapsed                time.Duration
 	// Problems lists each fault found (empty on success).
 	Problems []string
@@ -115,10 +119,11 @@ func (r Result) String() string {
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
-  traces: %d checked against the devices' cursors, naming %d device acks`,
+  traces: %d checked against the devices' cursors, naming %d device acks
+  alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
-		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks)
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts)
 }
 
 // draft is one distinct send and what came of it.
@@ -1063,6 +1068,7 @@ func (r *runner) verify(ctx context.Context) {
 	}
 	r.verifyAlerts(problem, inboxes)
 	r.verifyTraces(ctx, problem, seqOf)
+	r.verifyAlertReads(ctx, problem)
 	sort.Strings(r.res.Problems)
 }
 

@@ -153,3 +153,32 @@ func TestSmallChaosRunWithReadDiffusedGroupsReconcilesClean(t *testing.T) {
 		t.Fatalf("the run exercised too little: %s", res)
 	}
 }
+
+// greedyReads reads every alert a user has whatever inbox seq the device
+// names: alerts the user has not seen reported read, the false
+// confirmation the run's alert reads exist to catch.
+type greedyReads struct {
+	handler.Reads
+}
+
+func (g greedyReads) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
+	return g.Reads.ReadAlerts(ctx, u, c, upTo, 1<<62, now)
+}
+
+func TestChaosRunCatchesAlertsReadThatWereNot(t *testing.T) {
+	t.Parallel()
+	// Two users and four alerts: one of them has two or more, and reads
+	// fewer than all.
+	res, err := Run(context.Background(), Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+			if fn == "ReadFunction" {
+				h.Reads = greedyReads{Reads: h.Reads}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || res.AlertReads == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "who read up to inbox") {
+		t.Fatalf("alerts read beyond what the user read went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
