@@ -19,14 +19,23 @@ import (
 )
 
 // alertEvery makes every alertEvery-th send of a run an alert that an app
-// posts over HTTPS (POST /v1/messages) instead of a device's message.
-const alertEvery = 20
+// posts over HTTPS (POST /v1/messages) instead of a device's message; every
+// escalateEvery-th alert escalates.
+const (
+	alertEvery    = 20
+	escalateEvery = 3
+)
 
 // alert is one alert the run's app posts, retried with its
 // Idempotency-Key until the API accepts it, and what came of it.
 type alert struct {
-	key      string   // Idempotency-Key
-	to       []string // recipients
+	key string   // Idempotency-Key
+	to  []string // recipients
+	// escalate: nobody answers, so one second after the post the alert
+	// goes to these users too (in their inboxes, pushed), is pushed again
+	// to everyone notified once more, and ends.
+	escalate []string
+	ended    bool // its status said the escalation ended
 	mu       sync.Mutex
 	ids      map[string]bool // messageIds the API answered (one, unless idempotency broke)
 	accepted bool
@@ -70,6 +79,13 @@ func (r *runner) newAlert(n int64) *alert {
 			a.to = append(a.to, u)
 		}
 	}
+	if n%(alertEvery*escalateEvery) == 0 {
+		for range 1 + r.intn(2) {
+			if u := fmt.Sprintf("u%03d", r.intn(r.cfg.Users)); !slices.Contains(a.to, u) && !slices.Contains(a.escalate, u) {
+				a.escalate = append(a.escalate, u)
+			}
+		}
+	}
 	r.dmu.Lock()
 	r.alerts = append(r.alerts, a)
 	r.dmu.Unlock()
@@ -80,7 +96,12 @@ func (r *runner) newAlert(n int64) *alert {
 // post posts a (again, with the same Idempotency-Key, if it was posted
 // before) and records the answer; it returns why a is still not accepted.
 func (r *runner) post(ctx context.Context, a *alert) error {
-	body, _ := json.Marshal(map[string]any{"to": a.to, "title": "chaos " + a.key, "body": "on-call: " + a.key, "priority": "high"})
+	req := map[string]any{"to": a.to, "title": "chaos " + a.key, "body": "on-call: " + a.key, "priority": "high"}
+	if len(a.escalate) > 0 {
+		req["ack"] = map[string]any{"options": []string{"ack"}}
+		req["escalation"] = map[string]any{"everySeconds": 1, "renotify": 1, "steps": []any{map[string]any{"to": a.escalate}}}
+	}
+	body, _ := json.Marshal(req)
 	status, raw, err := r.call(ctx, http.MethodPost, "/v1/messages", r.appKey, map[string]string{"Idempotency-Key": a.key}, body)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -125,8 +146,9 @@ func (r *runner) call(ctx context.Context, method, path, key string, headers map
 	return resp.StatusCode, raw, err
 }
 
-// settleAlerts posts every alert not yet accepted again until it is, or
-// the deadline passes (converge).
+// settleAlerts posts every alert not yet accepted again until it is, then
+// waits for each escalation to end, or until the deadline passes
+// (converge).
 func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 	r.dmu.Lock()
 	alerts := slices.Clone(r.alerts)
@@ -138,6 +160,30 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			}
 		}
 	}
+	for _, a := range alerts {
+		if len(a.escalate) == 0 || !a.accepted {
+			continue
+		}
+		for id := range a.ids {
+			for !a.ended && time.Now().Before(deadline) {
+				if a.ended = r.escalationEnded(ctx, id); !a.ended {
+					time.Sleep(500 * time.Millisecond)
+				}
+			}
+		}
+	}
+}
+
+// escalationEnded reports whether alert id's status says its escalation
+// ended.
+func (r *runner) escalationEnded(ctx context.Context, id string) bool {
+	status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
+	var out struct {
+		Escalation struct {
+			State string `json:"state"`
+		} `json:"escalation"`
+	}
+	return err == nil && status == http.StatusOK && json.Unmarshal(raw, &out) == nil && out.Escalation.State == "ended"
 }
 
 // verifyAlerts checks that every alert was accepted once, under one
@@ -159,8 +205,14 @@ func (r *runner) verifyAlerts(problem func(string, ...any), inboxes map[string]m
 			continue
 		}
 		r.res.AlertsAccepted++
+		if len(a.escalate) > 0 {
+			r.res.Escalations++
+			if !a.ended {
+				problem("alert %s: its escalation did not end", a.key)
+			}
+		}
 		for id := range a.ids {
-			for _, u := range a.to {
+			for _, u := range append(slices.Clone(a.to), a.escalate...) {
 				if inboxes[u][id] != 1 {
 					problem("accepted alert %s (%s) is in %s's inbox %d times", a.key, id, u, inboxes[u][id])
 					r.res.Lost++

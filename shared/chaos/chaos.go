@@ -95,6 +95,9 @@ type Result struct {
 	// Alerts is how many alerts the run's app posted over HTTPS,
 	// AlertsAccepted how many the API accepted (each verified as a send).
 	Alerts, AlertsAccepted int
+	// Escalations is how many accepted alerts escalated (to more users,
+	// pushed again, ended), each verified in every inbox it reached.
+	Escalations int
 	// AlertReads is how many users marked a prefix of their alerts read
 	// (verifyAlertReads), LateAlerts how many alerts their devices showed
 	// after an alert with a higher convSeq.
@@ -114,14 +117,14 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf(`chaos seed %d: %s in %s
   %d users, %d devices, %d groups
-  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted
+  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked`,
-		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted,
+		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts)
 }

@@ -149,7 +149,18 @@ func TestALateAlertIsReadByItsInboxSeq(t *testing.T) {
 	if s := state(); s.Unread() != 0 {
 		t.Fatalf("after an older client's read: %+v; want 0 unread", s)
 	}
-	if _, err := st.ReadAlerts(ctx, "ann", "a:ops", fourth.ConvSeq+1, 0, now); !errors.Is(err, im.ErrReadBeyondHead) {
+	// A device reading up to the late alert it shows (its convSeq, its
+	// inbox seq) reads the later alert shown before it too.
+	fifth, sixth := post("k6"), post("k7")
+	append(sixth)
+	fifthSeq := append(fifth)
+	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", fifth.ConvSeq, fifthSeq, now); err != nil || r.ReadSeq != fifthSeq || !slices.Equal(r.Read, sorted(fifth.ID, sixth.ID)) {
+		t.Fatalf("reading up to a late alert: %+v, %v; want both named, read seq %d", r, err, fifthSeq)
+	}
+	if s := state(); s.Unread() != 0 {
+		t.Fatalf("after reading up to a late alert: %+v; want 0 unread", s)
+	}
+	if _, err := st.ReadAlerts(ctx, "ann", "a:ops", sixth.ConvSeq+1, 0, now); !errors.Is(err, im.ErrReadBeyondHead) {
 		t.Fatalf("a read beyond ann's last alert: %v; want ErrReadBeyondHead", err)
 	}
 	if _, err := st.ReadAlerts(ctx, "bob", "a:ops", 1, 0, now); !errors.Is(err, im.ErrNotMember) {

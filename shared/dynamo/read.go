@@ -75,8 +75,10 @@ const (
 // shared numbering would tell how many the app sent). The unread count is
 // cleared when the read covers the newest alert, else lowered by the
 // alerts it covered. One read of the index item, the log ids and inbox
-// seqs of the alerts newly covered by convSeq (at most maxReadCover) and
-// one conditional write (again if an alert arrived in between).
+// seqs of the user's alerts above the convSeq watermark (the newest
+// maxReadCover convSeqs: an alert read by its inbox seq may have a convSeq
+// above upTo) and one conditional write (again if an alert arrived in
+// between).
 func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
 	key := inboxKey(u, convIndexSK(c))
 	for attempt := range st.MaxAttempts {
@@ -92,7 +94,7 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		if upTo > last {
 			return im.AlertsRead{}, fmt.Errorf("read %s in %s up to %d (last %d): %w", u, c, upTo, last, im.ErrReadBeyondHead)
 		}
-		covered, err := st.coveredAlerts(ctx, u, c, read, upTo)
+		above, err := st.alertsAbove(ctx, u, c, read, last)
 		if err != nil {
 			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
 		}
@@ -103,8 +105,10 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		case upTo >= last:
 			cover = iseq
 		default:
-			for _, seq := range covered {
-				cover = max(cover, seq)
+			for _, a := range above {
+				if a.convSeq <= upTo {
+					cover = max(cover, a.seq)
+				}
 			}
 		}
 		r := im.AlertsRead{Old: read, UpTo: max(read, upTo), ReadSeq: max(rseq, cover)}
@@ -112,8 +116,8 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 			return r, nil
 		}
 		newly := map[im.MessageID]bool{}
-		for id, seq := range covered {
-			if seq > rseq && seq <= r.ReadSeq {
+		for id, a := range above {
+			if a.seq > rseq && a.seq <= r.ReadSeq {
 				newly[id] = true
 			}
 		}
@@ -184,14 +188,25 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 // only their "read" trace events and status callbacks are left out.
 const maxReadCover = 200
 
-// coveredAlerts returns u's alerts of app conversation c with convSeq in
-// (after, upTo] — the newest maxReadCover of them — and their inbox seqs.
-func (st *Store) coveredAlerts(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64) (map[im.MessageID]int64, error) {
+// alertPlace is where an alert is: its convSeq and its seq in an inbox.
+type alertPlace struct{ convSeq, seq int64 }
+
+// alertsAbove returns u's alerts of app conversation c with convSeq in
+// (after, upTo] — within the newest maxReadCover convSeqs of the range —
+// and where they are.
+func (st *Store) alertsAbove(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64) (map[im.MessageID]alertPlace, error) {
 	ids, err := st.ConversationIDs(ctx, c, max(after, upTo-maxReadCover), upTo, maxReadCover)
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}
-	return st.receivedSeqs(ctx, u, slices.Collect(maps.Values(ids)))
+	seqs, err := st.receivedSeqs(ctx, u, slices.Collect(maps.Values(ids)))
+	out := map[im.MessageID]alertPlace{}
+	for convSeq, id := range ids {
+		if seq, ok := seqs[id]; ok {
+			out[id] = alertPlace{convSeq: convSeq, seq: seq}
+		}
+	}
+	return out, err
 }
 
 // ReadWatermark returns u's read watermark of c, when it last moved and,
