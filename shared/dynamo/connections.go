@@ -71,24 +71,52 @@ func (st *Store) RemoveStaleConnection(ctx context.Context, u im.UserID, id im.C
 	return true, st.unindexOnline(ctx, u, id, out.Attributes)
 }
 
-// TouchConnection refreshes a connection's lastSeenAt and TTL. It returns
-// im.ErrNotFound when the record is gone.
-func (st *Store) TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error {
+// attrPull, on a connection record, says that redelivery to the connection
+// gave up on a read-diffused group's message (MarkPull): its next pong
+// names the groups its device is behind in, should the notify that said so
+// have been lost. The ping that reads it sets it to 0 (not REMOVE: minidyn's
+// REMOVE leaves the attribute behind).
+const attrPull = "pull"
+
+// MarkPull records on connection id's record that redelivery to it gave
+// up on a read-diffused group's message (attrPull). A record that is gone
+// is not written again.
+func (st *Store) MarkPull(ctx context.Context, u im.UserID, id im.ConnectionID) error {
 	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(st.tables.Connections),
 		Key:                       connKey(u, id),
-		UpdateExpression:          aws.String("SET #seen = :now, #ttl = :ttl"),
+		UpdateExpression:          aws.String("SET #pull = :one"),
 		ConditionExpression:       aws.String("attribute_exists(#conn)"),
-		ExpressionAttributeNames:  map[string]string{"#seen": "lastSeenAt", "#ttl": attrTTL, "#conn": attrConn},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli()), ":ttl": n(now.Add(im.ConnectionTTL).Unix())},
+		ExpressionAttributeNames:  map[string]string{"#pull": attrPull, "#conn": attrConn},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1)},
 	})
-	if isConditionFailed(err) {
-		return fmt.Errorf("touch connection %s/%s: %w", u, id, im.ErrNotFound)
-	}
-	if err != nil {
-		return fmt.Errorf("touch connection %s/%s: %w", u, id, err)
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("mark %s/%s for a group pull: %w", u, id, err)
 	}
 	return nil
+}
+
+// TouchConnection refreshes a connection's lastSeenAt and TTL and reports
+// whether redelivery to it gave up on a group message since the last
+// touch (MarkPull), clearing that. It returns
+// im.ErrNotFound when the record is gone.
+func (st *Store) TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) (bool, error) {
+	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Connections),
+		Key:                       connKey(u, id),
+		UpdateExpression:          aws.String("SET #seen = :now, #ttl = :ttl, #pull = :zero"),
+		ConditionExpression:       aws.String("attribute_exists(#conn)"),
+		ExpressionAttributeNames:  map[string]string{"#seen": "lastSeenAt", "#ttl": attrTTL, "#conn": attrConn, "#pull": attrPull},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli()), ":ttl": n(now.Add(im.ConnectionTTL).Unix()), ":zero": n(0)},
+		ReturnValues:              types.ReturnValueUpdatedOld,
+	})
+	if isConditionFailed(err) {
+		return false, fmt.Errorf("touch connection %s/%s: %w", u, id, im.ErrNotFound)
+	}
+	if err != nil {
+		return false, fmt.Errorf("touch connection %s/%s: %w", u, id, err)
+	}
+	return getN(out.Attributes, attrPull) == 1, nil
 }
 
 // Connections lists a user's connection records.

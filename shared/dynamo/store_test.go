@@ -288,8 +288,21 @@ func TestConnectionRecords(t *testing.T) {
 	if err := st.SaveConnection(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.TouchConnection(ctx, "bob", "c1", now.Add(time.Minute)); err != nil {
+	if pull, err := st.TouchConnection(ctx, "bob", "c1", now.Add(time.Minute)); err != nil || pull {
+		t.Fatalf("touch: pull %v, %v", pull, err)
+	}
+	// A group pull marked (redelivery gave up) is told by the next touch
+	// only; a gone connection is not marked.
+	if err := st.MarkPull(ctx, "bob", "c1"); err != nil {
 		t.Fatal(err)
+	}
+	if err := st.MarkPull(ctx, "bob", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		if pull, err := st.TouchConnection(ctx, "bob", "c1", now.Add(time.Minute)); err != nil || pull != want {
+			t.Fatalf("touch %d after the mark: pull %v, %v; want %v", i+1, pull, err, want)
+		}
 	}
 	conns, err := st.Connections(ctx, "bob")
 	if err != nil || len(conns) != 1 || conns[0].Device != "phone" || !conns[0].LastSeenAt.Equal(now.Add(time.Minute).Truncate(time.Millisecond)) {
@@ -301,7 +314,7 @@ func TestConnectionRecords(t *testing.T) {
 	if err := st.RemoveConnection(ctx, "bob", "c1"); err != nil {
 		t.Fatalf("removing twice: %v", err)
 	}
-	if err := st.TouchConnection(ctx, "bob", "c1", now); !errors.Is(err, im.ErrNotFound) {
+	if _, err := st.TouchConnection(ctx, "bob", "c1", now); !errors.Is(err, im.ErrNotFound) {
 		t.Fatalf("touch removed record: %v", err)
 	}
 }

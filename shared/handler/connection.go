@@ -122,7 +122,7 @@ func (h *Sessions) Ping(ctx context.Context, req events.APIGatewayWebsocketProxy
 		return h.fail(ctx, c, wire.ActionPing, err, "")
 	}
 	now := h.now()
-	err = h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
+	pull, err := h.Connections.TouchConnection(ctx, c.User, c.Connection, now)
 	if errors.Is(err, im.ErrNotFound) {
 		conn := im.Connection{User: c.User, ID: c.Connection, Device: c.Device, ConnectedAt: now, LastSeenAt: now}
 		err = h.Connections.SaveConnection(ctx, conn)
@@ -131,8 +131,10 @@ func (h *Sessions) Ping(ctx context.Context, req events.APIGatewayWebsocketProxy
 		}
 		if err == nil {
 			// The record had expired or been removed: peers may see the
-			// user offline until this heartbeat.
+			// user offline until this heartbeat, and its groups' pushes
+			// went elsewhere.
 			h.presence.presenceChanged(ctx, c.User)
+			pull = true
 		}
 	}
 	if err != nil {
@@ -142,7 +144,14 @@ func (h *Sessions) Ping(ctx context.Context, req events.APIGatewayWebsocketProxy
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionPing, err, "")
 	}
-	return reply(wire.Pong{Type: wire.TypePong, Head: head, Epoch: epoch})
+	pong := wire.Pong{Type: wire.TypePong, Head: head, Epoch: epoch}
+	if pull {
+		// Redelivery of a group's message gave up on this connection, or
+		// it had no record (its pushes went nowhere): name the groups its
+		// device is behind in, as the notify did.
+		pong.Groups = h.groupsBehind(ctx, im.Connection{User: c.User, ID: c.Connection, Device: c.Device})
+	}
+	return reply(pong)
 }
 
 // Default answers frames that name no route ($default): invalid JSON is a

@@ -69,7 +69,8 @@ type Connections interface {
 	SaveConnection(ctx context.Context, c im.Connection) error
 	RemoveConnection(ctx context.Context, u im.UserID, id im.ConnectionID) error
 	RemoveStaleConnection(ctx context.Context, u im.UserID, id im.ConnectionID, cutoff time.Time) (bool, error)
-	TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) error
+	TouchConnection(ctx context.Context, u im.UserID, id im.ConnectionID, now time.Time) (pull bool, err error)
+	MarkPull(ctx context.Context, u im.UserID, id im.ConnectionID) error
 	Connections(ctx context.Context, u im.UserID) ([]im.Connection, error)
 }
 

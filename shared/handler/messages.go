@@ -232,6 +232,14 @@ func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, co
 	if _, ok := h.Redelivery.CheckDelay(attempt); !ok {
 		log.InfoContext(ctx, "awaiting_pull: redelivery exhausted")
 		event(im.EventAwaitingPull, fmt.Sprintf("not acked after %d pushes", attempt+1), 0)
+		if e.Seq == 0 {
+			// A group's message: nothing but a later push of the group,
+			// the notify or a reconnect tells the device (a pong names its
+			// inbox head only), so the next pong names the group too.
+			if err := h.Connections.MarkPull(ctx, conn.User, conn.ID); err != nil {
+				log.WarnContext(ctx, "group pull not marked for the next pong", "err", err.Error())
+			}
+		}
 		h.notify(ctx, conn)
 		h.wake(ctx, conn.User, e, conn.Device) // a half-open connection: the device may sleep
 		return
@@ -312,18 +320,24 @@ func (h *delivery) notify(ctx context.Context, conn im.Connection) {
 		h.log().WarnContext(ctx, "notify skipped: reading the inbox head failed", "err", err.Error(), "userId", conn.User)
 		return
 	}
-	n := wire.Notify{Type: wire.TypeNotify, Head: head, Epoch: epoch}
-	if h.GroupLogs != nil {
-		groups, err := h.GroupLogs.ReadGroups(ctx, conn.User, conn.Device)
-		if err != nil {
-			h.log().WarnContext(ctx, "notify without groups: reading them failed", "err", err.Error(), "userId", conn.User)
-		}
-		n.Groups = wire.GroupHeads(slices.DeleteFunc(groups, func(p im.GroupPosition) bool { return !p.Behind() }))
-	}
+	n := wire.Notify{Type: wire.TypeNotify, Head: head, Epoch: epoch, Groups: h.groupsBehind(ctx, conn)}
 	frame, _ := json.Marshal(n)
 	if err := h.push(ctx, conn.ID, frame); err != nil && !errors.Is(err, im.ErrGone) {
 		h.log().WarnContext(ctx, "notify push failed", "err", err.Error(), "connectionId", conn.ID)
 	}
+}
+
+// groupsBehind lists the read-diffused groups in which conn's device is
+// behind (nil when none, or when reading them failed: logged).
+func (h *delivery) groupsBehind(ctx context.Context, conn im.Connection) []wire.GroupHead {
+	if h.GroupLogs == nil {
+		return nil
+	}
+	groups, err := h.GroupLogs.ReadGroups(ctx, conn.User, conn.Device)
+	if err != nil {
+		h.log().WarnContext(ctx, "group heads not read", "err", err.Error(), "userId", conn.User)
+	}
+	return wire.GroupHeads(slices.DeleteFunc(groups, func(p im.GroupPosition) bool { return !p.Behind() }))
 }
 
 // Ack moves the device's cumulative ack cursor ({"action":"ack","upTo":N}).

@@ -282,6 +282,11 @@ type Pong struct {
 	Head int64 `json:"head"`
 	// Epoch identifies the inbox sequence.
 	Epoch string `json:"epoch"`
+	// Groups, when set, are groups under read diffusion this device is
+	// behind in, named when pushing to the connection gave up on one (the
+	// notify that said so may have been lost) or its record was gone:
+	// pull each with a group sync.
+	Groups []GroupHead `json:"groups,omitempty"`
 }
 
 // Notify is the server frame {"type":"notify","head":N,"epoch":E}: the

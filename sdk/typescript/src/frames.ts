@@ -331,6 +331,8 @@ export interface PongFrame {
   type: "pong";
   head: Seq;
   epoch: string;
+  /** groups under read diffusion this device is behind in, named when pushing to the connection gave up on one (the notify may have been lost) or its record was gone: pull each with a group sync */
+  groups?: GroupHead[];
 }
 
 export interface NotifyFrame {
