@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -656,4 +657,42 @@ func TestAPingWritesARemovedRecordBackIntoItsGroupsOnlineIndex(t *testing.T) {
 	if denied := st.Denials(); len(denied) > 0 {
 		t.Fatalf("IAM denials: %v", denied)
 	}
+}
+
+// lostGroupPushes loses every push of a read-diffused group's message.
+type lostGroupPushes struct{ handler.Pusher }
+
+func (p lostGroupPushes) Push(ctx context.Context, id im.ConnectionID, data []byte) error {
+	if strings.Contains(string(data), `"type":"`+wire.TypeGroupMessage+`"`) {
+		return nil
+	}
+	return p.Pusher.Push(ctx, id, data)
+}
+
+// failingScheduler cannot schedule redelivery checks.
+type failingScheduler struct{}
+
+func (failingScheduler) Schedule(context.Context, []im.Check, time.Duration) error {
+	return errors.New("injected: the redelivery queue refuses the message")
+}
+
+// A read-diffused group's push that is lost while its redelivery check
+// cannot be scheduled leaves the device behind with nothing to re-push or
+// notify: the connection is marked, and its next pong names the group.
+func TestAGroupPushWithoutItsRedeliveryCheckIsNamedByTheNextPong(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
+		if fn == "FanoutFunction" {
+			h.Pusher, h.Scheduler = lostGroupPushes{h.Pusher}, failingScheduler{}
+		}
+	}})
+	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:lost", "name": "Lost", "users": []string{"bob"}}, nil)
+	alice.sendTo("l1", "g:lost", "anyone?")
+	waitFor(t, "the fan-out", func() bool {
+		bob.write(`{"action":"ping"}`)
+		var p wire.Pong
+		return json.Unmarshal([]byte(bob.rawOf(wire.TypePong, 10*time.Second)), &p) == nil && slices.Equal(p.Groups, []wire.GroupHead{{ConversationID: "g:lost", Head: 1}})
+	})
+	bob.quiet(wire.TypeGroupMessage, time.Second)
 }

@@ -236,9 +236,7 @@ func (h *delivery) pushAndCollect(ctx context.Context, tr *trail, cs *checks, co
 			// A group's message: nothing but a later push of the group,
 			// the notify or a reconnect tells the device (a pong names its
 			// inbox head only), so the next pong names the group too.
-			if err := h.Connections.MarkPull(ctx, conn.User, conn.ID); err != nil {
-				log.WarnContext(ctx, "group pull not marked for the next pong", "err", err.Error())
-			}
+			h.markGroupPulls(ctx, []im.Check{{User: conn.User, Connection: conn.ID, Conversation: e.Message.Conversation}})
 		}
 		h.notify(ctx, conn)
 		h.wake(ctx, conn.User, e, conn.Device) // a half-open connection: the device may sleep
@@ -261,6 +259,22 @@ type checks struct {
 	pending []pendingCheck
 }
 
+// markGroupPulls marks the connections of the read-diffused groups' checks
+// in list that could not be scheduled, so that their next pong names the
+// group (a pong names the inbox head only).
+func (h *delivery) markGroupPulls(ctx context.Context, list []im.Check) {
+	marked := map[im.ConnectionID]bool{}
+	for _, c := range list {
+		if c.Conversation == "" || marked[c.Connection] {
+			continue
+		}
+		marked[c.Connection] = true
+		if err := h.Connections.MarkPull(ctx, c.User, c.Connection); err != nil {
+			h.log().WarnContext(ctx, "group pull not marked for the next pong", "err", err.Error(), "userId", c.User, "connectionId", c.Connection)
+		}
+	}
+}
+
 // pendingCheck is one redelivery check to schedule and the trace event
 // that says when it is due.
 type pendingCheck struct {
@@ -278,7 +292,8 @@ func (cs *checks) add(c im.Check, ev im.Event) {
 // scheduleChecks schedules the collected checks, one queue message per
 // attempt number and im.MaxChecksPerSchedule checks. A check that cannot
 // be scheduled leaves its message to the next sync (the device's next
-// ping tells it the head), as a single failed schedule did.
+// ping tells it the head; of a read-diffused group, its connection is
+// marked for the pong to name the group), as a single failed schedule did.
 func (h *delivery) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
 	byAttempt := map[int][]pendingCheck{}
 	for _, p := range cs.pending {
@@ -295,6 +310,7 @@ func (h *delivery) scheduleChecks(ctx context.Context, tr *trail, cs *checks) {
 			err := h.Scheduler.Schedule(ctx, list, delay)
 			if err != nil {
 				h.log().ErrorContext(ctx, "scheduling redelivery failed; messages wait for pull", "err", err.Error(), "checks", len(list), "attempt", attempt)
+				h.markGroupPulls(ctx, list)
 			} else {
 				h.log().DebugContext(ctx, "redelivery_scheduled", "checks", len(list), "attempt", attempt, "delay", delay.String())
 			}
