@@ -589,8 +589,7 @@ export class SignetClient {
                 return;
             case "pong":
             case "notify":
-                if (f.type === "notify")
-                    await this.pullGroups(s, f.groups);
+                await this.pullGroups(s, f.groups);
                 return this.headSeen(s, f.type, f.head, f.epoch);
             case "error":
                 return this.serverError(s, f);
