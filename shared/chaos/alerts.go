@@ -5,17 +5,21 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/signet-im/signet/shared/client"
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/reconcile"
+	"github.com/signet-im/signet/shared/wire"
 )
 
 // alertEvery makes every alertEvery-th send of a run an alert that an app
@@ -24,6 +28,10 @@ import (
 const (
 	alertEvery    = 20
 	escalateEvery = 3
+	// Every answerEvery-th alert (none that escalates) asks its recipients
+	// to approve or reject, the first answer winning, and each recipient's
+	// device answers at once, through the run's faults.
+	answerEvery = 4
 )
 
 // alert is one alert the run's app posts, retried with its
@@ -36,11 +44,17 @@ type alert struct {
 	// to everyone notified once more, and ends.
 	escalate []string
 	ended    bool // its status said the escalation ended
-	mu       sync.Mutex
-	ids      map[string]bool // messageIds the API answered (one, unless idempotency broke)
-	accepted bool
-	refused  string // a 4xx answer other than 429: the run sends nothing the API may refuse
-	lastErr  string // why the last attempt failed
+	// asks: the alert asks for an answer (first answer wins); answered
+	// holds what each recipient's answer got back ("user option" of the
+	// answer that stands, or "conflict: …"), answering that it was sent.
+	asks      bool
+	answered  map[string]string
+	answering bool
+	mu        sync.Mutex
+	ids       map[string]bool // messageIds the API answered (one, unless idempotency broke)
+	accepted  bool
+	refused   string // a 4xx answer other than 429: the run sends nothing the API may refuse
+	lastErr   string // why the last attempt failed
 }
 
 func (a *alert) done() bool {
@@ -79,6 +93,7 @@ func (r *runner) newAlert(n int64) *alert {
 			a.to = append(a.to, u)
 		}
 	}
+	a.asks = n%(alertEvery*answerEvery) == alertEvery*2 && n%(alertEvery*escalateEvery) != 0
 	if n%(alertEvery*escalateEvery) == 0 {
 		for range 1 + r.intn(2) {
 			if u := fmt.Sprintf("u%03d", r.intn(r.cfg.Users)); !slices.Contains(a.to, u) && !slices.Contains(a.escalate, u) {
@@ -97,6 +112,9 @@ func (r *runner) newAlert(n int64) *alert {
 // before) and records the answer; it returns why a is still not accepted.
 func (r *runner) post(ctx context.Context, a *alert) error {
 	req := map[string]any{"to": a.to, "title": "chaos " + a.key, "body": "on-call: " + a.key, "priority": "high"}
+	if a.asks {
+		req["ack"] = map[string]any{"options": []string{"approve", "reject"}, "firstAnswerWins": true}
+	}
 	if len(a.escalate) > 0 {
 		req["ack"] = map[string]any{"options": []string{"ack"}}
 		req["escalation"] = map[string]any{"everySeconds": 1, "renotify": 1, "steps": []any{map[string]any{"to": a.escalate}}}
@@ -113,6 +131,10 @@ func (r *runner) post(ctx context.Context, a *alert) error {
 		a.lastErr = err.Error()
 	case status == http.StatusAccepted && json.Unmarshal(raw, &out) == nil && out.MessageID != "":
 		a.ids[out.MessageID], a.accepted = true, true
+		if a.asks && !a.answering {
+			a.answering = true
+			r.answerAll(ctx, a, out.MessageID)
+		}
 		return nil
 	case status >= 400 && status < 500 && status != http.StatusTooManyRequests:
 		a.refused = fmt.Sprintf("%d %s", status, raw)
@@ -121,6 +143,86 @@ func (r *runner) post(ctx context.Context, a *alert) error {
 		a.lastErr = fmt.Sprintf("%d %s", status, raw)
 	}
 	return fmt.Errorf("alert %s: %s", a.key, a.lastErr)
+}
+
+// answerAll has each recipient of a answer it from their first device,
+// concurrently (approve or reject, drawn), retrying through the run's
+// faults until the server answers; the results are checked by
+// verifyAnswers. The runner's answering group waits for them.
+func (r *runner) answerAll(ctx context.Context, a *alert, id string) {
+	a.answered = map[string]string{}
+	for _, u := range a.to {
+		option := []string{"approve", "reject"}[r.intn(2)]
+		d := r.byUser[u][0]
+		r.answering.Go(func() {
+			got := "never answered"
+			_ = retry(ctx, func(ctx context.Context) error {
+				c := d.client()
+				if c == nil {
+					time.Sleep(100 * time.Millisecond)
+					return errors.New("device not running")
+				}
+				res, err := c.Answer(ctx, id, option)
+				var se *client.ServerError
+				switch {
+				case err == nil:
+					got = res.UserID + " " + res.Option
+				case errors.As(err, &se) && se.Code == wire.CodeConflict:
+					got = "conflict: " + se.Message
+				case errors.As(err, &se) && se.Code != wire.CodeInternal && se.Code != wire.CodeRateLimited:
+					got = fmt.Sprintf("refused %s: %s", se.Code, se.Message)
+				default:
+					return err
+				}
+				return nil
+			})
+			a.mu.Lock()
+			a.answered[u] = got
+			a.mu.Unlock()
+		})
+	}
+}
+
+// verifyAnswers holds each alert that asked for an answer to what its
+// recipients' answers got back: exactly one answer stands (first answer
+// wins), its recipient got their own answer back, and every other got a
+// conflict naming it — however the run's faults split, dropped or repeated
+// the answer frames.
+func (r *runner) verifyAnswers(ctx context.Context, problem func(string, ...any)) {
+	for _, a := range r.alerts {
+		if !a.asks || !a.accepted {
+			continue
+		}
+		for id := range a.ids {
+			status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
+			var out struct {
+				Ack struct {
+					Answered   int    `json:"answered"`
+					Answer     string `json:"answer"`
+					AnsweredBy string `json:"answeredBy"`
+				} `json:"ack"`
+			}
+			if err != nil || status != http.StatusOK || json.Unmarshal(raw, &out) != nil {
+				problem("status of alert %s: %d %s %v", a.key, status, raw, err)
+				continue
+			}
+			r.res.Answers++
+			stands := out.Ack.AnsweredBy + " " + out.Ack.Answer
+			if out.Ack.Answered != 1 || out.Ack.AnsweredBy == "" {
+				problem("alert %s (first answer wins) has %d answers, standing %q", a.key, out.Ack.Answered, stands)
+				continue
+			}
+			for _, u := range a.to {
+				got := a.answered[u]
+				switch {
+				case u == out.Ack.AnsweredBy && got != stands:
+					problem("alert %s: %s's answer stands (%q), but their answer got back %q", a.key, u, stands, got)
+				case u != out.Ack.AnsweredBy && !(strings.HasPrefix(got, "conflict: ") && strings.Contains(got, out.Ack.AnsweredBy)):
+					problem("alert %s: %s's answer got back %q, while %q stands", a.key, u, got, stands)
+				}
+			}
+		}
+	}
 }
 
 // call makes one request of the HTTP API as key, with body, and returns
@@ -160,6 +262,7 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			}
 		}
 	}
+	r.answering.Wait()
 	for _, a := range alerts {
 		if len(a.escalate) == 0 || !a.accepted {
 			continue

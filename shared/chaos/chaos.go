@@ -98,6 +98,9 @@ type Result struct {
 	// Escalations is how many accepted alerts escalated (to more users,
 	// pushed again, ended), each verified in every inbox it reached.
 	Escalations int
+	// Answers is how many alerts that asked for an answer (first answer
+	// wins) had every recipient answer at once, checked (verifyAnswers).
+	Answers int
 	// AlertReads is how many users marked a prefix of their alerts read
 	// (verifyAlertReads), LateAlerts how many alerts their devices showed
 	// after an alert with a higher convSeq.
@@ -117,14 +120,14 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf(`chaos seed %d: %s in %s
   %d users, %d devices, %d groups
-  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated
+  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked`,
-		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations,
+		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts)
 }
@@ -190,18 +193,20 @@ type device struct {
 }
 
 type runner struct {
-	cfg     Config
-	st      *devstack.Stack
-	proxy   *netem.Proxy
-	url     string
-	faults  atomic.Bool // server-side faults on
-	nfaults atomic.Int64
-	rngMu   sync.Mutex
-	rng     *rand.Rand
-	devices []*device
-	byUser  map[string][]*device
-	groups  []string
-	owners  map[string]string // group → owner
+	cfg    Config
+	st     *devstack.Stack
+	proxy  *netem.Proxy
+	url    string
+	faults atomic.Bool // server-side faults on
+	// answering waits for the recipients answering alerts (answerAll).
+	answering sync.WaitGroup
+	nfaults   atomic.Int64
+	rngMu     sync.Mutex
+	rng       *rand.Rand
+	devices   []*device
+	byUser    map[string][]*device
+	groups    []string
+	owners    map[string]string // group → owner
 	// members are each group's members at its creation; changed holds
 	// "group/user" for every membership change the run asked for (made
 	// or not: an answer lost on the network may hide one that was made).
@@ -1072,6 +1077,7 @@ func (r *runner) verify(ctx context.Context) {
 	r.verifyAlerts(problem, inboxes)
 	r.verifyTraces(ctx, problem, seqOf)
 	r.verifyAlertReads(ctx, problem)
+	r.verifyAnswers(ctx, problem)
 	sort.Strings(r.res.Problems)
 }
 
