@@ -155,14 +155,19 @@ func (r *runner) answerAll(ctx context.Context, a *alert, id string) {
 		option := []string{"approve", "reject"}[r.intn(2)]
 		d := r.byUser[u][0]
 		r.answering.Go(func() {
+			// Until the server answers: the device may be offline, crashed
+			// or cut off for a while (converge brings it back).
 			got := "never answered"
-			_ = retry(ctx, func(ctx context.Context) error {
+			ctx := context.WithoutCancel(ctx) // the storm's ends before the answers may
+		answer:
+			for end := time.Now().Add(r.cfg.Converge); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
 				c := d.client()
 				if c == nil {
-					time.Sleep(100 * time.Millisecond)
-					return errors.New("device not running")
+					continue
 				}
-				res, err := c.Answer(ctx, id, option)
+				actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				res, err := c.Answer(actx, id, option)
+				cancel()
 				var se *client.ServerError
 				switch {
 				case err == nil:
@@ -172,10 +177,11 @@ func (r *runner) answerAll(ctx context.Context, a *alert, id string) {
 				case errors.As(err, &se) && se.Code != wire.CodeInternal && se.Code != wire.CodeRateLimited:
 					got = fmt.Sprintf("refused %s: %s", se.Code, se.Message)
 				default:
-					return err
+					got = "never answered (last: " + err.Error() + ")"
+					continue
 				}
-				return nil
-			})
+				break answer
+			}
 			a.mu.Lock()
 			a.answered[u] = got
 			a.mu.Unlock()
