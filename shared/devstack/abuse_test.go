@@ -210,11 +210,25 @@ func waitClosed(t *testing.T, c *wsClient) {
 
 // Issue 11 finding 3: only sync had a per-user limit; one user could spend
 // the stage-wide throttles everyone shares. Each action now has its own.
+//
+// A window starts at a multiple of its length; a test whose frames straddle
+// a boundary sees the budget renewed halfway (a CI run on a loaded machine
+// had its 11th send admitted so). The functions' clock therefore starts the
+// test a second into an hour, and the windows are an hour long.
 func TestPerUserRateLimitsPerAction(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvRateLimits: "send=10/1m,query=9/1m,group=9/1m,presence=9/1m"}})
-	mallory := dial(t, st, "mallory", "laptop")
-	alice := dial(t, st, "alice", "laptop")
+	clk := &clock{}
+	now := time.Now()
+	clk.Advance(now.Truncate(time.Hour).Add(time.Second).Sub(now))
+	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvRateLimits: "send=10/1h,query=9/1h,group=9/1h,presence=9/1h"},
+		Configure: func(_ string, h *handler.Deps) { h.Now = clk.Now }})
+	dialAt := func(user string) *wsClient {
+		c := dialToken(t, st, user, "laptop", tokenAt(t, user, "laptop", clk.Now()))
+		c.t = t
+		t.Cleanup(func() { c.conn.CloseNow() })
+		return c
+	}
+	mallory, alice := dialAt("mallory"), dialAt("alice")
 	for i := range 10 {
 		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
 		mallory.next("sent", 5*time.Second)
