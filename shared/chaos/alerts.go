@@ -32,13 +32,22 @@ const (
 	// to approve or reject, the first answer winning, and each recipient's
 	// device answers at once, through the run's faults.
 	answerEvery = 4
+	// Every groupAlertEvery-th alert (from the first; none that escalates
+	// or asks) goes to one of the run's groups: the API resolves its
+	// members and the fan-out queue puts it in their inboxes, in batches,
+	// while the members change.
+	groupAlertEvery = 5
 )
 
 // alert is one alert the run's app posts, retried with its
 // Idempotency-Key until the API accepts it, and what came of it.
 type alert struct {
 	key string   // Idempotency-Key
-	to  []string // recipients
+	to  []string // recipients (of a group alert: as the API answered)
+	// group is the group a group alert goes to (its conversation id);
+	// fanned says its status showed no recipient still queued.
+	group  string
+	fanned bool
 	// escalate: nobody answers, so one second after the post the alert
 	// goes to these users too (in their inboxes, pushed), is pushed again
 	// to everyone notified once more, and ends.
@@ -67,7 +76,7 @@ func (a *alert) done() bool {
 // its key.
 func (r *runner) createApp(ctx context.Context) error {
 	users := slices.Sorted(maps.Keys(r.byUser))
-	body, _ := json.Marshal(map[string]any{"name": "chaos", "allowUsers": users, "ratePerMinute": 100_000})
+	body, _ := json.Marshal(map[string]any{"name": "chaos", "allowUsers": users, "allowGroups": []string{"*"}, "ratePerMinute": 100_000})
 	adminKey := cmp.Or(r.cfg.Stack.AdminKey, devstack.DefaultAdminKey)
 	return retry(ctx, func(ctx context.Context) error {
 		status, raw, err := r.call(ctx, http.MethodPost, "/v1/apps", adminKey, nil, body)
@@ -85,7 +94,7 @@ func (r *runner) createApp(ctx context.Context) error {
 	})
 }
 
-// newAlert makes alert number n, to one to three users.
+// newAlert makes alert number n, to one to three users or to a group.
 func (r *runner) newAlert(n int64) *alert {
 	a := &alert{key: fmt.Sprintf("alert-%d", n), ids: map[string]bool{}}
 	for range 1 + r.intn(3) {
@@ -101,10 +110,18 @@ func (r *runner) newAlert(n int64) *alert {
 			}
 		}
 	}
+	if !a.asks && len(a.escalate) == 0 && len(r.groups) > 0 && (n/alertEvery)%groupAlertEvery == 1 {
+		a.group, a.to = r.groups[r.intn(len(r.groups))], nil
+	}
 	r.dmu.Lock()
 	r.alerts = append(r.alerts, a)
 	r.dmu.Unlock()
-	r.count(func(res *Result) { res.Alerts++ })
+	r.count(func(res *Result) {
+		res.Alerts++
+		if a.group != "" {
+			res.GroupAlerts++
+		}
+	})
 	return a
 }
 
@@ -112,6 +129,10 @@ func (r *runner) newAlert(n int64) *alert {
 // before) and records the answer; it returns why a is still not accepted.
 func (r *runner) post(ctx context.Context, a *alert) error {
 	req := map[string]any{"to": a.to, "title": "chaos " + a.key, "body": "on-call: " + a.key, "priority": "high"}
+	if a.group != "" {
+		delete(req, "to")
+		req["group"] = strings.TrimPrefix(a.group, "g:")
+	}
 	if a.asks {
 		req["ack"] = map[string]any{"options": []string{"approve", "reject"}, "firstAnswerWins": true}
 	}
@@ -124,13 +145,21 @@ func (r *runner) post(ctx context.Context, a *alert) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out struct {
-		MessageID string `json:"messageId"`
+		MessageID  string `json:"messageId"`
+		Recipients []struct {
+			UserID string `json:"userId"`
+		} `json:"recipients"`
 	}
 	switch {
 	case err != nil:
 		a.lastErr = err.Error()
 	case status == http.StatusAccepted && json.Unmarshal(raw, &out) == nil && out.MessageID != "":
 		a.ids[out.MessageID], a.accepted = true, true
+		if a.group != "" && a.to == nil {
+			for _, x := range out.Recipients {
+				a.to = append(a.to, x.UserID)
+			}
+		}
 		if a.asks && !a.answering {
 			a.answering = true
 			r.answerAll(ctx, a, out.MessageID)
@@ -255,8 +284,8 @@ func (r *runner) call(ctx context.Context, method, path, key string, headers map
 }
 
 // settleAlerts posts every alert not yet accepted again until it is, then
-// waits for each escalation to end, or until the deadline passes
-// (converge).
+// waits for each group alert's fan-out to reach every recipient and for
+// each escalation to end, or until the deadline passes (converge).
 func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 	r.dmu.Lock()
 	alerts := slices.Clone(r.alerts)
@@ -270,6 +299,18 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 	}
 	r.answering.Wait()
 	for _, a := range alerts {
+		if a.group == "" || !a.accepted {
+			continue
+		}
+		for id := range a.ids {
+			for !a.fanned && time.Now().Before(deadline) {
+				if a.fanned = r.alertFanned(ctx, id); !a.fanned {
+					time.Sleep(500 * time.Millisecond)
+				}
+			}
+		}
+	}
+	for _, a := range alerts {
 		if len(a.escalate) == 0 || !a.accepted {
 			continue
 		}
@@ -281,6 +322,26 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			}
 		}
 	}
+}
+
+// alertFanned reports whether alert id's status shows every recipient in
+// their inbox (none still queued for the fan-out).
+func (r *runner) alertFanned(ctx context.Context, id string) bool {
+	status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
+	var out struct {
+		Recipients []struct {
+			State string `json:"state"`
+		} `json:"recipients"`
+	}
+	if err != nil || status != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Recipients) == 0 {
+		return false
+	}
+	for _, x := range out.Recipients {
+		if x.State == "queued" {
+			return false
+		}
+	}
+	return true
 }
 
 // escalationEnded reports whether alert id's status says its escalation
@@ -314,6 +375,9 @@ func (r *runner) verifyAlerts(problem func(string, ...any), inboxes map[string]m
 			continue
 		}
 		r.res.AlertsAccepted++
+		if a.group != "" {
+			r.verifyGroupAlert(problem, a)
+		}
 		if len(a.escalate) > 0 {
 			r.res.Escalations++
 			if !a.ended {
@@ -327,6 +391,27 @@ func (r *runner) verifyAlerts(problem func(string, ...any), inboxes map[string]m
 					r.res.Lost++
 				}
 			}
+		}
+	}
+}
+
+// verifyGroupAlert holds a group alert's recipients (as the API answered)
+// to the group's membership: each was a member at some moment of the run,
+// every member who was never added or removed is among them, and the
+// fan-out reached them all (the inboxes are checked by verifyAlerts).
+func (r *runner) verifyGroupAlert(problem func(string, ...any), a *alert) {
+	r.res.GroupAlertsChecked++
+	if !a.fanned {
+		problem("group alert %s (%s): its status still shows recipients queued for the fan-out", a.key, a.group)
+	}
+	for _, u := range a.to {
+		if !r.members[a.group][u] && !r.changed[a.group+"/"+u] {
+			problem("group alert %s (%s) went to %s, never a member", a.key, a.group, u)
+		}
+	}
+	for _, u := range slices.Sorted(maps.Keys(r.members[a.group])) {
+		if !r.changed[a.group+"/"+u] && !slices.Contains(a.to, u) {
+			problem("group alert %s (%s) did not go to %s, a member throughout", a.key, a.group, u)
 		}
 	}
 }

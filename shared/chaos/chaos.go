@@ -98,6 +98,10 @@ type Result struct {
 	// Escalations is how many accepted alerts escalated (to more users,
 	// pushed again, ended), each verified in every inbox it reached.
 	Escalations int
+	// GroupAlerts is how many alerts went to a group (through the fan-out
+	// queue), GroupAlertsChecked how many accepted ones were held to the
+	// group's membership and found in every recipient's inbox.
+	GroupAlerts, GroupAlertsChecked int
 	// Answers is how many alerts that asked for an answer (first answer
 	// wins) had every recipient answer at once, checked (verifyAnswers).
 	Answers int
@@ -120,14 +124,14 @@ func (r Result) String() string {
 	}
 	return fmt.Sprintf(`chaos seed %d: %s in %s
   %d users, %d devices, %d groups
-  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once
+  sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once, %d to a group (%d checked)
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked`,
-		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers,
+		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts)
 }

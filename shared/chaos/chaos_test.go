@@ -182,3 +182,46 @@ func TestChaosRunCatchesAlertsReadThatWereNot(t *testing.T) {
 		t.Fatalf("alerts read beyond what the user read went unnoticed: %s\n%v", res, res.Problems)
 	}
 }
+
+// skippingFanout has the fan-out function read a group alert without its
+// first recipient, so its jobs skip them (as not a recipient): the fan-out
+// bug the run's group alerts exist to catch (the fan-out function handles
+// group alerts only, in this run).
+type skippingFanout struct {
+	handler.AlertStore
+	skipped *atomic.Bool // shared by every instance of the function
+}
+
+func (s skippingFanout) Alert(ctx context.Context, id im.MessageID) (im.Alert, error) {
+	a, err := s.AlertStore.Alert(ctx, id)
+	if err == nil && len(a.Recipients) > 0 {
+		a.Recipients = a.Recipients[1:]
+		s.skipped.Store(true)
+	}
+	return a, err
+}
+
+func TestChaosRunCatchesAGroupAlertTheFanoutSkipped(t *testing.T) {
+	t.Parallel()
+	// Alert 1 (send number 20) goes to the group; alert 2 asks for an
+	// answer and is put in inboxes by the alerts function itself. The
+	// skipped recipient stays queued: a short converge ends the wait.
+	var skipped atomic.Bool
+	res, err := Run(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Groups: 1, Messages: 40, Network: netem.Profiles["perfect"],
+		Converge: time.Minute,
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+			if fn == "FanoutFunction" {
+				h.AlertStore = skippingFanout{AlertStore: h.AlertStore, skipped: &skipped}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !skipped.Load() || res.GroupAlertsChecked == 0 {
+		t.Fatalf("no group alert was fanned out: %s", res)
+	}
+	problems := strings.Join(res.Problems, "\n")
+	if res.OK() || !strings.Contains(problems, "inbox 0 times") || !strings.Contains(problems, "queued for the fan-out") {
+		t.Fatalf("the skipped recipient went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
