@@ -22,11 +22,10 @@ import (
 // Group conversations are open to their members (current or removed).
 // It costs one read (the conversation head, with the membership for a
 // group) and one write, whatever the number of messages covered. An app's
-// alert conversation is read by ReadAlerts (without an inbox seq).
+// alert conversation is read by ReadAlerts.
 func (st *Store) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
 	if c.AppConversation() {
-		r, err := st.ReadAlerts(ctx, u, c, upTo, 0, now)
-		return r.Old, r.Moved, err
+		return 0, false, fmt.Errorf("read %s in %s: an app conversation is read by ReadAlerts", u, c)
 	}
 	head, member, err := st.headAndMember(ctx, c, u)
 	if err == nil && c.IsGroup() && !member.Role.Valid() {
@@ -74,11 +73,11 @@ const (
 // up to the last alert they received, and only if they received one (the
 // shared numbering would tell how many the app sent). The unread count is
 // cleared when the read covers the newest alert, else lowered by the
-// alerts it covered. One read of the index item, the log ids and inbox
-// seqs of the user's alerts above the convSeq watermark (the newest
-// maxReadCover convSeqs: an alert read by its inbox seq may have a convSeq
-// above upTo) and one conditional write (again if an alert arrived in
-// between).
+// alerts it covered. One read of the index item; when the read moves
+// anything (or covers by convSeq), the log ids and inbox seqs of the
+// user's alerts above the convSeq watermark (the newest maxReadCover
+// convSeqs: an alert read by its inbox seq may have a convSeq above upTo)
+// and one conditional write (all again if an alert arrived in between).
 func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
 	key := inboxKey(u, convIndexSK(c))
 	for attempt := range st.MaxAttempts {
@@ -94,9 +93,16 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		if upTo > last {
 			return im.AlertsRead{}, fmt.Errorf("read %s in %s up to %d (last %d): %w", u, c, upTo, last, im.ErrReadBeyondHead)
 		}
-		above, err := st.alertsAbove(ctx, u, c, read, last)
-		if err != nil {
-			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+		// The alerts above the watermark: read only when the cover depends
+		// on them or something moves (to name those the read covers).
+		var above map[im.MessageID]alertPlace
+		looked := false
+		lookAbove := func() error {
+			if !looked {
+				above, err = st.alertsAbove(ctx, u, c, read, last)
+				looked = err == nil
+			}
+			return err
 		}
 		cover := rseq
 		switch {
@@ -105,6 +111,9 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		case upTo >= last:
 			cover = iseq
 		default:
+			if err := lookAbove(); err != nil {
+				return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+			}
 			for _, a := range above {
 				if a.convSeq <= upTo {
 					cover = max(cover, a.seq)
@@ -114,6 +123,9 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		r := im.AlertsRead{Old: read, UpTo: max(read, upTo), ReadSeq: max(rseq, cover)}
 		if r.UpTo == read && r.ReadSeq == rseq {
 			return r, nil
+		}
+		if err := lookAbove(); err != nil {
+			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
 		}
 		newly := map[im.MessageID]bool{}
 		for id, a := range above {
@@ -135,35 +147,31 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		if _, ok := it[attrInboxSeq]; !ok {
 			iseqIs = "(attribute_not_exists(#iseq) OR #iseq = :iseq)"
 		}
-		up := &dynamodb.UpdateItemInput{
-			TableName: aws.String(st.tables.Inbox), Key: key,
-			UpdateExpression:         aws.String("SET #read = :read, #rseq = :rseq, readAt = :now"),
-			ConditionExpression:      aws.String(iseqIs + " AND (attribute_not_exists(#read) OR #read = :oldRead) AND (attribute_not_exists(#rseq) OR #rseq = :oldRseq)"),
-			ExpressionAttributeNames: map[string]string{"#read": attrRead, "#rseq": attrReadSeq, "#iseq": attrInboxSeq, "#unread": attrUnread},
-			ExpressionAttributeValues: map[string]types.AttributeValue{
-				":read": n(r.UpTo), ":rseq": n(r.ReadSeq), ":now": n(now.UnixMilli()), ":iseq": n(iseq), ":oldRead": n(read), ":oldRseq": n(rseq),
-			},
+		names := map[string]string{"#read": attrRead, "#rseq": attrReadSeq, "#iseq": attrInboxSeq}
+		values := map[string]types.AttributeValue{
+			":read": n(r.UpTo), ":rseq": n(r.ReadSeq), ":now": n(now.UnixMilli()), ":iseq": n(iseq), ":oldRead": n(read), ":oldRseq": n(rseq),
 		}
-		if r.ReadSeq >= iseq {
-			*up.UpdateExpression += ", #unread = :zero"
-			up.ExpressionAttributeValues[":zero"] = n(0)
-		} else if len(newly) > 0 {
-			*up.UpdateExpression += " ADD #unread :minus"
-			up.ExpressionAttributeValues[":minus"] = n(-int64(len(newly)))
-		} else {
-			delete(up.ExpressionAttributeNames, "#unread")
+		set, add, del := []string{"#read = :read", "#rseq = :rseq", "readAt = :now"}, []string(nil), []string(nil)
+		switch {
+		case r.ReadSeq >= iseq:
+			set = append(set, "#unread = :zero")
+			names["#unread"], values[":zero"] = attrUnread, n(0)
+		case len(newly) > 0:
+			add = append(add, "#unread :minus")
+			names["#unread"], values[":minus"] = attrUnread, n(-int64(len(newly)))
 		}
 		if len(gone) > 0 {
-			add := " ADD"
-			if strings.Contains(*up.UpdateExpression, " ADD ") {
-				add = ","
-			}
-			*up.UpdateExpression += add + " #lateN :lessLate DELETE #late :gone"
-			up.ExpressionAttributeNames["#late"], up.ExpressionAttributeNames["#lateN"] = attrLate, attrLateN
-			up.ExpressionAttributeValues[":gone"] = &types.AttributeValueMemberSS{Value: gone}
-			up.ExpressionAttributeValues[":lessLate"] = n(-int64(len(gone)))
+			add, del = append(add, "#lateN :lessLate"), append(del, "#late :gone")
+			names["#late"], names["#lateN"] = attrLate, attrLateN
+			values[":gone"], values[":lessLate"] = &types.AttributeValueMemberSS{Value: gone}, n(-int64(len(gone)))
 		}
-		_, err = st.db.UpdateItem(ctx, up)
+		_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(st.tables.Inbox), Key: key,
+			UpdateExpression:          aws.String(updateExpression(set, add, del)),
+			ConditionExpression:       aws.String(iseqIs + " AND (attribute_not_exists(#read) OR #read = :oldRead) AND (attribute_not_exists(#rseq) OR #rseq = :oldRseq)"),
+			ExpressionAttributeNames:  names,
+			ExpressionAttributeValues: values,
+		})
 		if isConditionFailed(err) { // an alert arrived, or another read moved on
 			if err := sleepJitter(ctx, attempt); err != nil {
 				return im.AlertsRead{}, err
@@ -181,6 +189,21 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		return r, nil
 	}
 	return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, im.ErrContention)
+}
+
+// updateExpression joins SET, ADD and DELETE actions into an update
+// expression (a clause only when it has actions).
+func updateExpression(set, add, del []string) string {
+	var clauses []string
+	for _, c := range []struct {
+		verb    string
+		actions []string
+	}{{"SET", set}, {"ADD", add}, {"DELETE", del}} {
+		if len(c.actions) > 0 {
+			clauses = append(clauses, c.verb+" "+strings.Join(c.actions, ", "))
+		}
+	}
+	return strings.Join(clauses, " ")
 }
 
 // maxReadCover bounds the alerts a read looks up by convSeq: a read
