@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/webhook"
 )
 
@@ -379,4 +382,79 @@ func TestStatusCallbacksToAnSQSQueue(t *testing.T) {
 	if apps := call(t, st, "GET", "/v1/apps", devstack.DefaultAdminKey, nil, ""); !strings.Contains(apps.raw, `"callbackQueueUrl":"`+*q.QueueUrl+`"`) {
 		t.Fatalf("apps: %s", apps.raw)
 	}
+}
+
+// refusingCallbackJobs refuses the first refuse status callback jobs
+// enqueued (the queue's outage), passing every other job.
+type refusingCallbackJobs struct {
+	handler.FanoutQueue
+	refuse *atomic.Int32
+}
+
+func (q refusingCallbackJobs) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	if slices.ContainsFunc(jobs, func(j im.FanoutJob) bool { return j.Kind == im.FanoutCallback }) && q.refuse.Add(-1) >= 0 {
+		return errors.New("test: the fan-out queue refused the status callback job")
+	}
+	return q.FanoutQueue.Enqueue(ctx, delay, jobs...)
+}
+
+// An escalation's last tick ends it (nobody answered) and then fails to
+// enqueue its status callback job: the tick's job fails, and its retry —
+// which finds the tick and the end claimed — enqueues it. Before, the
+// failure was logged and the job succeeded: the app's webhook was never
+// told that the alert expired nor whom it escalated to (nothing else
+// changes an alert nobody has).
+func TestAnEscalationsEndIsCalledBackWhenItsJobFailedToEnqueue(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Int32
+	refuse.Store(1)
+	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
+		if fn == "FanoutFunction" {
+			h.FanoutQueue = refusingCallbackJobs{FanoutQueue: h.FanoutQueue, refuse: &refuse}
+		}
+	}})
+	key := createApp(t, st, "noc", []string{"ann", "ben"}, 100)
+	rcv := newReceiver(t)
+	secret := setWebhook(t, st, key, "noc", rcv.srv.URL)
+	id := postAlert(t, st, key, "exp-2", `{"to":["ann"],"title":"Cert expires","body":"","ack":{},
+		"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]}]}}`)
+	want := []string{id + ":escalated:ben", id + ":expired"}
+	waitFor(t, "the escalation's events at the webhook", func() bool {
+		got := rcv.accepted(t, secret)
+		return got[want[0]] != nil && got[want[1]] != nil
+	})
+	if refuse.Load() >= 0 {
+		t.Fatal("no status callback job was refused")
+	}
+}
+
+// An answer recorded whose status callback job the queue refused is
+// answered with an internal error; the client asks again, the same answer
+// is answered as before and its job enqueued then. Before, the first
+// answer succeeded and the app's webhook was never told (nothing else
+// changed the alert).
+func TestAnAnswerWhoseCallbackJobFailedIsCalledBackWhenTheClientAsksAgain(t *testing.T) {
+	t.Parallel()
+	var refuse atomic.Int32
+	refuse.Store(1)
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "ReadFunction" {
+			h.FanoutQueue = refusingCallbackJobs{FanoutQueue: h.FanoutQueue, refuse: &refuse}
+		}
+	}})
+	key := createApp(t, st, "noc", []string{"ann"}, 100)
+	rcv := newReceiver(t)
+	secret := setWebhook(t, st, key, "noc", rcv.srv.URL)
+	ann := dial(t, st, "ann", "phone")
+	id := postAlert(t, st, key, "ans-1", `{"to":["ann"],"title":"Deploy?","body":"","ack":{"options":["approve","reject"]}}`)
+	if f := answer(t, ann, "a1", id, "approve"); f.Type != "error" || f.Code != "internal" {
+		t.Fatalf("first answer (its callback job refused): %+v, want an internal error", f)
+	}
+	if f := answer(t, ann, "a2", id, "approve"); f.Type != "answer" || f.Option != "approve" {
+		t.Fatalf("the answer asked again: %+v", f)
+	}
+	waitFor(t, "the answer at the webhook", func() bool {
+		e := rcv.accepted(t, secret)[id+":answered:ann"]
+		return e != nil && e["answer"] == "approve"
+	})
 }

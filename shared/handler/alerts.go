@@ -467,10 +467,12 @@ type alertStatus struct {
 	Escalation *escalationStatus `json:"escalation,omitempty"`
 	Repeat     *repeatStatus     `json:"repeat,omitempty"`
 	// events, answers and deliveries are what it was derived from, with
-	// their times (for callbacks).
+	// their times (for callbacks); at is when it was derived (the time of
+	// a change whose trace event is missing).
 	events     []im.Event
 	answers    map[im.UserID]im.Answer
 	deliveries []im.Delivery
+	at         time.Time
 }
 
 // escalationStatus is where an alert's escalation stands.
@@ -631,7 +633,7 @@ func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error)
 			out.Counts[st]++
 		}
 	}
-	out.events, out.answers, out.deliveries = evs, answers, ds
+	out.events, out.answers, out.deliveries, out.at = evs, answers, ds, h.now()
 	return out, nil
 }
 

@@ -59,12 +59,15 @@ const (
 	callbackReserve     = callbackPostTimeout + time.Second
 )
 
-// callbacksLater enqueues a callback job for each alert in ids (best
-// effort: a change whose job is lost is still recorded by the alert's next
-// job, and the app can read every alert's status). q nil: no fan-out queue.
-func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.MessageID) {
+// callbacksLater enqueues a callback job for each alert in ids. A job is
+// lost only when its change's function fails or stops between the change
+// and this call: the caller that can be retried (a queue job, a request
+// the client repeats) returns the error, so that its retry enqueues the
+// job; otherwise the change is still recorded by the alert's next job,
+// and the app can read every alert's status. q nil: no fan-out queue.
+func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.MessageID) error {
 	if q == nil || len(ids) == 0 {
-		return
+		return nil
 	}
 	jobs := make([]im.FanoutJob, len(ids))
 	for i, id := range ids {
@@ -72,7 +75,9 @@ func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.Messa
 	}
 	if err := q.Enqueue(ctx, 0, jobs...); err != nil {
 		h.log().WarnContext(ctx, "status callback job not queued", "err", err.Error(), "alerts", len(ids))
+		return fmt.Errorf("status callback job: %w", err)
 	}
+	return nil
 }
 
 // callbackBody is what a webhook receives for one event (and what
@@ -104,7 +109,7 @@ func changes(a im.Alert, st alertStatus) []im.CallbackEvent {
 			User: u, At: at, Answer: answer, Detail: detail})
 	}
 	escalatedAt := map[im.UserID]im.Event{}
-	var ended *im.Event
+	var endedAt *im.Event
 	for i, e := range st.events {
 		switch e.Type {
 		case im.EventEscalated:
@@ -112,7 +117,7 @@ func changes(a im.Alert, st alertStatus) []im.CallbackEvent {
 				escalatedAt[e.User] = e
 			}
 		case im.EventEscalationEnded:
-			ended = &st.events[i]
+			endedAt = &st.events[i]
 		}
 	}
 	for _, d := range st.deliveries {
@@ -130,17 +135,30 @@ func changes(a im.Alert, st alertStatus) []im.CallbackEvent {
 			add(im.CallbackAnswered, d.User, x.At, x.Option, "")
 		}
 	}
+	ended := st.Escalation != nil && st.Escalation.State == "ended"
 	for _, u := range a.Escalated {
+		// The alert item names the user (AddEscalated, before the step's
+		// trace event); the event gives the time and detail. A tick still
+		// running writes it at its end (the next job sees it); once the
+		// escalation ended, a missing one was lost (a failed write).
 		e, ok := escalatedAt[u]
+		if !ok && !ended {
+			continue
+		}
 		if !ok {
-			continue // the step's trace is not in yet: the next job sees it
+			e = im.Event{At: st.at, Detail: "escalation step"}
 		}
 		add(im.CallbackEscalated, u, e.At, "", e.Detail)
 	}
-	if ended != nil && ended.User == "" {
+	switch {
+	case endedAt != nil && endedAt.User == "":
 		// Ended with nobody answering (an answer ends it naming who):
 		// expired, even if someone answers later.
-		add(im.CallbackExpired, "", ended.At, "", ended.Detail)
+		add(im.CallbackExpired, "", endedAt.At, "", endedAt.Detail)
+	case endedAt == nil && ended && len(st.answers) == 0:
+		// Ended (the alert item says so) and its trace event not in (the
+		// trace is written after the claim and may fail): nobody answered.
+		add(im.CallbackExpired, "", st.at, "", "nobody answered by the last step")
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package handler
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,7 +26,11 @@ type Escalations interface {
 // users get the alert in their inbox and pushed, a re-notification pushes
 // it again to everyone notified so far — and the next tick is enqueued,
 // Every later, until the last.
-func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob) error {
+//
+// The end's status callback job (expired, or escalated users) is enqueued
+// after the trace's flush; when that fails the job returns the error, and
+// its retry — which finds the tick or the end claimed — enqueues it again.
+func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob) (err error) {
 	if h.AlertStore == nil || h.Escalations == nil {
 		return fmt.Errorf("escalation of %s: alerts are not configured", job.Alert)
 	}
@@ -41,7 +46,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	changed := false // someone was escalated to, or it ended: a status callback job
 	defer func() {
 		if changed {
-			callbacksLater(ctx, h.core, h.FanoutQueue, id)
+			err = errors.Join(err, callbacksLater(ctx, h.core, h.FanoutQueue, id))
 		}
 	}() // deferred first, so it runs after the trace's flush
 	tr := h.trail("escalate", jobID)
@@ -52,16 +57,19 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	}
 	if len(answers) > 0 {
 		ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID)
+		changed = err == nil // ended now, or before (a retry: its job may be lost)
 		if ended {
-			changed = true
 			tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, User: answers[0].User, Detail: fmt.Sprintf("answered (%s by %s) before tick %d", answers[0].Option, answers[0].User, job.Tick)})
 		}
 		return err
 	}
 	claimed, err := h.Escalations.ClaimTick(ctx, id, job.Tick, jobID)
 	if err != nil || !claimed {
-		if !claimed {
+		if err == nil {
 			h.log().DebugContext(ctx, "escalation tick already run or ended", "messageId", id, "tick", job.Tick)
+			// A retry of a tick whose callback job failed to enqueue, or a
+			// duplicate: one job more, which records nothing twice.
+			changed = job.Tick == e.LastTick()
 		}
 		return err
 	}
@@ -105,10 +113,14 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 		next.Tick, next.NotBefore = next.Tick+1, time.Time{}
 		return enqueueAt(ctx, h.FanoutQueue, h.now(), e.Every, next)
 	}
-	if ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID); err != nil || !ended {
+	ended, err := h.Escalations.ClaimTick(ctx, id, im.EscalationEnded, jobID)
+	if err != nil {
 		return err
 	}
-	changed = true
+	changed = true // ended now, or before (a retry: its job may be lost)
+	if !ended {
+		return nil
+	}
 	tr.add(im.Event{Message: id, Type: im.EventEscalationEnded, Detail: fmt.Sprintf("nobody answered by the last step (tick %d)", job.Tick)})
 	return nil
 }

@@ -162,17 +162,28 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 		return h.fail(ctx, c, wire.ActionAnswer, err, "")
 	}
 	res := wire.AnswerResult{Type: wire.TypeAnswer, Ref: c.Ref, MessageID: string(id), UserID: string(got.User), Option: got.Option, AnsweredAt: wire.Timestamp(got.At)}
-	if recorded {
-		h.log().InfoContext(ctx, "answered", "messageId", id, "userId", c.User, "deviceId", c.Device, "option", f.Option)
-		tr := h.trail("answer", c.RequestID)
-		tr.add(im.Event{Message: id, Type: im.EventAnswered, User: c.User, Device: c.Device, Detail: f.Option})
-		tr.flush(ctx)
-		callbacksLater(ctx, h.core, h.FanoutQueue, id)
-		sync := res
-		sync.Ref = ""
-		frame, _ := json.Marshal(sync)
-		h.pushAll(ctx, "answer sync", c.User, c.Connection, frame)
+	if !recorded {
+		// The same answer again: a client that had no answer (the
+		// function failed or stopped after recording it) asks again, and
+		// the status callback job it may have lost is enqueued now (a
+		// duplicate records nothing twice).
+		if err := callbacksLater(ctx, h.core, h.FanoutQueue, id); err != nil {
+			return h.fail(ctx, c, wire.ActionAnswer, err, "")
+		}
+		return reply(res)
 	}
+	h.log().InfoContext(ctx, "answered", "messageId", id, "userId", c.User, "deviceId", c.Device, "option", f.Option)
+	tr := h.trail("answer", c.RequestID)
+	tr.add(im.Event{Message: id, Type: im.EventAnswered, User: c.User, Device: c.Device, Detail: f.Option})
+	tr.flush(ctx)
+	if err := callbacksLater(ctx, h.core, h.FanoutQueue, id); err != nil {
+		// Recorded, its callback job not: the client asks again.
+		return h.fail(ctx, c, wire.ActionAnswer, err, "")
+	}
+	sync := res
+	sync.Ref = ""
+	frame, _ := json.Marshal(sync)
+	h.pushAll(ctx, "answer sync", c.User, c.Connection, frame)
 	return reply(res)
 }
 
