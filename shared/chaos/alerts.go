@@ -72,11 +72,14 @@ func (a *alert) done() bool {
 	return a.accepted || a.refused != ""
 }
 
+// appName is the run's app.
+const appName = "chaos"
+
 // createApp makes the run's app, allowed to alert every user, and keeps
 // its key.
 func (r *runner) createApp(ctx context.Context) error {
 	users := slices.Sorted(maps.Keys(r.byUser))
-	body, _ := json.Marshal(map[string]any{"name": "chaos", "allowUsers": users, "allowGroups": []string{"*"}, "ratePerMinute": 100_000})
+	body, _ := json.Marshal(map[string]any{"name": appName, "allowUsers": users, "allowGroups": []string{"*"}, "ratePerMinute": 100_000})
 	adminKey := cmp.Or(r.cfg.Stack.AdminKey, devstack.DefaultAdminKey)
 	return retry(ctx, func(ctx context.Context) error {
 		status, raw, err := r.call(ctx, http.MethodPost, "/v1/apps", adminKey, nil, body)
@@ -229,16 +232,9 @@ func (r *runner) verifyAnswers(ctx context.Context, problem func(string, ...any)
 			continue
 		}
 		for id := range a.ids {
-			status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
-			var out struct {
-				Ack struct {
-					Answered   int    `json:"answered"`
-					Answer     string `json:"answer"`
-					AnsweredBy string `json:"answeredBy"`
-				} `json:"ack"`
-			}
-			if err != nil || status != http.StatusOK || json.Unmarshal(raw, &out) != nil {
-				problem("status of alert %s: %d %s %v", a.key, status, raw, err)
+			out, err := r.alertStatus(ctx, id)
+			if err != nil {
+				problem("status of alert %s: %v", a.key, err)
 				continue
 			}
 			r.res.Answers++
@@ -495,23 +491,14 @@ func (r *runner) verifyAlertReads(ctx context.Context, problem func(string, ...a
 
 // alertState is user's state in alert id's status (GET /v1/messages/{id}).
 func (r *runner) alertState(ctx context.Context, id, user string) (string, error) {
-	status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
+	out, err := r.alertStatus(ctx, id)
 	if err != nil {
 		return "", err
-	}
-	var out struct {
-		Recipients []struct {
-			UserID string `json:"userId"`
-			State  string `json:"state"`
-		} `json:"recipients"`
-	}
-	if status != http.StatusOK || json.Unmarshal(raw, &out) != nil {
-		return "", fmt.Errorf("%d %s", status, raw)
 	}
 	for _, x := range out.Recipients {
 		if x.UserID == user {
 			return x.State, nil
 		}
 	}
-	return "", fmt.Errorf("%s is not among its recipients: %s", user, raw)
+	return "", fmt.Errorf("%s is not among the recipients of %s: %+v", user, id, out.Recipients)
 }

@@ -109,7 +109,11 @@ type Result struct {
 	// (verifyAlertReads), LateAlerts how many alerts their devices showed
 	// after an alert with a higher convSeq.
 	AlertReads, LateAlerts int
-	Elapsed                time.Duration
+	// Callbacks is how many distinct status callbacks the app's webhook
+	// took (each verified: signed, justified by the alert's status, every
+	// one due received), CallbackPosts how many POSTs it took in all.
+	Callbacks, CallbackPosts int
+	Elapsed                  time.Duration
 	// Problems lists each fault found (empty on success).
 	Problems []string
 }
@@ -130,10 +134,11 @@ func (r Result) String() string {
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
   traces: %d checked against the devices' cursors, naming %d device acks
-  alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked`,
+  alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
+  status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
-		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts)
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
 // draft is one distinct send and what came of it.
@@ -220,6 +225,7 @@ type runner struct {
 	mine    map[string][]*draft // user → their drafts (retries pick from these)
 	alerts  []*alert
 	appKey  string
+	hooks   *hooks // the app's webhook
 	dmu     sync.Mutex
 	res     Result
 	rmu     sync.Mutex
@@ -269,7 +275,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, err
 	}
 	defer r.st.Close()
-	if err := r.populate(ctx); err != nil {
+	err := r.populate(ctx)
+	if r.hooks != nil {
+		defer r.hooks.srv.Close()
+	}
+	if err != nil {
 		return r.res, err
 	}
 	r.progress("chaos: %d users, %d devices, %d groups; %d messages under %s", len(r.byUser), len(r.devices), len(r.groups), cfg.Messages, cfg.Network)
@@ -345,6 +355,11 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	if o.RetryAfter == 0 {
 		o.RetryAfter = time.Second
+	}
+	if o.CallbackBackoff == nil {
+		// A webhook POST refused during the faults is tried again within
+		// seconds (the template's waits start at 10 s and grow to hours).
+		o.CallbackBackoff = []time.Duration{time.Second, 2 * time.Second, 2 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second, 5 * time.Second}
 	}
 	if o.RateLimits == "" {
 		// The run's users act far faster than people: a user's devices
@@ -507,7 +522,10 @@ func (r *runner) populate(ctx context.Context) error {
 		}
 	}
 	r.res.Groups = len(r.groups)
-	return r.createApp(ctx)
+	if err := r.createApp(ctx); err != nil {
+		return err
+	}
+	return r.registerHook(ctx)
 }
 
 // retry retries a query until it succeeds (the network drops frames).
@@ -1082,6 +1100,7 @@ func (r *runner) verify(ctx context.Context) {
 	r.verifyTraces(ctx, problem, seqOf)
 	r.verifyAlertReads(ctx, problem)
 	r.verifyAnswers(ctx, problem)
+	r.verifyCallbacks(ctx, problem)
 	sort.Strings(r.res.Problems)
 }
 

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,5 +224,35 @@ func TestChaosRunCatchesAGroupAlertTheFanoutSkipped(t *testing.T) {
 	problems := strings.Join(res.Problems, "\n")
 	if res.OK() || !strings.Contains(problems, "inbox 0 times") || !strings.Contains(problems, "queued for the fan-out") {
 		t.Fatalf("the skipped recipient went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
+
+// silentAcks never queues the status callback jobs of acks: the app's
+// webhook is not told that a recipient has an alert (unless a later change
+// of the same alert, a read, runs a job that sees it).
+type silentAcks struct{ handler.FanoutQueue }
+
+func (s silentAcks) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	jobs = slices.DeleteFunc(slices.Clone(jobs), func(j im.FanoutJob) bool { return j.Kind == im.FanoutCallback })
+	if len(jobs) == 0 {
+		return nil
+	}
+	return s.FanoutQueue.Enqueue(ctx, delay, jobs...)
+}
+
+func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
+		Converge: time.Minute,
+		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+			if fn == "AckFunction" && h.FanoutQueue != nil {
+				h.FanoutQueue = silentAcks{h.FanoutQueue}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || !strings.Contains(strings.Join(res.Problems, "\n"), ":delivered:") {
+		t.Fatalf("delivered callbacks never sent went unnoticed: %s\n%v", res, res.Problems)
 	}
 }
