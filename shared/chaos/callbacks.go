@@ -20,7 +20,7 @@ import (
 // hookRefuse is the share of status callback POSTs the run's webhook
 // answers 503 while the faults last (each is retried after the stack's
 // callback backoff).
-const hookRefuse = 0.2
+const hookRefuse = 0.05
 
 // hooks is the run's app's webhook: it verifies each status callback's
 // signature and keeps each event once by its id.
