@@ -384,6 +384,22 @@ func TestStatusCallbacksToAnSQSQueue(t *testing.T) {
 	}
 }
 
+// webhookStack starts a stack whose function fn has its fan-out queue
+// wrapped, with an app "noc" (alerting ann and ben) whose webhook is a
+// receiver: the stack, the app's key, the receiver and its secret.
+func webhookStack(t *testing.T, o devstack.Options, fn string, wrap func(handler.FanoutQueue) handler.FanoutQueue) (*devstack.Stack, string, *receiver, string) {
+	t.Helper()
+	o.Configure = func(id string, h *handler.Deps) {
+		if id == fn {
+			h.FanoutQueue = wrap(h.FanoutQueue)
+		}
+	}
+	st := startStack(t, o)
+	key := createApp(t, st, "noc", []string{"ann", "ben"}, 100)
+	rcv := newReceiver(t)
+	return st, key, rcv, setWebhook(t, st, key, "noc", rcv.srv.URL)
+}
+
 // refusingCallbackJobs refuses the first refuse status callback jobs
 // enqueued (the queue's outage), passing every other job.
 type refusingCallbackJobs struct {
@@ -408,14 +424,9 @@ func TestAnEscalationsEndIsCalledBackWhenItsJobFailedToEnqueue(t *testing.T) {
 	t.Parallel()
 	var refuse atomic.Int32
 	refuse.Store(1)
-	st := startStack(t, devstack.Options{RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
-		if fn == "FanoutFunction" {
-			h.FanoutQueue = refusingCallbackJobs{FanoutQueue: h.FanoutQueue, refuse: &refuse}
-		}
-	}})
-	key := createApp(t, st, "noc", []string{"ann", "ben"}, 100)
-	rcv := newReceiver(t)
-	secret := setWebhook(t, st, key, "noc", rcv.srv.URL)
+	st, key, rcv, secret := webhookStack(t, devstack.Options{RetryAfter: time.Second}, "FanoutFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
+		return refusingCallbackJobs{FanoutQueue: q, refuse: &refuse}
+	})
 	id := postAlert(t, st, key, "exp-2", `{"to":["ann"],"title":"Cert expires","body":"","ack":{},
 		"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]}]}}`)
 	want := []string{id + ":escalated:ben", id + ":expired"}
@@ -437,14 +448,9 @@ func TestAnAnswerWhoseCallbackJobFailedIsCalledBackWhenTheClientAsksAgain(t *tes
 	t.Parallel()
 	var refuse atomic.Int32
 	refuse.Store(1)
-	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "ReadFunction" {
-			h.FanoutQueue = refusingCallbackJobs{FanoutQueue: h.FanoutQueue, refuse: &refuse}
-		}
-	}})
-	key := createApp(t, st, "noc", []string{"ann"}, 100)
-	rcv := newReceiver(t)
-	secret := setWebhook(t, st, key, "noc", rcv.srv.URL)
+	st, key, rcv, secret := webhookStack(t, devstack.Options{}, "ReadFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
+		return refusingCallbackJobs{FanoutQueue: q, refuse: &refuse}
+	})
 	ann := dial(t, st, "ann", "phone")
 	id := postAlert(t, st, key, "ans-1", `{"to":["ann"],"title":"Deploy?","body":"","ack":{"options":["approve","reject"]}}`)
 	if f := answer(t, ann, "a1", id, "approve"); f.Type != "error" || f.Code != "internal" {
@@ -457,4 +463,41 @@ func TestAnAnswerWhoseCallbackJobFailedIsCalledBackWhenTheClientAsksAgain(t *tes
 		e := rcv.accepted(t, secret)[id+":answered:ann"]
 		return e != nil && e["answer"] == "approve"
 	})
+}
+
+// lostAfterAck drops the status callback jobs an ack enqueues after its
+// write (delay 0), as if the function stopped right after moving the
+// cursor: only the job it enqueued before the write, delayed, is left.
+type lostAfterAck struct {
+	handler.FanoutQueue
+	dropped *atomic.Int32
+}
+
+func (q lostAfterAck) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	if delay == 0 && slices.ContainsFunc(jobs, func(j im.FanoutJob) bool { return j.Kind == im.FanoutCallback }) {
+		q.dropped.Add(1)
+		return nil
+	}
+	return q.FanoutQueue.Enqueue(ctx, delay, jobs...)
+}
+
+// An ack whose function stops between moving the cursor and enqueuing the
+// status callback job still has the alert's delivered callback sent: the
+// job it enqueued before the write, delayed, derives it from the cursor.
+// Before, nothing else changed the alert and the webhook never heard of
+// it (chaos seed 1 at CI's size lost one so).
+func TestAnAlertsDeliveredCallbackOutlivesAnAckThatStoppedAfterItsWrite(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int32
+	st, key, rcv, secret := webhookStack(t, devstack.Options{}, "AckFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
+		return lostAfterAck{FanoutQueue: q, dropped: &dropped}
+	})
+	ann := dial(t, st, "ann", "phone")
+	id := postAlert(t, st, key, "dlv-1", `{"to":["ann"],"title":"Disk full","body":""}`)
+	push := ann.next("message", 5*time.Second)
+	ann.write(map[string]any{"action": "ack", "upTo": push.Seq})
+	waitFor(t, "ann's delivered callback", func() bool { return rcv.accepted(t, secret)[id+":delivered:ann"] != nil })
+	if dropped.Load() == 0 {
+		t.Fatal("the ack enqueued no job after its write (the test's premise)")
+	}
 }

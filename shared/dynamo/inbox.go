@@ -306,6 +306,19 @@ func (st *Store) Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.Dev
 	return im.DeviceCursor{Acked: getN(out.Item, "acked"), SyncNext: getN(out.Item, "syncNext")}, nil
 }
 
+// AckedUpTo reads where device d's ack cursor is, eventually consistent
+// (half a read unit; it may be behind, never ahead).
+func (st *Store) AckedUpTo(ctx context.Context, u im.UserID, d im.DeviceID) (int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, deviceSK(d)),
+		ProjectionExpression: aws.String("acked"),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("device %s/%s: %w", u, d, err)
+	}
+	return getN(out.Item, "acked"), nil
+}
+
 // Ack moves device a.Device's ack cursor forward to a.UpTo and records the
 // ack's range for the trace (a.From is what the cursor was: the store sets
 // it) in the same write, on the device's cursor item (ackRing). A lower or

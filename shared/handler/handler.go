@@ -28,6 +28,7 @@ type Inbox interface {
 	EnsureHead(ctx context.Context, u im.UserID, now time.Time) (int64, string, error)
 	Entry(ctx context.Context, u im.UserID, seq int64) (im.Entry, error)
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
+	AckedUpTo(ctx context.Context, u im.UserID, d im.DeviceID) (int64, error)
 	Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)

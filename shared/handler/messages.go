@@ -373,6 +373,10 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	upTo := *f.UpTo
 	now := h.now()
+	covered, err := h.alertsBeforeAck(ctx, c, upTo)
+	if err != nil {
+		return h.failOneWay(ctx, c, wire.ActionAck, err)
+	}
 	// The ack's range for the trace goes in the same write as the cursor
 	// (dynamo's Store.Ack), where 1:1 messages' "acked" events come from.
 	res, err := h.Inbox.Ack(ctx, im.AckRange{User: c.User, Device: c.Device, Connection: c.Connection, RequestID: c.RequestID, UpTo: upTo, At: now})
@@ -384,9 +388,63 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	}
 	if res.Moved {
 		h.log().DebugContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
-		h.afterAck(ctx, c, res.Old, upTo, now)
+		h.afterAck(ctx, c, res.Old, upTo, now, covered)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// ackCallbackDelay is how long after an ack the status callback job that
+// it enqueues before its write runs: long after the write has landed.
+const ackCallbackDelay = 10 * time.Second
+
+// coveredRefs are the inbox entries an ack is about to cover, read before
+// its write: the refs after from (the cursor then, read eventually
+// consistent: at or behind the cursor the write finds).
+type coveredRefs struct {
+	from int64
+	refs []im.EntryRef
+	read bool
+}
+
+// alertsBeforeAck reads which entries an ack up to upTo will cover and,
+// for the alerts among them, enqueues a status callback job that runs
+// ackCallbackDelay later, before the cursor moves: a function that stops
+// after the write and before afterAck's job is enqueued (or whose enqueue
+// fails) loses no delivered callback — the delayed job derives it from
+// the cursor. A failure here fails the ack before anything is written (the
+// device acks again; its entries are pushed again until it does). Half a
+// read unit per ack (the cursor); the entries' refs are read once, here
+// instead of in afterAck. Without a fan-out queue (no alerts) it does
+// nothing.
+func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (coveredRefs, error) {
+	if h.FanoutQueue == nil {
+		return coveredRefs{}, nil
+	}
+	old, err := h.Inbox.AckedUpTo(ctx, c.User, c.Device)
+	if err != nil || old >= upTo {
+		return coveredRefs{}, err // old >= upTo: nothing moves (unless the read was stale: afterAck reads)
+	}
+	from := max(old, upTo-maxAckTrace)
+	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
+	if err != nil {
+		return coveredRefs{}, err
+	}
+	var alerts []im.MessageID
+	for _, r := range refs {
+		if r.Conversation.AppConversation() {
+			alerts = append(alerts, r.ID)
+		}
+	}
+	if len(alerts) > 0 {
+		jobs := make([]im.FanoutJob, len(alerts))
+		for i, id := range alerts {
+			jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id}
+		}
+		if err := h.FanoutQueue.Enqueue(ctx, ackCallbackDelay, jobs...); err != nil {
+			return coveredRefs{}, fmt.Errorf("status callback jobs of the alerts acked: %w", err)
+		}
+	}
+	return coveredRefs{from: from, refs: refs, read: true}, nil
 }
 
 // maxAckTrace bounds how many messages one ack records in their traces.
@@ -401,12 +459,18 @@ const maxAckTrace = 200
 // write per message and recipient at chat pace, issue 12; group senders ask
 // with "receipts"), and the sender of a 1:1 message gets a delivered
 // receipt for the peer's messages no other device of this user had acked.
-func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now time.Time) {
+func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now time.Time, covered coveredRefs) {
 	from := max(old, upTo-maxAckTrace)
-	refs, err := h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace)
-	if err != nil {
-		h.log().WarnContext(ctx, "ack trace and receipts skipped", "err", err.Error(), "userId", c.User)
-		return
+	var refs []im.EntryRef
+	if covered.read && covered.from <= from {
+		// Read before the write, from at or behind the cursor it found.
+		refs = slices.DeleteFunc(covered.refs, func(r im.EntryRef) bool { return r.Seq <= from })
+	} else {
+		var err error
+		if refs, err = h.Inbox.EntryRefs(ctx, c.User, from, upTo, maxAckTrace); err != nil {
+			h.log().WarnContext(ctx, "ack trace and receipts skipped", "err", err.Error(), "userId", c.User)
+			return
+		}
 	}
 	tr := h.trail("ack", c.RequestID)
 	receipts := map[im.ConversationID]int64{} // 1:1
