@@ -162,8 +162,8 @@ type greedyReads struct {
 	handler.Reads
 }
 
-func (g greedyReads) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
-	return g.Reads.ReadAlerts(ctx, u, c, upTo, 1<<62, now)
+func (g greedyReads) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, before func([]im.MessageID) error) (im.AlertsRead, error) {
+	return g.Reads.ReadAlertsBefore(ctx, u, c, upTo, 1<<62, now, before)
 }
 
 func TestChaosRunCatchesAlertsReadThatWereNot(t *testing.T) {

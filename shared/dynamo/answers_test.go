@@ -172,3 +172,35 @@ func sorted(ids ...im.MessageID) []im.MessageID {
 	slices.Sort(ids)
 	return ids
 }
+
+// ReadAlertsBefore names the alerts a read is about to cover before its
+// write, and an error from that stops the read with nothing written (the
+// read route enqueues their status callback jobs there).
+func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	now := time.Now()
+	a, err := st.BeginAlert(ctx, "ops", "k1", "k1", im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
+		App: "ops", Recipients: []im.UserID{"ann"}, Title: "k1", Priority: "normal"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := a.Alert.Message
+	seq, err := st.AppendInbox(ctx, "ann", m, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []im.MessageID
+	refuse := func(ids []im.MessageID) error { named = ids; return errors.New("queue down") }
+	if _, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, refuse); err == nil || !slices.Equal(named, []im.MessageID{m.ID}) {
+		t.Fatalf("read refused before its write: %v, named %v", err, named)
+	}
+	if mark, err := st.ReadWatermark(ctx, "ann", "a:ops"); err != nil || mark.CoversAlert(m.ConvSeq, seq, now) {
+		t.Fatalf("after the refused read: %+v, %v; want nothing read", mark, err)
+	}
+	named = nil
+	r, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, func(ids []im.MessageID) error { named = ids; return nil })
+	if err != nil || !r.Moved || !slices.Equal(named, r.Read) || !slices.Equal(r.Read, []im.MessageID{m.ID}) {
+		t.Fatalf("read: %+v, %v, named %v", r, err, named)
+	}
+}

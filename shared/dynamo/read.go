@@ -79,6 +79,15 @@ const (
 // convSeqs: an alert read by its inbox seq may have a convSeq above upTo)
 // and one conditional write (all again if an alert arrived in between).
 func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error) {
+	return st.ReadAlertsBefore(ctx, u, c, upTo, inboxSeq, now, nil)
+}
+
+// ReadAlertsBefore is ReadAlerts telling beforeWrite (when not nil) which
+// alerts the read is about to cover, before each try of its write: an
+// error from it stops the read with nothing written. (The read route
+// enqueues their status callback jobs there, so that a function that
+// stops after the write loses none.)
+func (st *Store) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func([]im.MessageID) error) (im.AlertsRead, error) {
 	key := inboxKey(u, convIndexSK(c))
 	for attempt := range st.MaxAttempts {
 		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: key, ConsistentRead: aws.Bool(true)})
@@ -146,6 +155,11 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 		iseqIs := "#iseq = :iseq"
 		if _, ok := it[attrInboxSeq]; !ok {
 			iseqIs = "(attribute_not_exists(#iseq) OR #iseq = :iseq)"
+		}
+		if beforeWrite != nil && len(newly) > 0 {
+			if err := beforeWrite(slices.Sorted(maps.Keys(newly))); err != nil {
+				return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
+			}
 		}
 		names := map[string]string{"#read": attrRead, "#rseq": attrReadSeq, "#iseq": attrInboxSeq}
 		values := map[string]types.AttributeValue{

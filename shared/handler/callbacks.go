@@ -66,6 +66,16 @@ const (
 // job; otherwise the change is still recorded by the alert's next job,
 // and the app can read every alert's status. q nil: no fan-out queue.
 func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.MessageID) error {
+	err := callbacksAfter(ctx, q, 0, ids)
+	if err != nil {
+		h.log().WarnContext(ctx, "status callback job not queued", "err", err.Error(), "alerts", len(ids))
+	}
+	return err
+}
+
+// callbacksAfter enqueues a callback job for each alert in ids that runs
+// delay from now (none for no ids; q nil: no fan-out queue).
+func callbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, ids []im.MessageID) error {
 	if q == nil || len(ids) == 0 {
 		return nil
 	}
@@ -73,9 +83,8 @@ func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.Messa
 	for i, id := range ids {
 		jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id}
 	}
-	if err := q.Enqueue(ctx, 0, jobs...); err != nil {
-		h.log().WarnContext(ctx, "status callback job not queued", "err", err.Error(), "alerts", len(ids))
-		return fmt.Errorf("status callback job: %w", err)
+	if err := q.Enqueue(ctx, delay, jobs...); err != nil {
+		return fmt.Errorf("status callback jobs: %w", err)
 	}
 	return nil
 }

@@ -393,9 +393,10 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
-// ackCallbackDelay is how long after an ack the status callback job that
-// it enqueues before its write runs: long after the write has landed.
-const ackCallbackDelay = 10 * time.Second
+// callbackDelay is how long after an ack or a read the status callback
+// job that it enqueues before its write runs: long after the write has
+// landed.
+const callbackDelay = 10 * time.Second
 
 // coveredRefs are the inbox entries an ack is about to cover, read before
 // its write: the refs after from (the cursor then, read eventually
@@ -408,7 +409,7 @@ type coveredRefs struct {
 
 // alertsBeforeAck reads which entries an ack up to upTo will cover and,
 // for the alerts among them, enqueues a status callback job that runs
-// ackCallbackDelay later, before the cursor moves: a function that stops
+// callbackDelay later, before the cursor moves: a function that stops
 // after the write and before afterAck's job is enqueued (or whose enqueue
 // fails) loses no delivered callback — the delayed job derives it from
 // the cursor. A failure here fails the ack before anything is written (the
@@ -435,14 +436,8 @@ func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (c
 			alerts = append(alerts, r.ID)
 		}
 	}
-	if len(alerts) > 0 {
-		jobs := make([]im.FanoutJob, len(alerts))
-		for i, id := range alerts {
-			jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id}
-		}
-		if err := h.FanoutQueue.Enqueue(ctx, ackCallbackDelay, jobs...); err != nil {
-			return coveredRefs{}, fmt.Errorf("status callback jobs of the alerts acked: %w", err)
-		}
+	if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, alerts); err != nil {
+		return coveredRefs{}, fmt.Errorf("the alerts acked: %w", err)
 	}
 	return coveredRefs{from: from, refs: refs, read: true}, nil
 }

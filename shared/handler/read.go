@@ -17,7 +17,7 @@ import (
 // Reads is the storage of read watermarks.
 type Reads interface {
 	MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error)
-	ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time) (im.AlertsRead, error)
+	ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func([]im.MessageID) error) (im.AlertsRead, error)
 	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (im.ReadMark, error)
 	ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
 	Message(ctx context.Context, c im.ConversationID, convSeq int64) (im.Message, error)
@@ -87,7 +87,13 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 // later one, below the convSeq watermark). Each alert it newly covers is
 // traced "read" and gets a status callback.
 func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.ConversationID, upTo, inboxSeq int64) (events.APIGatewayProxyResponse, error) {
-	r, err := h.Reads.ReadAlerts(ctx, c.User, conv, upTo, inboxSeq, h.now())
+	// The alerts the read covers get a status callback job that runs
+	// callbackDelay after it, enqueued before its write: a function that
+	// stops after the write (or whose job below is not enqueued) loses no
+	// read callback. That enqueue failing fails the read before anything
+	// is written.
+	early := func(ids []im.MessageID) error { return callbacksAfter(ctx, h.FanoutQueue, callbackDelay, ids) }
+	r, err := h.Reads.ReadAlertsBefore(ctx, c.User, conv, upTo, inboxSeq, h.now(), early)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
