@@ -84,22 +84,31 @@ func (w *wrongGroups) SendGroup(ctx context.Context, d im.Draft, now time.Time) 
 
 func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
 	t.Parallel()
-	var refused atomic.Bool
-	res, err := Run(context.Background(), Config{Seed: 5, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-			if fn == "SendFunction" {
-				h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused}
-			}
-		}}})
-	if err != nil {
-		t.Fatal(err)
+	// Which device makes which send depends on timing (the devices draw
+	// from one generator and one send budget), and an owner whose device
+	// spends the short run offline may make no group send at all (about
+	// one run in ten): such a run proves nothing, and the next seed runs.
+	for seed := uint64(5); seed < 10; seed++ {
+		var refused atomic.Bool
+		res, err := Run(context.Background(), Config{Seed: seed, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
+			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+				if fn == "SendFunction" {
+					h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused}
+				}
+			}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !refused.Load() {
+			t.Logf("seed %d: the owner made no group send", seed)
+			continue
+		}
+		if res.OK() || !strings.Contains(strings.Join(res.Problems, "\n"), "a member since the group was created") {
+			t.Fatalf("the wrong refusal went unnoticed: %s\n%v", res, res.Problems)
+		}
+		return
 	}
-	if !refused.Load() {
-		t.Fatal("the owner made no group send (the seed must make one)")
-	}
-	if res.OK() || !strings.Contains(strings.Join(res.Problems, "\n"), "a member since the group was created") {
-		t.Fatalf("the wrong refusal went unnoticed: %s\n%v", res, res.Problems)
-	}
+	t.Fatal("no run had the owner make a group send")
 }
 
 // ghostAcks stores one device's acks as another device's: the devices'
