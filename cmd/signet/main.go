@@ -31,6 +31,7 @@ var commands = []command{
 	{"send", "send one message: signet send --user alice --to bob \"text\"", runSend},
 	{"tail", "print a user's messages as JSON lines: signet tail --user bob [--count N]", runTail},
 	{"apps", "manage apps that post alerts: signet apps create --name monitoring --allow-user bob", runApps},
+	{"devices", "list a user's devices, or forget one to free its place: signet devices list --user bob", runDevices},
 	{"trace", "print a message's path to each device: signet trace <messageId>", runTrace},
 	{"netem", "weak-network proxy for any client: signet netem --profile subway (or --loss 0.2 --delay 200ms±100ms)", runNetem},
 	{"chaos", "seeded chaos run of the whole system, reconciled at the end: signet chaos --seed 7 --messages 2000", runChaos},

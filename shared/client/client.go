@@ -296,7 +296,8 @@ func (o *Options) defaults() {
 
 // Dial opens the local store and connects. It returns once the first
 // connection is up (then the client reconnects on its own), or with the
-// error that refused it: an *AuthError, or ctx's error.
+// error that refused it: an *AuthError, a *DeviceLimitError, or ctx's
+// error.
 func Dial(ctx context.Context, opts Options) (*Client, error) {
 	if opts.URL == "" || opts.Token == nil || opts.Path == "" {
 		return nil, errors.New("client: URL, Token and Path are required")

@@ -18,7 +18,8 @@ func (c *Client) run(ctx context.Context) {
 		conn, err := c.connect(ctx)
 		if err != nil {
 			var auth *AuthError
-			if !firstDone && errors.As(err, &auth) {
+			var devices *DeviceLimitError
+			if !firstDone && (errors.As(err, &auth) || errors.As(err, &devices)) {
 				c.first <- err
 				return
 			}

@@ -28,6 +28,9 @@ func WebSocket(ctx context.Context, url string, header http.Header) (Conn, error
 		if resp != nil && (resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden) {
 			return nil, &AuthError{Status: resp.StatusCode}
 		}
+		if resp != nil && resp.StatusCode == http.StatusConflict {
+			return nil, &DeviceLimitError{}
+		}
 		return nil, err
 	}
 	c.SetReadLimit(1 << 20)
@@ -54,6 +57,17 @@ func (e *AuthError) Error() string {
 		return "connection refused: no token (401)"
 	}
 	return "connection refused: invalid or expired token (403)"
+}
+
+// DeviceLimitError is a refused upgrade (409): the user has the most
+// devices the server allows, and this device id is not one of them.
+// Reconnecting will not help until an operator forgets one of the user's
+// devices (signet devices forget), or the client uses a device id the
+// user already has.
+type DeviceLimitError struct{}
+
+func (e *DeviceLimitError) Error() string {
+	return "connection refused: the user has the most devices allowed and this device id is new (409)"
 }
 
 // Flaky wraps a Dialer so that pushed "message" frames are dropped,

@@ -55,6 +55,9 @@ type Config struct {
 	MemberLimit, FanoutBatch int
 	// MaxConnections bounds one user's connections (the oldest are closed).
 	MaxConnections int
+	// MaxDevices bounds one user's devices (a new device id beyond it is
+	// refused at $connect).
+	MaxDevices int
 	// RateLimits are the per-user limits per action (nil: none).
 	RateLimits map[ratelimit.Action]ratelimit.Limit
 	// PresenceStale is how long a connection counts as live after its last
@@ -124,6 +127,7 @@ const (
 	EnvHistoryRetention = "SIGNET_HISTORY_RETENTION"
 	EnvMemberLimit      = "SIGNET_GROUP_MEMBER_LIMIT"
 	EnvMaxConnections   = "SIGNET_MAX_CONNECTIONS"
+	EnvMaxDevices       = "SIGNET_MAX_DEVICES"
 	EnvRateLimits       = "SIGNET_RATE_LIMITS"
 	EnvFanoutBatch      = "SIGNET_FANOUT_BATCH"
 	EnvPresenceStale    = "SIGNET_PRESENCE_STALE"
@@ -169,6 +173,7 @@ var Vars = []Var{
 	{EnvHistoryRetention, "8760h", "how long conversation logs (history) are kept; 0 keeps them forever; at least the inbox retention"},
 	{EnvMemberLimit, "500", "most members of a group"},
 	{EnvMaxConnections, "10", "most connections one user may hold; a new one closes the oldest beyond it"},
+	{EnvMaxDevices, "20", "most devices one user may have; $connect with a new device id beyond it is refused (HTTP 409) until an operator forgets one"},
 	{EnvRateLimits, "send=120/1m,group=60/1m,query=300/1m,presence=60/1m,connect=60/1m", "per-user limits per action (query: history, receipts, summary, presence.query; connect: new connections); off disables them"},
 	{EnvFanoutBatch, "50", "members one fan-out invocation fills"},
 	{EnvPresenceStale, "27m", "a connection counts as live this long after its last connect/ping (the SDK pings every 24 minutes)"},
@@ -263,6 +268,9 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if c.MaxConnections, err = positive(EnvMaxConnections, get(EnvMaxConnections)); err != nil {
+		return Config{}, err
+	}
+	if c.MaxDevices, err = positive(EnvMaxDevices, get(EnvMaxDevices)); err != nil {
 		return Config{}, err
 	}
 	if c.RateLimits, err = ratelimit.Parse(get(EnvRateLimits)); err != nil {

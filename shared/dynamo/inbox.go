@@ -386,9 +386,101 @@ func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.D
 	}
 	out := map[im.DeviceID]im.DeviceCursor{}
 	for _, it := range items {
-		out[im.DeviceID(getS(it, attrSK)[2:])] = im.DeviceCursor{Acked: getN(it, "acked"), AckedAt: time.UnixMilli(getN(it, "ackedAt")).UTC(), SyncNext: getN(it, "syncNext")}
+		c := im.DeviceCursor{Acked: getN(it, "acked"), AckedAt: time.UnixMilli(getN(it, "ackedAt")).UTC(), SyncNext: getN(it, "syncNext")}
+		if ms := getN(it, attrRegisteredAt); ms > 0 {
+			c.RegisteredAt = time.UnixMilli(ms).UTC()
+		}
+		out[im.DeviceID(getS(it, attrSK)[2:])] = c
 	}
 	return out, nil
+}
+
+// EnsureDevice admits device d of user u ($connect): a device with a
+// cursor item is one of u's devices; a new one gets its item (no cursor
+// yet) unless u already has limit devices (im.ErrDeviceLimit). One
+// strongly consistent Query of the cursor items (a device that connected
+// a moment ago is among them), and one write for a new device. Devices
+// connecting for the first time at the same moment can each see room for
+// one more: the bound is exceeded only by such a race.
+func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error {
+	items, err := st.deviceItems(ctx, u)
+	if err != nil {
+		return fmt.Errorf("devices of %s: %w", u, err)
+	}
+	for _, it := range items {
+		if getS(it, attrSK) == deviceSK(d) {
+			return nil
+		}
+	}
+	if len(items) >= limit {
+		return fmt.Errorf("%s has %d devices, the most allowed, and %s is not one of them: %w", u, len(items), d, im.ErrDeviceLimit)
+	}
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, deviceSK(d)),
+		UpdateExpression:          aws.String("SET #r = if_not_exists(#r, :now)"),
+		ExpressionAttributeNames:  map[string]string{"#r": attrRegisteredAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli())},
+	})
+	if err != nil {
+		return fmt.Errorf("device %s/%s: %w", u, d, err)
+	}
+	return nil
+}
+
+// attrRegisteredAt is when a device first connected (EnsureDevice; absent
+// on devices from before the device limit).
+const attrRegisteredAt = "registeredAt"
+
+// ForgetDevice removes device d of user u (an operator's decision: the
+// device is gone), making room for a new one under the device limit. The
+// ack ranges still on its cursor item go to the trace first, so that
+// what it acked stays answerable there. It refuses (im.ErrDeviceHoldsDelivered)
+// when d acked further than every other device of u: the delivered
+// watermarks derived from the cursors would move back. im.ErrNotFound: u
+// has no such device. The delete is conditional on the cursor not having
+// moved since it was read (an ack meanwhile: im.ErrContention).
+func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) error {
+	items, err := st.deviceItems(ctx, u)
+	if err != nil {
+		return fmt.Errorf("devices of %s: %w", u, err)
+	}
+	var mine map[string]types.AttributeValue
+	var others int64
+	for _, it := range items {
+		if getS(it, attrSK) == deviceSK(d) {
+			mine = it
+		} else {
+			others = max(others, getN(it, "acked"))
+		}
+	}
+	if mine == nil {
+		return fmt.Errorf("device %s/%s: %w", u, d, im.ErrNotFound)
+	}
+	acked := getN(mine, "acked")
+	if acked > others {
+		return fmt.Errorf("device %s/%s acked up to %d, its user's other devices up to %d: %w", u, d, acked, others, im.ErrDeviceHoldsDelivered)
+	}
+	if pending := ackRanges(u, d, getN(mine, attrAckBase), mine[attrAcks]); len(pending) > 0 {
+		if err := st.putAckRanges(ctx, u, d, pending); err != nil {
+			return err
+		}
+	}
+	cond, vals := "attribute_not_exists(acked)", map[string]types.AttributeValue(nil)
+	if _, ok := mine["acked"]; ok {
+		cond, vals = "acked = :a", map[string]types.AttributeValue{":a": n(acked)}
+	}
+	_, err = st.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, deviceSK(d)),
+		ConditionExpression: aws.String(cond), ExpressionAttributeValues: vals,
+	})
+	if isConditionFailed(err) {
+		return fmt.Errorf("device %s/%s acked while being forgotten: %w", u, d, im.ErrContention)
+	}
+	if err != nil {
+		return fmt.Errorf("device %s/%s: %w", u, d, err)
+	}
+	return nil
 }
 
 // deviceItems reads the cursor items of all of a user's devices (a Query,

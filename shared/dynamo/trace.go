@@ -214,25 +214,11 @@ func (st *Store) setAckBase(ctx context.Context, key map[string]types.AttributeV
 // in neither.
 func (st *Store) moveAcks(ctx context.Context, u im.UserID, d im.DeviceID, pending []im.AckRange) error {
 	first, last := pending[0], pending[len(pending)-1]
-	list := make([]types.AttributeValue, len(pending))
-	for i, a := range pending {
-		list[i] = ackElement(a)
-	}
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	item := map[string]types.AttributeValue{
-		"messageId": s(ackPartition(u)),
-		attrSK:      s(fmt.Sprintf("%020d#%s#%s", last.UpTo, d, hex.EncodeToString(r[:]))),
-		"deviceId":  s(string(d)), attrAckBase: n(first.From), attrAcks: &types.AttributeValueMemberL{Value: list},
-		attrTTL: n(last.At.Add(TraceRetention).Unix()),
-	}
-	// BatchWriteItem, as every trace write (the functions' policies grant
-	// it), retried if throttled. Should it keep failing, the ranges stay
-	// pending up to ackRingMax; past that they are dropped from the trace
-	// (reported) rather than grow the cursor item until acks fail.
+	// Should the put keep failing, the ranges stay pending up to
+	// ackRingMax; past that they are dropped from the trace (reported)
+	// rather than grow the cursor item until acks fail.
 	var dropped error
-	if err := st.batchPut(ctx, st.tables.Trace, []map[string]types.AttributeValue{item}); err != nil {
-		err = fmt.Errorf("ack ranges of %s/%s (%d, %d]: %w", u, d, first.From, last.UpTo, err)
+	if err := st.putAckRanges(ctx, u, d, pending); err != nil {
 		if len(pending) < ackRingMax {
 			return err
 		}
@@ -257,6 +243,30 @@ func (st *Store) moveAcks(ctx context.Context, u im.UserID, d im.DeviceID, pendi
 		return errors.Join(dropped, fmt.Errorf("ack ranges of %s/%s moved to the trace, not trimmed: %w", u, d, err))
 	}
 	return dropped
+}
+
+// putAckRanges puts ranges of u's device d (oldest first, each from the
+// previous one's upTo) into u's ack partition of the Trace table as one
+// item: BatchWriteItem, as every trace write (the functions' policies
+// grant it), retried if throttled.
+func (st *Store) putAckRanges(ctx context.Context, u im.UserID, d im.DeviceID, pending []im.AckRange) error {
+	first, last := pending[0], pending[len(pending)-1]
+	list := make([]types.AttributeValue, len(pending))
+	for i, a := range pending {
+		list[i] = ackElement(a)
+	}
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	item := map[string]types.AttributeValue{
+		"messageId": s(ackPartition(u)),
+		attrSK:      s(fmt.Sprintf("%020d#%s#%s", last.UpTo, d, hex.EncodeToString(r[:]))),
+		"deviceId":  s(string(d)), attrAckBase: n(first.From), attrAcks: &types.AttributeValueMemberL{Value: list},
+		attrTTL: n(last.At.Add(TraceRetention).Unix()),
+	}
+	if err := st.batchPut(ctx, st.tables.Trace, []map[string]types.AttributeValue{item}); err != nil {
+		return fmt.Errorf("ack ranges of %s/%s (%d, %d]: %w", u, d, first.From, last.UpTo, err)
+	}
+	return nil
 }
 
 // ackElement is one range as the lists hold it (its from is implied).

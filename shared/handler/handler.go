@@ -32,6 +32,8 @@ type Inbox interface {
 	Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
+	EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error
+	ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) error
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error
 	TakeSyncSlot(ctx context.Context, u im.UserID, now time.Time, interval time.Duration) (time.Duration, error)
 }
@@ -137,6 +139,10 @@ type Deps struct {
 	// MaxConnections bounds one user's connections (default
 	// im.DefaultMaxConnections): $connect beyond it closes the oldest.
 	MaxConnections int
+	// MaxDevices bounds one user's devices (default im.DefaultMaxDevices):
+	// $connect with a device id the user has not used before is refused
+	// beyond it.
+	MaxDevices int
 	// Disconnector closes connections (nil: only their records go).
 	Disconnector Disconnector
 	// Limits bounds each user's sends, group changes, queries and presence

@@ -60,7 +60,8 @@ type httpErrorBody struct {
 // POST /v1/messages, GET /v1/messages/{id}, GET /v1/messages/{id}/trace,
 // GET and POST /v1/apps, DELETE /v1/apps/{appId},
 // POST /v1/apps/{appId}/key, PUT and DELETE /v1/apps/{appId}/webhook,
-// GET /v1/apps/{appId}/events and POST /v1/apps/{appId}/events/retry.
+// GET /v1/apps/{appId}/events and POST /v1/apps/{appId}/events/retry,
+// GET /v1/users/{userId}/devices, DELETE /v1/users/{userId}/devices/{deviceId}.
 func (h *AlertsAPI) Alerts(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	reqID := req.RequestContext.RequestID
 	status, body, err := h.routeAlerts(ctx, req)
@@ -120,6 +121,10 @@ func (h *AlertsAPI) routeAlerts(ctx context.Context, req events.APIGatewayV2HTTP
 		return h.retryEvents(ctx, req)
 	case "POST /v1/apps/{appId}/key":
 		return h.rotateAppKey(ctx, req)
+	case "GET /v1/users/{userId}/devices":
+		return h.listDevices(ctx, req)
+	case "DELETE /v1/users/{userId}/devices/{deviceId}":
+		return h.forgetDevice(ctx, req)
 	}
 	return 0, nil, wire.Problemf(wire.CodeNotFound, "no route %s", req.RouteKey)
 }

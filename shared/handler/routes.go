@@ -48,6 +48,7 @@ type delivery struct {
 type Sessions struct {
 	*delivery
 	MaxConnections int
+	MaxDevices     int
 	presence       *PresenceRoutes
 }
 
@@ -130,6 +131,9 @@ type AlertsAPI struct {
 	CallbackQueues  CallbackSender
 	CallbackBackoff []time.Duration
 	WebhookPrivate  bool
+	// MaxDevices is the device limit (Deps.MaxDevices), shown with a
+	// user's devices.
+	MaxDevices int
 }
 
 // FanoutWorker runs the fan-out and presence queues' jobs.
@@ -202,7 +206,7 @@ func (d *Deps) delivery() *delivery {
 
 // Sessions is the connection routes' use case.
 func (d *Deps) Sessions() *Sessions {
-	return &Sessions{delivery: d.delivery(), MaxConnections: d.MaxConnections, presence: d.Presence()}
+	return &Sessions{delivery: d.delivery(), MaxConnections: d.MaxConnections, MaxDevices: d.MaxDevices, presence: d.Presence()}
 }
 
 // Messages is the send, ack and sync routes' use case.
@@ -244,7 +248,8 @@ func (d *Deps) SummaryRoutes() *SummaryRoutes {
 func (d *Deps) AlertsAPI() *AlertsAPI {
 	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
 		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
-		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackQueues: d.CallbackQueues, CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate}
+		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackQueues: d.CallbackQueues, CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate,
+		MaxDevices: d.MaxDevices}
 	if e, ok := d.AlertStore.(Escalations); ok {
 		a.Escalations = e
 	}

@@ -21,6 +21,11 @@ type Connection struct {
 // the oldest.
 const DefaultMaxConnections = 10
 
+// DefaultMaxDevices is how many devices one user may have unless configured
+// otherwise: a device id the user has not connected with before is
+// refused beyond it (ErrDeviceLimit) until an operator forgets one.
+const DefaultMaxDevices = 20
+
 // Oldest returns the connections of conns beyond the newest max, oldest
 // first (by ConnectedAt, then id), never keep: those to close so that at
 // most max remain, keep among them.
@@ -56,4 +61,7 @@ type DeviceCursor struct {
 	// SyncNext is the cursor a continuation sync page would start from, or 0
 	// when the device's last sync was complete.
 	SyncNext int64
+	// RegisteredAt is when the device first connected (zero for a device
+	// from before the device limit).
+	RegisteredAt time.Time
 }

@@ -38,6 +38,14 @@ var (
 	// ErrEndpointDisabled: a device's push endpoint is disabled (APNs or
 	// FCM refused its token); it must register again.
 	ErrEndpointDisabled = errors.New("push endpoint disabled")
+	// ErrDeviceLimit: the user has the most devices allowed, and this
+	// device id is not one of them.
+	ErrDeviceLimit = errors.New("device limit reached")
+	// ErrDeviceHoldsDelivered: forgetting the device would move the user's
+	// delivered watermark back (it acked further than every other device).
+	ErrDeviceHoldsDelivered = errors.New("device acked further than every other device")
+	// ErrDeviceConnected: the device has a connection.
+	ErrDeviceConnected = errors.New("device is connected")
 )
 
 // Group errors.

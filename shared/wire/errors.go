@@ -45,7 +45,8 @@ const (
 	// CodeNotFound: the resource asked for does not exist (HTTP API).
 	CodeNotFound Code = "not_found"
 	// CodeConflict: an Idempotency-Key or a name was already used for
-	// something else (HTTP API).
+	// something else, or what is asked conflicts with the state of what it
+	// changes: a device still connected (HTTP API).
 	CodeConflict Code = "conflict"
 )
 

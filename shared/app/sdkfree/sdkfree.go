@@ -23,6 +23,7 @@ func Deps(cfg config.Config, log *slog.Logger) *handler.Deps {
 	d := &handler.Deps{
 		MemberLimit:      cfg.MemberLimit,
 		MaxConnections:   cfg.MaxConnections,
+		MaxDevices:       cfg.MaxDevices,
 		FanoutBatch:      cfg.FanoutBatch,
 		PresenceStale:    cfg.PresenceStale,
 		PresenceDebounce: cfg.PresenceDebounce,
