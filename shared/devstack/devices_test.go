@@ -24,7 +24,7 @@ import (
 // known devices keep connecting; an operator frees a place by forgetting
 // a device that is gone — not while it is connected, not while the
 // user's delivered receipts rest on its cursor — and what it acked stays
-// in the trace.
+// in the trace; it is woken no more.
 func TestANewDeviceBeyondTheLimitIsRefusedUntilOneIsForgotten(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvMaxDevices: "3"}})
@@ -110,8 +110,16 @@ func TestANewDeviceBeyondTheLimitIsRefusedUntilOneIsForgotten(t *testing.T) {
 		cs, err := st.Store.Connections(ctx, "bob")
 		return err == nil && !slices.ContainsFunc(cs, func(c im.Connection) bool { return c.Device == "watch" })
 	})
+	if err := st.Store.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "watch-token"}); err != nil {
+		t.Fatal(err)
+	}
 	if r := call(t, st, "DELETE", "/v1/users/bob/devices/watch", devstack.DefaultAdminKey, nil, ""); r.status != http.StatusNoContent {
 		t.Fatalf("forget the watch: %d %s", r.status, r.raw)
+	}
+	// It is woken no more.
+	eps, err := st.Store.PushEndpoints(ctx, "bob")
+	if err != nil || slices.ContainsFunc(eps, func(p im.PushEndpoint) bool { return p.Device == "watch" && p.Token != "" }) {
+		t.Fatalf("the forgotten watch's wake-up registration remains: %+v, %v", eps, err)
 	}
 	dial(t, st, "bob", "laptop").write(map[string]any{"action": "ping"})
 	if _, resp, err := websocket.Dial(ctx, st.URL+"?token="+token(t, "bob", "watch"), nil); err == nil || resp == nil || resp.StatusCode != http.StatusConflict {

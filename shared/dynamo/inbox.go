@@ -435,7 +435,8 @@ const attrRegisteredAt = "registeredAt"
 // ForgetDevice removes device d of user u (an operator's decision: the
 // device is gone), making room for a new one under the device limit. The
 // ack ranges still on its cursor item go to the trace first, so that
-// what it acked stays answerable there. It refuses (im.ErrDeviceHoldsDelivered)
+// what it acked stays answerable there, and its registration for wake-ups
+// is removed. It refuses (im.ErrDeviceHoldsDelivered)
 // when d acked further than every other device of u: the delivered
 // watermarks derived from the cursors would move back. im.ErrNotFound: u
 // has no such device. The delete is conditional on the cursor not having
@@ -465,6 +466,18 @@ func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) e
 		if err := st.putAckRanges(ctx, u, d, pending); err != nil {
 			return err
 		}
+	}
+	// A gone device is woken no more: its registration for wake-ups is
+	// emptied as a disabled one is (RemovePushEndpoint), if it has one.
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skPush(d)),
+		UpdateExpression:          aws.String("SET endpoint = :none, #t = :none"),
+		ConditionExpression:       aws.String("attribute_exists(#t)"),
+		ExpressionAttributeNames:  map[string]string{"#t": "token"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":none": s("")},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("wake-up registration of %s/%s: %w", u, d, err)
 	}
 	cond, vals := "attribute_not_exists(acked)", map[string]types.AttributeValue(nil)
 	if _, ok := mine["acked"]; ok {
