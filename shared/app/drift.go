@@ -38,17 +38,19 @@ var MockRoutes = map[string]bool{"keepalive": true}
 
 // HTTPRoutes maps every HTTP API route the code serves to its function.
 var HTTPRoutes = map[string]string{
-	"POST /v1/messages":                  "AlertsFunction",
-	"GET /v1/messages/{id}":              "AlertsFunction",
-	"GET /v1/messages/{id}/trace":        "AlertsFunction",
-	"POST /v1/apps":                      "AlertsFunction",
-	"DELETE /v1/apps/{appId}":            "AlertsFunction",
-	"GET /v1/apps":                       "AlertsFunction",
-	"POST /v1/apps/{appId}/key":          "AlertsFunction",
-	"PUT /v1/apps/{appId}/webhook":       "AlertsFunction",
-	"DELETE /v1/apps/{appId}/webhook":    "AlertsFunction",
-	"GET /v1/apps/{appId}/events":        "AlertsFunction",
-	"POST /v1/apps/{appId}/events/retry": "AlertsFunction",
+	"POST /v1/messages":                            "AlertsFunction",
+	"GET /v1/messages/{id}":                        "AlertsFunction",
+	"GET /v1/messages/{id}/trace":                  "AlertsFunction",
+	"POST /v1/apps":                                "AlertsFunction",
+	"DELETE /v1/apps/{appId}":                      "AlertsFunction",
+	"GET /v1/apps":                                 "AlertsFunction",
+	"POST /v1/apps/{appId}/key":                    "AlertsFunction",
+	"PUT /v1/apps/{appId}/webhook":                 "AlertsFunction",
+	"DELETE /v1/apps/{appId}/webhook":              "AlertsFunction",
+	"GET /v1/apps/{appId}/events":                  "AlertsFunction",
+	"POST /v1/apps/{appId}/events/retry":           "AlertsFunction",
+	"GET /v1/users/{userId}/devices":               "AlertsFunction",
+	"DELETE /v1/users/{userId}/devices/{deviceId}": "AlertsFunction",
 }
 
 // Queue triggers: function logical id → queue logical id it consumes.

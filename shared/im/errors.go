@@ -44,8 +44,6 @@ var (
 	// ErrDeviceHoldsDelivered: forgetting the device would move the user's
 	// delivered watermark back (it acked further than every other device).
 	ErrDeviceHoldsDelivered = errors.New("device acked further than every other device")
-	// ErrDeviceConnected: the device has a connection.
-	ErrDeviceConnected = errors.New("device is connected")
 )
 
 // Group errors.

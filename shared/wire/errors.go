@@ -146,6 +146,8 @@ var domainCodes = []struct {
 	{im.ErrIdempotencyConflict, CodeConflict, "the Idempotency-Key was used with a different payload"},
 	{im.ErrAlreadyAnswered, CodeConflict, "this alert was already answered"},
 	{im.ErrAppExists, CodeConflict, "an app with this name exists"},
+	{im.ErrDeviceLimit, CodeConflict, "the user has the most devices allowed; an operator must forget one first"},
+	{im.ErrDeviceHoldsDelivered, CodeConflict, "the device acked further than the user's other devices; forget it once another has caught up"},
 }
 
 // ProblemOf translates any error into a client-safe Problem. Unknown errors

@@ -51,7 +51,7 @@ func TestEveryDomainErrorHasACodeAndAStatus(t *testing.T) {
 		"ErrNotFound": im.ErrNotFound, "ErrIdempotencyConflict": im.ErrIdempotencyConflict, "ErrAppExists": im.ErrAppExists,
 		"ErrGone": im.ErrGone, "ErrForbidden": im.ErrForbidden, "ErrGroupFull": im.ErrGroupFull, "ErrLastOwner": im.ErrLastOwner,
 		"ErrNoSuchGroup": im.ErrNoSuchGroup, "ErrGroupExists": im.ErrGroupExists, "ErrAlreadyAnswered": im.ErrAlreadyAnswered,
-		"ErrEndpointDisabled": im.ErrEndpointDisabled,
+		"ErrEndpointDisabled": im.ErrEndpointDisabled, "ErrDeviceLimit": im.ErrDeviceLimit, "ErrDeviceHoldsDelivered": im.ErrDeviceHoldsDelivered,
 	}
 	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true, "ErrEndpointDisabled": true} // see domainCodes
 	for _, name := range declared(t, "../im/errors.go", "Err") {
