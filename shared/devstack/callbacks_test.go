@@ -511,3 +511,26 @@ func TestAnAlertsCallbackOutlivesAFunctionThatStoppedAfterItsWrite(t *testing.T)
 		})
 	}
 }
+
+// An escalation step's escalated events reach the webhook even when the
+// function that ran the step stops after recording it (its status
+// callback job, enqueued after the write, lost): the step enqueued a
+// delayed job before the write. Before, they waited for the escalation's
+// end, whose job was lost the same way here — never.
+func TestAnEscalationStepIsCalledBackWhenItsFunctionStoppedAfterItsWrite(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int32
+	st, key, rcv, secret := webhookStack(t, devstack.Options{}, "FanoutFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
+		return lostAfterWrite{FanoutQueue: q, dropped: &dropped}
+	})
+	// Tick 1 escalates to ben; tick 2, the last, adds nobody and ends it.
+	id := postAlert(t, st, key, "esc-lost", `{"to":["ann"],"title":"Disk full","body":"","ack":{},
+		"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]},{"to":["ann"]}]}}`)
+	waitFor(t, "the escalation's events at the webhook", func() bool {
+		got := rcv.accepted(t, secret)
+		return got[id+":escalated:ben"] != nil && got[id+":expired"] != nil
+	})
+	if dropped.Load() == 0 {
+		t.Fatal("no callback job was enqueued after a write (the test's premise)")
+	}
+}

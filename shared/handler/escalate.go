@@ -30,6 +30,9 @@ type Escalations interface {
 // The end's status callback job (expired, or escalated users) is enqueued
 // after the trace's flush; when that fails the job returns the error, and
 // its retry — which finds the tick or the end claimed — enqueues it again.
+// A step that escalates to users also enqueues a delayed callback job
+// before it records them (callbackDelay), so that a function stopping
+// between the write and the deferred job loses no escalated event.
 func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob) (err error) {
 	if h.AlertStore == nil || h.Escalations == nil {
 		return fmt.Errorf("escalation of %s: alerts are not configured", job.Alert)
@@ -85,6 +88,15 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 			}
 		}
 		if len(added) > 0 {
+			// A callback job callbackDelay later, enqueued before the
+			// step is recorded: a function that stops after the write
+			// (before its deferred job) still has the step's escalated
+			// events posted, not only once the escalation ends or the
+			// next step's job brings them up to date. Failing, nothing is
+			// written and the job's retry runs the tick again.
+			if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, []im.MessageID{id}); err != nil {
+				return err
+			}
 			if err := h.Escalations.AddEscalated(ctx, id, added); err != nil {
 				return err
 			}
