@@ -311,9 +311,13 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			continue
 		}
 		for id := range a.ids {
-			for !a.ended && time.Now().Before(deadline) {
+			for last := time.Now(); !a.ended && time.Now().Before(deadline); {
 				if a.ended = r.escalationEnded(ctx, id); !a.ended {
 					time.Sleep(500 * time.Millisecond)
+				}
+				if time.Since(last) > 30*time.Second {
+					last = time.Now()
+					r.progress("chaos: waiting for the escalation of alert %s (%s) to end", a.key, id)
 				}
 			}
 		}

@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -848,9 +849,10 @@ func (r *runner) converge(ctx context.Context) {
 		}
 	}
 	stable := 0
-	for time.Now().Before(deadline) && stable < 3 {
+	for last := time.Now(); time.Now().Before(deadline) && stable < 3; {
 		time.Sleep(time.Second)
-		behind := len(r.groupsBehind(ctx))
+		groups := r.groupsBehind(ctx)
+		var devices []string
 		for _, d := range r.devices {
 			d.client()
 			head, _, err := r.st.Store.Head(ctx, im.UserID(d.user))
@@ -858,15 +860,30 @@ func (r *runner) converge(ctx context.Context) {
 			shown := d.shown
 			d.mu.Unlock()
 			if err != nil || shown < head {
-				behind++
+				devices = append(devices, fmt.Sprintf("%s/%s shows %d of %d", d.user, d.name, shown, head))
 			}
 		}
-		if behind == 0 {
+		if len(groups)+len(devices) == 0 {
 			stable++
-		} else {
-			stable = 0
+			continue
+		}
+		stable = 0
+		if time.Since(last) > 30*time.Second {
+			// A device behind its inbox this long after the faults
+			// stopped is waiting for a re-push, a notify or a ping: say
+			// which, so a slow run can be read.
+			last = time.Now()
+			r.progress("chaos: waiting for devices to catch up: %s", strings.Join(firstN(append(devices, groups...), 5), "; "))
 		}
 	}
+}
+
+// firstN is the first n of ss, and how many more there are.
+func firstN(ss []string, n int) []string {
+	if len(ss) <= n {
+		return ss
+	}
+	return append(slices.Clone(ss[:n]), fmt.Sprintf("%d more", len(ss)-n))
 }
 
 // unjustified says what is wrong with the server's refusal of dr ("" when
