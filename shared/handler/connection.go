@@ -28,12 +28,12 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusTooManyRequests,
 			Headers: map[string]string{"Retry-After": strconv.Itoa(int(wait.Seconds()) + 1)}}, nil
 	}
-	if err := h.Inbox.EnsureDevice(ctx, c.User, c.Device, h.maxDevices(), now); errors.Is(err, im.ErrDeviceLimit) {
+	if err := h.Inbox.EnsureDevice(ctx, c.User, c.Device, h.MaxDevices, now); errors.Is(err, im.ErrDeviceLimit) {
 		// A device id the user has not connected with before, beyond
 		// the limit: reconnecting will not help until an operator
 		// forgets one of the user's devices (DELETE
 		// /v1/users/{userId}/devices/{deviceId}, signet devices forget).
-		h.log().WarnContext(ctx, "connect refused: device limit", "userId", c.User, "deviceId", c.Device, "limit", h.maxDevices())
+		h.log().WarnContext(ctx, "connect refused: device limit", "userId", c.User, "deviceId", c.Device, "limit", h.MaxDevices)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusConflict}, nil
 	} else if err != nil {
 		h.log().ErrorContext(ctx, "connect failed: device not admitted", "err", err.Error(), "userId", c.User, "deviceId", c.Device)
@@ -56,14 +56,6 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 	h.closeOldest(ctx, c)
 	h.presence.presenceChanged(ctx, c.User)
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
-}
-
-// maxDevices is MaxDevices, or im.DefaultMaxDevices when unset.
-func (h *Sessions) maxDevices() int {
-	if h.MaxDevices > 0 {
-		return h.MaxDevices
-	}
-	return im.DefaultMaxDevices
 }
 
 // indexOnline puts a new connection in the online index of the user's

@@ -53,7 +53,7 @@ func (h *AlertsAPI) listDevices(ctx context.Context, req events.APIGatewayV2HTTP
 		views = append(views, v)
 	}
 	slices.SortFunc(views, func(a, b deviceView) int { return strings.Compare(a.DeviceID, b.DeviceID) })
-	return http.StatusOK, map[string]any{"userId": u, "maxDevices": h.maxDevices(), "devices": views}, nil
+	return http.StatusOK, map[string]any{"userId": u, "maxDevices": h.MaxDevices, "devices": views}, nil
 }
 
 // forgetDevice serves DELETE /v1/users/{userId}/devices/{deviceId} (admin
@@ -103,12 +103,4 @@ func (h *AlertsAPI) deviceOwner(ctx context.Context, req events.APIGatewayV2HTTP
 		return "", wire.Problemf(wire.CodeBadRequest, "malformed user id %q", u)
 	}
 	return u, nil
-}
-
-// maxDevices is the device limit $connect enforces.
-func (h *AlertsAPI) maxDevices() int {
-	if h.MaxDevices > 0 {
-		return h.MaxDevices
-	}
-	return im.DefaultMaxDevices
 }

@@ -206,7 +206,7 @@ func (d *Deps) delivery() *delivery {
 
 // Sessions is the connection routes' use case.
 func (d *Deps) Sessions() *Sessions {
-	return &Sessions{delivery: d.delivery(), MaxConnections: d.MaxConnections, MaxDevices: d.MaxDevices, presence: d.Presence()}
+	return &Sessions{delivery: d.delivery(), MaxConnections: d.MaxConnections, MaxDevices: deviceLimit(d.MaxDevices), presence: d.Presence()}
 }
 
 // Messages is the send, ack and sync routes' use case.
@@ -249,7 +249,7 @@ func (d *Deps) AlertsAPI() *AlertsAPI {
 	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
 		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
 		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackQueues: d.CallbackQueues, CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate,
-		MaxDevices: d.MaxDevices}
+		MaxDevices: deviceLimit(d.MaxDevices)}
 	if e, ok := d.AlertStore.(Escalations); ok {
 		a.Escalations = e
 	}
@@ -271,4 +271,14 @@ func (d *Deps) Redeliverer() *Redeliverer { return &Redeliverer{delivery: d.deli
 // Authorizer is the $connect authorizer's use case.
 func (d *Deps) Authorizer() *Authorizer {
 	return &Authorizer{core: d.core(), Secret: d.Secret, TokenPolicy: d.TokenPolicy, OIDC: d.OIDC}
+}
+
+// deviceLimit is the configured device limit, or im.DefaultMaxDevices when
+// unset: resolved once, where the routes are built, for $connect and the
+// devices API alike.
+func deviceLimit(n int) int {
+	if n > 0 {
+		return n
+	}
+	return im.DefaultMaxDevices
 }
