@@ -78,9 +78,12 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 		rt.running.Add(1)
 		started := time.Now()
 		release := sync.OnceFunc(func() {
+			// Metered before it stops counting as running: whoever waits
+			// for Running() == 0 then reads it in Metered (a test read
+			// the meter between the two once, and missed the invocation).
+			rt.meter(fn, time.Since(started))
 			rt.running.Add(-1)
 			<-rt.slots
-			rt.meter(fn, time.Since(started))
 		})
 		deadline := time.Now().Add(fn.timeout)
 		ictx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
