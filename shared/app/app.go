@@ -31,6 +31,7 @@ var (
 	_ handler.WakeStore      = (*dynamo.Store)(nil)
 	_ handler.CallbackSender = (*queue.Callbacks)(nil)
 	_ handler.FanoutQueue    = (*queue.Fanout)(nil)
+	_ handler.Retrier        = (*queue.Backoff)(nil)
 	_ handler.OnlineIndex    = (*dynamo.Store)(nil)
 )
 
@@ -64,6 +65,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	if c.SQS != nil {
 		h.Scheduler = queue.NewRedelivery(c.SQS, cfg.RedeliveryQueueURL)
 		h.CallbackQueues = queue.NewCallbacks(c.SQS)
+		h.Retries = queue.NewBackoff(c.SQS, cfg.RedeliveryQueueURL, cfg.FanoutQueueURL, cfg.PresenceQueueURL)
 		if cfg.FanoutQueueURL != "" {
 			h.FanoutQueue = queue.NewFanout(c.SQS, cfg.FanoutQueueURL)
 		}

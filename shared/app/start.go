@@ -40,7 +40,7 @@ func Start(logicalID string, method func(*handler.Deps) any, configure ...func(*
 // checks for handler.RunChecks.
 func Redeliver(d *handler.Deps) any {
 	r := d.Redeliverer()
-	return queue.Consumer[[]im.Check]{Name: "redelivery check", Decode: queue.Decode, Handle: r.RunChecks, Log: r.Logger}.Lambda
+	return queue.Consumer[[]im.Check]{Name: "redelivery check", Decode: queue.Decode, Handle: r.RunChecks, Log: r.Logger, Retry: d.Retries}.Lambda
 }
 
 // Fanout is the fan-out and presence queues' consumer: queue.Consumer
@@ -48,7 +48,7 @@ func Redeliver(d *handler.Deps) any {
 func Fanout(d *handler.Deps) any {
 	w := d.FanoutWorker()
 	return queue.Consumer[im.FanoutJob]{Name: "fan-out job", Decode: queue.DecodeJob, Handle: w.RunFanout,
-		Reserve: handler.FanoutReserve, Log: w.Logger}.Lambda
+		Reserve: handler.FanoutReserve, Log: w.Logger, Retry: d.Retries}.Lambda
 }
 
 // Hints is the presence queue's consumer: queue.Consumer decoding jobs
@@ -57,7 +57,7 @@ func Fanout(d *handler.Deps) any {
 // the SNS client).
 func Hints(d *handler.Deps) any {
 	w := d.Hints()
-	return queue.Consumer[im.FanoutJob]{Name: "hint job", Decode: queue.DecodeJob, Handle: w.RunHint, Log: w.Logger}.Lambda
+	return queue.Consumer[im.FanoutJob]{Name: "hint job", Decode: queue.DecodeJob, Handle: w.RunHint, Log: w.Logger, Retry: d.Retries}.Lambda
 }
 
 // Functions maps each function logical id of template.yaml to the handler

@@ -5,10 +5,12 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
 	signetcfg "github.com/signet-im/signet/shared/config"
+	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/template"
 )
 
@@ -103,6 +105,26 @@ func TestQueueConsumersLeaveConcurrencyForTheRoutes(t *testing.T) {
 	}
 	if total > 6 {
 		t.Errorf("queue consumers may take %d of a new account's 10 executions", total)
+	}
+}
+
+// The consumers retry a failed message after queue.RetryWait (2 s
+// doubling to a minute) instead of the visibility timeout, so a redrive
+// policy's maxReceiveCount alone says how long a failed message is tried
+// before it is dead-lettered: at least as long as before the consumers
+// set their own waits (then 4, 7 and 2 retries each a visibility timeout
+// later), as the template's comments and the README say.
+func TestAFailedQueueMessageIsTriedAsLongAsBeforeItIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	tmpl := load(t)
+	for q, want := range map[string]time.Duration{"RedeliveryQueue": 4 * time.Minute, "FanoutQueue": 21 * time.Minute, "PresenceQueue": 6 * time.Minute} {
+		var window time.Duration
+		for receives := 1; receives < tmpl.Queues[q].MaxReceiveCount; receives++ {
+			window += queue.RetryWait(receives)
+		}
+		if window < want {
+			t.Errorf("queue %s: a failed message is dead-lettered after %v of retries (maxReceiveCount %d), want at least %v", q, window, tmpl.Queues[q].MaxReceiveCount, want)
+		}
 	}
 }
 

@@ -354,9 +354,6 @@ func (r *runner) start(ctx context.Context) error {
 	if o.PollWait == 0 {
 		o.PollWait = 200 * time.Millisecond
 	}
-	if o.RetryAfter == 0 {
-		o.RetryAfter = time.Second
-	}
 	if o.CallbackBackoff == nil {
 		// A webhook POST refused during the faults is tried again within
 		// seconds (the template's waits start at 10 s and grow to hours).

@@ -424,7 +424,7 @@ func TestAnEscalationsEndIsCalledBackWhenItsJobFailedToEnqueue(t *testing.T) {
 	t.Parallel()
 	var refuse atomic.Int32
 	refuse.Store(1)
-	st, key, rcv, secret := webhookStack(t, devstack.Options{RetryAfter: time.Second}, "FanoutFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
+	st, key, rcv, secret := webhookStack(t, devstack.Options{}, "FanoutFunction", func(q handler.FanoutQueue) handler.FanoutQueue {
 		return refusingCallbackJobs{FanoutQueue: q, refuse: &refuse}
 	})
 	id := postAlert(t, st, key, "exp-2", `{"to":["ann"],"title":"Cert expires","body":"","ack":{},

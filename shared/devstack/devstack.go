@@ -105,9 +105,6 @@ type Options struct {
 	SyncInterval time.Duration
 	// PollWait is the SQS long-poll wait of the event source (default 1s).
 	PollWait time.Duration
-	// RetryAfter makes failed queue messages return after it rather than
-	// the queue's visibility timeout (0: the queue's, as in AWS).
-	RetryAfter time.Duration
 	// FanoutBatch, MemberLimit and PresenceDebounce override the defaults
 	// of the same settings (see package config).
 	FanoutBatch, MemberLimit int
@@ -333,8 +330,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			}
 			// The event source mapping polls with the function's role, at
 			// most MaximumConcurrency batches at once (AWS's minimum is 2).
-			p := &eventsource.Poller{Client: st.functions[id].sqs, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait,
-				RetryAfter: o.RetryAfter, Log: o.Log, BatchSize: int32(fn.BatchSize[q]), Concurrency: max(fn.MaximumConcurrency[q], 2)}
+			p := &eventsource.Poller{Client: st.functions[id].sqs, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, Log: o.Log, BatchSize: int32(fn.BatchSize[q]), Concurrency: max(fn.MaximumConcurrency[q], 2)}
 			st.wg.Go(func() { p.Run(runCtx) })
 			o.Progress("event source: %s -> %s (batch %d, concurrency %d)", q, id, p.BatchSize, p.Concurrency)
 		}

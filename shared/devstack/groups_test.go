@@ -243,7 +243,7 @@ func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.
 	t.Parallel()
 	fail := &failingFanout{}
 	fail.failAt.Store(100)
-	st := startStack(t, devstack.Options{Parameters: writeGroups, RetryAfter: time.Second, Configure: func(fn string, h *handler.Deps) {
+	st := startStack(t, devstack.Options{Parameters: writeGroups, Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
 			fail.Fanouts = h.Fanouts
 			h.Fanouts = fail

@@ -2,7 +2,9 @@
 // does in AWS: it long-polls a queue, invokes the handler with batches shaped
 // like events.SQSEvent, deletes what succeeded and leaves the reported batch
 // item failures (or the whole batch on error) to reappear after the
-// visibility timeout, where the queue's redrive policy moves them to the DLQ.
+// visibility timeout — or sooner, where the function set their visibility
+// itself (queue.Backoff) — and the queue's redrive policy moves them to
+// the DLQ.
 // Like the mapping, it deletes what succeeded with DeleteMessageBatch.
 package eventsource
 
@@ -37,10 +39,6 @@ type Poller struct {
 	WaitTime time.Duration
 	// Concurrency is how many pollers run at once (default 2).
 	Concurrency int
-	// RetryAfter, when set, makes failed messages visible again after it
-	// instead of the queue's visibility timeout (tests and local runs;
-	// AWS's event source mapping always waits the visibility timeout).
-	RetryAfter time.Duration
 	// Log receives structured logs (slog.Default when nil).
 	Log *slog.Logger
 }
@@ -125,8 +123,7 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
 	var done []types.DeleteMessageBatchRequestEntry
 	for i, m := range msgs {
 		if failed[aws.ToString(m.MessageId)] {
-			p.retryLater(ctx, m)
-			continue
+			continue // back after the function's retry wait, or the visibility timeout
 		}
 		done = append(done, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 	}
@@ -139,19 +136,6 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
 		p.log().Warn("delete failed; the batch will be processed again", "err", err.Error(), "messages", len(done))
 	case len(out.Failed) > 0:
 		p.log().Warn("delete failed; messages will be processed again", "failed", len(out.Failed), "code", aws.ToString(out.Failed[0].Code))
-	}
-}
-
-// retryLater shortens a failed message's visibility timeout to RetryAfter.
-func (p *Poller) retryLater(ctx context.Context, m types.Message) {
-	if p.RetryAfter <= 0 {
-		return
-	}
-	_, err := p.Client.ChangeMessageVisibility(context.WithoutCancel(ctx), &sqs.ChangeMessageVisibilityInput{
-		QueueUrl: aws.String(p.QueueURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: int32(max(p.RetryAfter/time.Second, 1)),
-	})
-	if err != nil {
-		p.log().Warn("retry delay not set; the message returns after the visibility timeout", "err", err.Error())
 	}
 }
 

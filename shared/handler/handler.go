@@ -99,6 +99,12 @@ type Tracer interface {
 	AppendEvents(ctx context.Context, events []im.Event) error
 }
 
+// Retrier brings an SQS batch's failed messages back to their queue
+// sooner than its visibility timeout (queue.Backoff).
+type Retrier interface {
+	RetrySoon(ctx context.Context, failed []events.SQSMessage, log *slog.Logger)
+}
+
 // Deps are what Signet's functions are built from: app.New fills them
 // from configuration (fields left nil are not needed by every function:
 // the authorizer needs only Secret), the local stack's Configure hooks may
@@ -196,6 +202,10 @@ type Deps struct {
 	WebhookPrivate  bool
 	// CallbackQueues sends status callbacks to apps' SQS queues.
 	CallbackQueues CallbackSender
+	// Retries brings a queue consumer's failed messages back after a short
+	// wait (queue.Backoff) instead of the queue's visibility timeout (nil:
+	// they wait the timeout).
+	Retries Retrier
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 	// Log receives structured logs (slog.Default when nil).

@@ -25,26 +25,37 @@ type Consumer[T any] struct {
 	Reserve time.Duration
 	// Log receives the drops and failures (slog.Default when nil).
 	Log func() *slog.Logger
+	// Retry, when set, brings the messages that failed or were not
+	// started back sooner than the queue's visibility timeout (Backoff).
+	Retry Retrier
+}
+
+// Retrier brings a batch's failed messages back to their queue (Backoff).
+type Retrier interface {
+	RetrySoon(ctx context.Context, failed []events.SQSMessage, log *slog.Logger)
 }
 
 // Lambda is the handler of an SQS event source mapping with
 // ReportBatchItemFailures: the messages of a batch are handled
 // concurrently (one slow message holds up no other), and each that failed
-// or was not started is reported, so SQS retries just those.
+// or was not started is reported, so SQS retries just those (after
+// Retry's wait, when set).
 func (c Consumer[T]) Lambda(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	log := slog.Default()
 	if c.Log != nil {
 		log = c.Log()
 	}
 	var (
-		resp events.SQSEventResponse
-		mu   sync.Mutex
-		wg   sync.WaitGroup
+		resp  events.SQSEventResponse
+		retry []events.SQSMessage
+		mu    sync.Mutex
+		wg    sync.WaitGroup
 	)
-	failed := func(id string) {
+	failed := func(rec events.SQSMessage) {
 		mu.Lock()
 		defer mu.Unlock()
-		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: id})
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.MessageId})
+		retry = append(retry, rec)
 	}
 	for _, rec := range ev.Records {
 		v, err := c.Decode(rec.Body)
@@ -54,16 +65,19 @@ func (c Consumer[T]) Lambda(ctx context.Context, ev events.SQSEvent) (events.SQS
 		}
 		if dl, ok := ctx.Deadline(); ok && c.Reserve > 0 && time.Until(dl) < c.Reserve {
 			log.WarnContext(ctx, c.Name+" left for retry: too little time left in this invocation", "sqsMessageId", rec.MessageId)
-			failed(rec.MessageId)
+			failed(rec)
 			continue
 		}
 		wg.Go(func() {
 			if err := c.Handle(ctx, rec.MessageId, v); err != nil {
 				log.ErrorContext(ctx, c.Name+" failed; left for retry", "err", err.Error(), "sqsMessageId", rec.MessageId)
-				failed(rec.MessageId)
+				failed(rec)
 			}
 		})
 	}
 	wg.Wait()
+	if c.Retry != nil && len(retry) > 0 {
+		c.Retry.RetrySoon(ctx, retry, log)
+	}
 	return resp, nil
 }

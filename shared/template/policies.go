@@ -33,6 +33,11 @@ var samPolicies = map[string]samPolicy{
 		"sqs:DeleteMessageBatch", "sqs:GetQueueAttributes", "sqs:ReceiveMessage"}, []string{"arn:%[1]s:sqs:%[2]s:%[3]s:%[4]s"}},
 }
 
+// sqsQueueExecutionRole is the SQS part of the AWS managed policy
+// AWSLambdaSQSQueueExecutionRole, which SAM attaches for an SQS event
+// (samtranslator's SQS event source, get_policy_arn).
+var sqsQueueExecutionRole = []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+
 var dynamoTableResources = []string{"arn:%[1]s:dynamodb:%[2]s:%[3]s:table/%[4]s", "arn:%[1]s:dynamodb:%[2]s:%[3]s:table/%[4]s/index/*"}
 
 // Policy returns the identity-based policy of function id's execution
@@ -82,15 +87,20 @@ func (t *Template) Policy(id string, r Resolver) (iam.Policy, error) {
 		}
 		p.Statements = append(p.Statements, st)
 	}
-	// SAM gives a function its SQS event sources' poller permissions.
+	// SAM gives a function with an SQS event the managed policy
+	// AWSLambdaSQSQueueExecutionRole: receive, delete and the queue's
+	// attributes, what the event source mapping needs — and not
+	// sqs:ChangeMessageVisibility, which a function that sets its own
+	// retry waits must be granted in its Policies. (The managed policy's
+	// resource is "*"; the local stack grants the event's queue only, so
+	// that a call it allows is one AWS allows.)
 	for _, q := range f.SQSEvents {
 		name, err := r.GetAtt(q, "QueueName")
 		if err != nil {
 			return iam.Policy{}, fmt.Errorf("function %s: SQS event %s: %w", id, q, err)
 		}
-		sp := samPolicies["SQSPollerPolicy"]
-		p.Statements = append(p.Statements, iam.Statement{Effect: iam.Allow, Actions: sp.actions,
-			Resource: []string{fmt.Sprintf(sp.resources[0], append(pseudo, name)...)}})
+		p.Statements = append(p.Statements, iam.Statement{Effect: iam.Allow, Actions: sqsQueueExecutionRole,
+			Resource: []string{fmt.Sprintf("arn:%[1]s:sqs:%[2]s:%[3]s:%[4]s", append(pseudo, name)...)}})
 	}
 	return p, nil
 }
