@@ -287,9 +287,15 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 	alerts := slices.Clone(r.alerts)
 	r.dmu.Unlock()
 	for _, a := range alerts {
-		for !a.done() && time.Now().Before(deadline) {
+		for last := time.Now(); !a.done() && time.Now().Before(deadline); {
 			if err := r.post(ctx, a); err != nil {
 				time.Sleep(time.Second)
+			}
+			if time.Since(last) > 30*time.Second {
+				last = time.Now()
+				a.mu.Lock()
+				r.progress("chaos: waiting for alert %s to be accepted (%s)", a.key, cmp.Or(a.lastErr, "no answer yet"))
+				a.mu.Unlock()
 			}
 		}
 	}
@@ -299,9 +305,13 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			continue
 		}
 		for id := range a.ids {
-			for !a.fanned && time.Now().Before(deadline) {
+			for last := time.Now(); !a.fanned && time.Now().Before(deadline); {
 				if a.fanned = r.alertFanned(ctx, id); !a.fanned {
 					time.Sleep(500 * time.Millisecond)
+				}
+				if time.Since(last) > 30*time.Second {
+					last = time.Now()
+					r.progress("chaos: waiting for the fan-out of group alert %s (%s) to reach every member", a.key, id)
 				}
 			}
 		}

@@ -14,6 +14,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -807,6 +808,8 @@ func (r *runner) converge(ctx context.Context) {
 	r.dmu.Unlock()
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 16)
+	settled := make(chan struct{})
+	go r.sayUnsettled(settled, drafts)
 	for _, dr := range drafts {
 		if dr.done() {
 			continue
@@ -831,6 +834,7 @@ func (r *runner) converge(ctx context.Context) {
 		})
 	}
 	wg.Wait()
+	close(settled)
 	r.settleAlerts(ctx, deadline)
 	// Wait until every group's fan-out has reached every member it owes
 	// (the queue may still hold jobs: inbox heads alone would look settled),
@@ -872,6 +876,32 @@ func (r *runner) converge(ctx context.Context) {
 			last = time.Now()
 			r.progress("chaos: waiting for devices to catch up: %s", strings.Join(firstN(append(devices, groups...), 5), "; "))
 		}
+	}
+}
+
+// sayUnsettled says every 30 s, until done is closed, how many of drafts
+// are still not ACKed and why the last try of the first of them failed.
+func (r *runner) sayUnsettled(done <-chan struct{}, drafts []*draft) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		n, why := 0, ""
+		for _, dr := range drafts {
+			if dr.done() {
+				continue
+			}
+			if n++; why == "" {
+				dr.mu.Lock()
+				why = fmt.Sprintf("%s's %s: %s", dr.user, dr.d.ClientMsgID, cmp.Or(dr.lastErr, "no answer yet"))
+				dr.mu.Unlock()
+			}
+		}
+		r.progress("chaos: waiting for %d sends to be ACKed (%s)", n, why)
 	}
 }
 
