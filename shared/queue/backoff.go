@@ -38,8 +38,10 @@ func RetryWait(receives int) time.Duration {
 // ends (AWS advises six times the function's timeout: three minutes for
 // fan-out jobs), so without it one transient error held up a group's
 // delivery, an escalation step or a redelivery check for minutes. The
-// function changes the visibility itself (sqs:ChangeMessageVisibility on
-// its event source, part of the poller policy SAM gives every SQS event).
+// function changes the visibility itself: its role needs
+// sqs:ChangeMessageVisibility on its event source, which the template
+// grants (SAM's AWSLambdaSQSQueueExecutionRole for an SQS event has only
+// receive, delete and the queue's attributes).
 type Backoff struct {
 	client *sqs.Client
 	urls   map[string]string // queue name → URL
