@@ -100,6 +100,11 @@ func invoke[In, Out any](rt *runtime, fn *function, h func(context.Context, In) 
 		go func() {
 			defer release()
 			out, err := h(ictx, in)
+			// Released before the caller has the answer, as Lambda frees
+			// an execution when its handler returns: a caller that
+			// invokes again at once finds the slot free (and the
+			// invocation metered).
+			release()
 			done <- result{out, err}
 		}()
 		select {
