@@ -92,13 +92,21 @@ func (c *Client) write(ctx context.Context, frame any) error {
 	}
 }
 
-// answer routes a frame carrying a ref to the request waiting for it.
+// answer routes a frame carrying a ref to the request waiting for it. It
+// never blocks the session: the request takes one answer, and a second
+// one for the same ref (the network duplicated the frame, or the request
+// gave up before reading the first) is dropped. Blocking on it wedged a
+// chaos run's device for good — the session goroutine that sends, acks
+// and reads every frame waited on a full channel nobody would read.
 func (c *Client) answer(ref string, raw []byte) bool {
 	c.mu.Lock()
 	ch, ok := c.answers[ref]
 	c.mu.Unlock()
 	if ok {
-		ch <- json.RawMessage(append([]byte(nil), raw...))
+		select {
+		case ch <- json.RawMessage(append([]byte(nil), raw...)):
+		default:
+		}
 	}
 	return ok
 }
