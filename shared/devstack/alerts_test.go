@@ -565,10 +565,15 @@ func TestALateUrgentAlertIsRepushedUntilRead(t *testing.T) {
 	if r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "u1"}, urgent); r.status != http.StatusInternalServerError {
 		t.Fatalf("urgent post: %d %s; want 500 (the injected failure)", r.status, r.raw)
 	}
-	postAlert(t, st, key, "n1", `{"to":["ann"],"title":"FYI","body":""}`)
+	laterID := postAlert(t, st, key, "n1", `{"to":["ann"],"title":"FYI","body":""}`)
 	later := ann.next("message", 5*time.Second)
 	ann.write(map[string]any{"action": "ack", "upTo": later.Seq})
 	ann.readPushed(later)
+	// The read names no inbox seq (an older client): applied after the
+	// retried post, it would read the late alert too (protocol.md, read).
+	waitFor(t, "the later alert read", func() bool {
+		return recipientStates(call(t, st, "GET", "/v1/messages/"+laterID, key, nil, ""))["ann"]["state"] == "read"
+	})
 	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "u1"}, urgent)
 	if r.status != http.StatusAccepted {
 		t.Fatalf("urgent post retried: %d %s", r.status, r.raw)
