@@ -11,6 +11,8 @@
 //	             userId / "m#<messageId>"          dedup item of group fan-out and alerts, TTL
 //	             userId / "i#<clientMsgId>"        sender idempotency item, TTL
 //	             userId / "c#<deviceId>"           device cursor: acked seq, sync continuation
+//	             userId / "devices"               device version: moved by every device
+//	                                               admitted (the device limit)
 //	             userId / "rl#…"                   rate limits
 //	             userId / "v#<conversationId>"     conversation index: last message, read and
 //	                                               delivered watermarks, group view (no TTL)

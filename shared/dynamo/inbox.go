@@ -397,35 +397,101 @@ func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.D
 
 // EnsureDevice admits device d of user u ($connect): a device with a
 // cursor item is one of u's devices; a new one gets its item (no cursor
-// yet) unless u already has limit devices (im.ErrDeviceLimit). One
-// strongly consistent Query of the cursor items (a device that connected
-// a moment ago is among them), and one write for a new device. Devices
-// connecting for the first time at the same moment can each see room for
-// one more: the bound is exceeded only by such a race.
+// yet) unless u already has limit devices (im.ErrDeviceLimit). A known
+// device costs one strongly consistent Query of the cursor items (a device
+// that connected a moment ago is among them). A new device is admitted
+// under the user's device version (skDevices): read it, count the devices
+// again, and write the cursor item in one transaction with the version
+// moved on, conditional on it not having moved since it was read. Every
+// admission moves it, so devices connecting for the first time at the
+// same moment cannot each take the last place: all but one find the
+// version moved and count again. A forget need not move it: a count from
+// before a forget is too high, never too low.
 func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error {
+	known := func(items []map[string]types.AttributeValue) bool {
+		return slices.ContainsFunc(items, func(it map[string]types.AttributeValue) bool { return getS(it, attrSK) == deviceSK(d) })
+	}
 	items, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return fmt.Errorf("devices of %s: %w", u, err)
 	}
-	for _, it := range items {
-		if getS(it, attrSK) == deviceSK(d) {
+	if known(items) {
+		return nil
+	}
+	for range maxDeviceAdmissionTries {
+		version, err := st.deviceVersion(ctx, u)
+		if err != nil {
+			return err
+		}
+		if items, err = st.deviceItems(ctx, u); err != nil {
+			return fmt.Errorf("devices of %s: %w", u, err)
+		}
+		if known(items) {
 			return nil
 		}
+		if len(items) >= limit {
+			return fmt.Errorf("%s has %d devices, the most allowed, and %s is not one of them: %w", u, len(items), d, im.ErrDeviceLimit)
+		}
+		_, err = st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName:                 aws.String(st.tables.Inbox),
+				Key:                       inboxKey(u, deviceSK(d)),
+				UpdateExpression:          aws.String("SET #r = if_not_exists(#r, :now)"),
+				ExpressionAttributeNames:  map[string]string{"#r": attrRegisteredAt},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli())},
+			}},
+			{Update: deviceVersionUpdate(st.tables.Inbox, u, version)},
+		}})
+		if err == nil {
+			return nil
+		}
+		if classifyTx(err, -1) != txRace {
+			return fmt.Errorf("device %s/%s: %w", u, d, err)
+		}
 	}
-	if len(items) >= limit {
-		return fmt.Errorf("%s has %d devices, the most allowed, and %s is not one of them: %w", u, len(items), d, im.ErrDeviceLimit)
-	}
-	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(st.tables.Inbox),
-		Key:                       inboxKey(u, deviceSK(d)),
-		UpdateExpression:          aws.String("SET #r = if_not_exists(#r, :now)"),
-		ExpressionAttributeNames:  map[string]string{"#r": attrRegisteredAt},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":now": n(now.UnixMilli())},
+	return fmt.Errorf("device %s/%s: other devices admitted at the same time %d times: %w", u, d, maxDeviceAdmissionTries, im.ErrContention)
+}
+
+// maxDeviceAdmissionTries bounds EnsureDevice's rounds: each lost round
+// means another device of the user was admitted meanwhile.
+const maxDeviceAdmissionTries = 8
+
+// skDevices is the inbox item whose version (attrVersion) moves with every
+// device admitted (EnsureDevice).
+const (
+	skDevices   = "devices"
+	attrVersion = "v"
+)
+
+// deviceVersion reads u's device version (0 when no device was admitted
+// under it yet), strongly consistent.
+func (st *Store) deviceVersion(ctx context.Context, u im.UserID) (int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skDevices), ConsistentRead: aws.Bool(true),
+		ProjectionExpression: aws.String(attrVersion),
 	})
 	if err != nil {
-		return fmt.Errorf("device %s/%s: %w", u, d, err)
+		return 0, fmt.Errorf("device version of %s: %w", u, err)
 	}
-	return nil
+	return getN(out.Item, attrVersion), nil
+}
+
+// deviceVersionUpdate moves u's device version on from read, conditional
+// on it being read still (0: not written yet).
+func deviceVersionUpdate(table string, u im.UserID, read int64) *types.Update {
+	up := &types.Update{
+		TableName:                 aws.String(table),
+		Key:                       inboxKey(u, skDevices),
+		UpdateExpression:          aws.String("SET #v = :next"),
+		ConditionExpression:       aws.String("#v = :read"),
+		ExpressionAttributeNames:  map[string]string{"#v": attrVersion},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":read": n(read), ":next": n(read + 1)},
+	}
+	if read == 0 {
+		up.ConditionExpression = aws.String("attribute_not_exists(#v)")
+		delete(up.ExpressionAttributeValues, ":read")
+	}
+	return up
 }
 
 // attrRegisteredAt is when a device first connected (EnsureDevice; absent

@@ -467,3 +467,69 @@ func TestDevicesAreReadPastTheFirstPage(t *testing.T) {
 		t.Fatalf("bob's devices read a page at a time: %v, %v; want all 3", devs, err)
 	}
 }
+
+// The device limit holds against devices connecting for the first time at
+// the same moment: each once counted the devices, saw room for one more
+// and took it, so a burst of new device ids got past the limit. Every
+// Query here is slowed, so all of a burst count before any of them writes.
+// Forgetting a device makes room for exactly one; a known device is
+// admitted at the limit as ever.
+func TestSimultaneousNewDevicesCannotPassTheLimit(t *testing.T) {
+	t.Parallel()
+	_, st := newStores(t, func(_ context.Context, in any) error {
+		if _, ok := in.(*dynamodb.QueryInput); ok {
+			time.Sleep(30 * time.Millisecond)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	const limit = 3
+	burst := func(prefix string, n int) (admitted []im.DeviceID, refused int) {
+		t.Helper()
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			d := im.DeviceID(fmt.Sprintf("%s%02d", prefix, i))
+			wg.Go(func() {
+				<-start
+				err := st.EnsureDevice(ctx, "bob", d, limit, time.Now())
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					admitted = append(admitted, d)
+				case errors.Is(err, im.ErrDeviceLimit):
+					refused++
+				default:
+					t.Errorf("device %s: %v", d, err)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		return admitted, refused
+	}
+	devices := func() int {
+		t.Helper()
+		ds, err := st.Devices(ctx, "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ds)
+	}
+	admitted, refused := burst("first", 12)
+	if len(admitted) != limit || refused != 12-limit || devices() != limit {
+		t.Fatalf("12 new devices at once under a limit of %d: admitted %v, %d refused, %d stored", limit, admitted, refused, devices())
+	}
+	if err := st.EnsureDevice(ctx, "bob", admitted[0], limit, time.Now()); err != nil {
+		t.Fatalf("a known device at the limit: %v", err)
+	}
+	if err := st.ForgetDevice(ctx, "bob", admitted[1]); err != nil {
+		t.Fatal(err)
+	}
+	again, refused := burst("second", 6)
+	if len(again) != 1 || refused != 5 || devices() != limit {
+		t.Fatalf("6 new devices at once with one place free: admitted %v, %d refused, %d stored", again, refused, devices())
+	}
+}
