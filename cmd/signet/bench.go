@@ -59,13 +59,17 @@ var costScenarios = []struct {
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
 			return groupCost(ctx, "group-30pct-write", f.members, max(1, f.members*3/10), f.groupMessages, f.emulator, false)
 		}},
-	{"login", "--logins users connect for the first time to --waiting messages each (the 9:00 login); per login",
+	{"login", "--logins users connect the device they used the day before to --waiting messages each (the 9:00 login); per login",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return loginCost(ctx, "login", f.logins, f.waiting, false, f.emulator)
+			return loginCost(ctx, "login", f.logins, f.waiting, false, false, f.emulator)
 		}},
 	{"login-console", "the same login as the web console makes it: it also asks for the conversation summary and its peers' presence; per login",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
-			return loginCost(ctx, "login-console", f.logins, f.waiting, true, f.emulator)
+			return loginCost(ctx, "login-console", f.logins, f.waiting, true, false, f.emulator)
+		}},
+	{"login-new-device", "the same login from a device that connects for the first time (admitted under the device limit); per login",
+		func(ctx context.Context, f costFlags) (cost.Usage, error) {
+			return loginCost(ctx, "login-new-device", f.logins, f.waiting, false, true, f.emulator)
 		}},
 	{"idle-day", "a connected device with nothing to receive for a day (keep-alive pings), scaled from a short run; per device-day",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) { return idleCost(ctx, f.emulator) }},
@@ -649,7 +653,7 @@ func groupCost(ctx context.Context, scenario string, members, online, messages i
 // what is left, acks — and with console, the requests the web console
 // makes when it opens: the conversation summary and its 1:1 peers'
 // presence.
-func loginCost(ctx context.Context, scenario string, logins, waiting int, console bool, emulator string) (cost.Usage, error) {
+func loginCost(ctx context.Context, scenario string, logins, waiting int, console, newDevice bool, emulator string) (cost.Usage, error) {
 	r, err := newCostRun(ctx, emulator)
 	if err != nil {
 		return cost.Usage{}, err
@@ -658,6 +662,19 @@ func loginCost(ctx context.Context, scenario string, logins, waiting int, consol
 	ops, err := r.dial(ctx, "ops", 0)
 	if err != nil {
 		return cost.Usage{}, err
+	}
+	if !newDevice {
+		// Each user's device connected the day before (set-up): the login
+		// is of a device the user already has.
+		for u := range logins {
+			c, err := r.dial(ctx, fmt.Sprintf("user%d", u), 0)
+			if err != nil {
+				return cost.Usage{}, err
+			}
+			if err := c.Close(); err != nil {
+				return cost.Usage{}, err
+			}
+		}
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, logins)
