@@ -3,9 +3,11 @@ package devstack_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/signet-im/signet/shared/client"
 	"github.com/signet-im/signet/shared/config"
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 )
 
@@ -130,4 +133,46 @@ func TestANewDeviceBeyondTheLimitIsRefusedUntilOneIsForgotten(t *testing.T) {
 	if r.status != http.StatusOK || !strings.Contains(r.raw, `"deviceId":"watch"`) {
 		t.Fatalf("message 1's trace lost the forgotten watch's ack: %d %s", r.status, r.raw)
 	}
+}
+
+// A new device whose admission keeps losing to other new devices of its
+// user (the store gives up with im.ErrContention) is refused with 429, as
+// a burst of connects is, not a 500: nothing is recorded, and it is
+// admitted when it tries again.
+func TestANewDeviceThatLostItsAdmissionRacesIsToldToRetry(t *testing.T) {
+	t.Parallel()
+	var lose atomic.Bool
+	lose.Store(true)
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "ConnectFunction" && h.Inbox != nil {
+			h.Inbox = losingAdmission{Inbox: h.Inbox, lose: &lose}
+		}
+	}})
+	ctx := context.Background()
+	_, resp, err := websocket.Dial(ctx, st.URL+"?token="+token(t, "bob", "phone"), nil)
+	if err == nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a device whose admission lost its races: %v (response %v), want 429", err, resp)
+	}
+	if cs, err := st.Store.Connections(ctx, "bob"); err != nil || len(cs) != 0 {
+		t.Fatalf("bob's connections after the refusal: %+v, %v", cs, err)
+	}
+	lose.Store(false)
+	dial(t, st, "bob", "phone").write(map[string]any{"action": "ping"})
+	if ds, err := st.Store.Devices(ctx, "bob"); err != nil || len(ds) != 1 {
+		t.Fatalf("bob's devices once admitted: %v, %v", ds, err)
+	}
+}
+
+// losingAdmission is an inbox whose EnsureDevice gives up as the store
+// does after losing every round to other admissions, while lose is set.
+type losingAdmission struct {
+	handler.Inbox
+	lose *atomic.Bool
+}
+
+func (l losingAdmission) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error {
+	if l.lose.Load() {
+		return fmt.Errorf("device %s/%s: other devices admitted at the same time: %w", u, d, im.ErrContention)
+	}
+	return l.Inbox.EnsureDevice(ctx, u, d, limit, now)
 }

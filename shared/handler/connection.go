@@ -35,6 +35,11 @@ func (h *Sessions) Connect(ctx context.Context, req events.APIGatewayWebsocketPr
 		// /v1/users/{userId}/devices/{deviceId}, signet devices forget).
 		h.log().WarnContext(ctx, "connect refused: device limit", "userId", c.User, "deviceId", c.Device, "limit", h.MaxDevices)
 		return events.APIGatewayProxyResponse{StatusCode: http.StatusConflict}, nil
+	} else if errors.Is(err, im.ErrContention) {
+		// Other new devices of the user were admitted meanwhile, round
+		// after round: a burst of first connects; this one may try again.
+		h.log().WarnContext(ctx, "connect refused: devices admitted at the same time", "userId", c.User, "deviceId", c.Device)
+		return events.APIGatewayProxyResponse{StatusCode: http.StatusTooManyRequests, Headers: map[string]string{"Retry-After": "1"}}, nil
 	} else if err != nil {
 		h.log().ErrorContext(ctx, "connect failed: device not admitted", "err", err.Error(), "userId", c.User, "deviceId", c.Device)
 		return events.APIGatewayProxyResponse{StatusCode: 500}, nil
