@@ -103,8 +103,14 @@ export interface ClientOptions {
   onAnswer?: (a: AnswerResultFrame) => void;
   /** Called with every ACK of a send, also of sends queued before a restart (which no promise waits for). */
   onSent?: (sent: SentFrame) => void;
-  /** Called when the connection state changes. */
-  onState?: (s: { connected: boolean; synced: boolean }) => void;
+  /**
+   * Called when the connection state changes. `failedConnects` counts the
+   * handshakes that failed in a row since the last connection: a browser's
+   * WebSocket cannot tell why (a refused or expired token, a device id
+   * beyond the user's device limit — HTTP 409, which the Go SDK reports as
+   * such — a rate limit, or the network), so an app can say so once it grows.
+   */
+  onState?: (s: { connected: boolean; synced: boolean; failedConnects: number }) => void;
   /** Every frame sent and received, parsed (for debugging and tests). */
   onFrame?: (direction: "in" | "out", frame: unknown) => void;
   /** Structured logs (discarded when absent). */
@@ -531,6 +537,7 @@ export class SignetClient {
       let opened = false;
       ws.onopen = () => {
         opened = true;
+        this.failedConnects = 0;
         void this.run(async () => this.startSession(ws), true);
       };
       ws.onmessage = (ev) => {
@@ -539,20 +546,26 @@ export class SignetClient {
         const text = typeof ev.data === "string" ? ev.data : String(ev.data);
         this.run(async (s) => this.handle(s, text));
       };
+      // A handshake that fails is counted and retried once: browsers fire
+      // error and then close for it, Node 20's WebSocket only error.
+      let failed = false;
+      const handshakeFailed = (fields: Record<string, unknown>) => {
+        if (opened || failed) return;
+        failed = true;
+        this.connectFailed(fields);
+      };
       ws.onclose = (ev) => {
         const s = this.session;
         if (s && s.ws === ws) {
           this.log("info", "connection lost", { code: ev.code, reason: ev.reason });
           this.run(async () => this.sessionEnded(s), true);
-        } else if (!opened) {
-          this.log("warn", "connect failed", { code: ev.code, attempt: this.attempt });
-          this.scheduleReconnect(0);
+        } else {
+          handshakeFailed({ code: ev.code });
         }
       };
-      ws.onerror = () => {};
+      ws.onerror = () => handshakeFailed({ error: "handshake refused or network error" });
     }).catch((err) => {
-      this.log("warn", "connect failed", { err: String(err) });
-      this.scheduleReconnect(0);
+      this.connectFailed({ err: String(err) });
     });
   }
 
@@ -623,8 +636,19 @@ export class SignetClient {
 
   private startedAt = 0;
 
+  /** Handshakes that failed in a row since the last connection opened. */
+  private failedConnects = 0;
+
   private state(): void {
-    this.o.onState?.({ connected: this.connected, synced: this.synced });
+    this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects });
+  }
+
+  /** A handshake failed before its connection opened: count it, say so, and try again. */
+  private connectFailed(fields: Record<string, unknown>): void {
+    this.failedConnects++;
+    this.log("warn", "connect failed", { ...fields, attempt: this.attempt, failedConnects: this.failedConnects });
+    this.state();
+    this.scheduleReconnect(0);
   }
 
   private endSession(s: Session): void {

@@ -93,9 +93,13 @@ async function signIn(user: string, device: string): Promise<void> {
     url: cfg.webSocketUrl, token, device, store,
     log: debug ? (level, msg, fields) => console.log(`sdk ${level}: ${msg} ${fields ? JSON.stringify(fields) : ""}`) : undefined,
     onFrame: debug ? (dir, f) => console.log(`frame ${dir}: ${JSON.stringify(f).slice(0, 300)}`) : undefined,
-    onState: ({ connected, synced }) => {
+    onState: ({ connected, synced, failedConnects }) => {
       const el = $("conn");
-      el.textContent = connected ? (synced ? "connected" : "syncing…") : "reconnecting…";
+      // A browser cannot tell why a handshake failed; after a few in a row, say what it may be.
+      el.textContent = connected ? (synced ? "connected" : "syncing…")
+        : failedConnects >= 3 ? `cannot connect (${failedConnects} tries): the network, an expired sign-in, or this browser is a new device beyond your account's device limit (an administrator can forget an old one)`
+        : "reconnecting…";
+      el.title = el.textContent;
       el.classList.toggle("up", connected);
       el.dataset.state = connected ? (synced ? "synced" : "syncing") : "down";
     },

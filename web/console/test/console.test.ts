@@ -297,3 +297,26 @@ test("an alert escalated to a user after a later alert of its app counts unread 
   assert.ok(await hank.isHidden('#conversations li[data-conversation="a:paging"] .badge'), "no unread badge");
   assert.deepEqual((hank as Page & { errors: string[] }).errors, [], "no script errors");
 });
+
+test("a browser beyond its user's device limit is told it cannot connect, not left reconnecting", async () => {
+  const limited = await startLocal(bin, ["MaxDevicesPerUser=1"]);
+  try {
+    const first = await signIn("hal", limited.base); // device "web": the user's one place
+    const context = await browser.newContext({ viewport: { width: 1200, height: 760 } });
+    const page = await context.newPage();
+    const logs: string[] = [];
+    page.on("console", (m) => logs.push(m.text()));
+    (page as Page & { logs?: string[] }).logs = logs;
+    await page.goto(`${limited.base}?user=hal&device=laptop&debug`);
+    await diagnose(page, "device-limit", async () => {
+      await page.waitForSelector('#conn[data-state="down"]', { timeout: wait });
+      await page.waitForFunction(() => document.querySelector("#conn")?.textContent?.includes("device limit"), undefined, { timeout: wait });
+    });
+    const refusals = (limited.log().match(/connect refused: device limit/g) ?? []).length;
+    assert.ok(refusals >= 3, `the stack refused the laptop ${refusals} times`);
+    await context.close();
+    await first.context().close();
+  } finally {
+    limited.proc.kill("SIGINT");
+  }
+});

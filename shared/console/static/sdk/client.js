@@ -345,6 +345,7 @@ export class SignetClient {
             let opened = false;
             ws.onopen = () => {
                 opened = true;
+                this.failedConnects = 0;
                 void this.run(async () => this.startSession(ws), true);
             };
             ws.onmessage = (ev) => {
@@ -354,21 +355,28 @@ export class SignetClient {
                 const text = typeof ev.data === "string" ? ev.data : String(ev.data);
                 this.run(async (s) => this.handle(s, text));
             };
+            // A handshake that fails is counted and retried once: browsers fire
+            // error and then close for it, Node 20's WebSocket only error.
+            let failed = false;
+            const handshakeFailed = (fields) => {
+                if (opened || failed)
+                    return;
+                failed = true;
+                this.connectFailed(fields);
+            };
             ws.onclose = (ev) => {
                 const s = this.session;
                 if (s && s.ws === ws) {
                     this.log("info", "connection lost", { code: ev.code, reason: ev.reason });
                     this.run(async () => this.sessionEnded(s), true);
                 }
-                else if (!opened) {
-                    this.log("warn", "connect failed", { code: ev.code, attempt: this.attempt });
-                    this.scheduleReconnect(0);
+                else {
+                    handshakeFailed({ code: ev.code });
                 }
             };
-            ws.onerror = () => { };
+            ws.onerror = () => handshakeFailed({ error: "handshake refused or network error" });
         }).catch((err) => {
-            this.log("warn", "connect failed", { err: String(err) });
-            this.scheduleReconnect(0);
+            this.connectFailed({ err: String(err) });
         });
     }
     scheduleReconnect(wait) {
@@ -434,8 +442,17 @@ export class SignetClient {
         }
     }
     startedAt = 0;
+    /** Handshakes that failed in a row since the last connection opened. */
+    failedConnects = 0;
     state() {
-        this.o.onState?.({ connected: this.connected, synced: this.synced });
+        this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects });
+    }
+    /** A handshake failed before its connection opened: count it, say so, and try again. */
+    connectFailed(fields) {
+        this.failedConnects++;
+        this.log("warn", "connect failed", { ...fields, attempt: this.attempt, failedConnects: this.failedConnects });
+        this.state();
+        this.scheduleReconnect(0);
     }
     endSession(s) {
         if (s.ended)
