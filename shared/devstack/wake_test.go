@@ -307,3 +307,51 @@ func TestAnUrgentAlertIsRepushedUntilReadOrAnswered(t *testing.T) {
 		t.Fatalf("a normal alert repeats: %s", r.raw)
 	}
 }
+
+// An urgent alert wakes the user's registered devices that are not
+// connected even while another of their devices is: the on-call phone in
+// a pocket while the laptop at the office is online was left asleep (a
+// wake-up went only to a user with no connection at all). The connected
+// device is pushed it and not woken; a normal alert wakes nobody while a
+// device is connected, as before.
+func TestAnUrgentAlertWakesTheUnconnectedDevicesOfAConnectedUser(t *testing.T) {
+	t.Parallel()
+	st := startPushStack(t)
+	key := createApp(t, st, "pager", []string{"ann"}, 100)
+	registeredOffline(t, st, "ann", "phone", "apns", "apns-token-ann-phone")
+	laptop := dial(t, st, "ann", "laptop")
+	register(t, laptop, "fcm", "fcm-token-ann-laptop")
+
+	normal := postAlert(t, st, key, "n-1", `{"to":["ann"],"title":"Weekly report","body":""}`)
+	f := laptop.next("message", 10*time.Second)
+	if mid, _, _ := f.pushed(t); mid != normal {
+		t.Fatalf("the laptop was pushed %s, want the normal alert", mid)
+	}
+	laptop.write(map[string]any{"action": "ack", "upTo": f.Seq}) // else redelivery gives up on it and wakes it
+	hintsDrained(t, st)
+	if got := wakes(t, st); len(got) != 0 {
+		t.Fatalf("a normal alert woke a device of a connected user: %+v", got)
+	}
+
+	urgent := postAlert(t, st, key, "u-1", `{"to":["ann"],"title":"DB primary down","body":"","priority":"urgent"}`)
+	f = laptop.next("message", 10*time.Second)
+	if mid, _, _ := f.pushed(t); mid != urgent || !f.Urgent {
+		t.Fatalf("the laptop was pushed %s (urgent %v), want the urgent alert", mid, f.Urgent)
+	}
+	laptop.write(map[string]any{"action": "ack", "upTo": f.Seq})
+	waitFor(t, "the phone's wake-up", func() bool { return len(wakes(t, st)) > 0 })
+	hintsDrained(t, st)
+	got := wakes(t, st)
+	if len(got) != 1 || !strings.Contains(got[0].TargetArn, ":endpoint/APNS/") {
+		t.Fatalf("wake-ups %+v; want one, to the phone's APNs endpoint (the connected laptop is not woken)", got)
+	}
+	if id, isUrgent, _ := wakeIDs(t, got[0]); id != urgent || !isUrgent {
+		t.Fatalf("the phone's wake-up names %s (urgent %v), want the urgent alert", id, isUrgent)
+	}
+	waitFor(t, "the wake-up traced", func() bool {
+		return len(traceDetails(t, st, devstack.DefaultAdminKey, urgent, "woken")) > 0
+	})
+	if w := traceDetails(t, st, devstack.DefaultAdminKey, urgent, "woken"); len(w) != 1 || !strings.HasPrefix(w[0], "woken:ann:apns") {
+		t.Fatalf("the urgent alert's woken events: %v", w)
+	}
+}

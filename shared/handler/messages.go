@@ -181,6 +181,11 @@ func (h *delivery) deliverPush(ctx context.Context, tr *trail, cs *checks, user 
 	if len(conns) == 0 && !carried {
 		tr.add(im.Event{Message: e.Message.ID, Type: im.EventAwaitingPull, User: user, Seq: e.Seq, Detail: "no connection"})
 		h.wake(ctx, user, e, "")
+	} else if push.Urgent {
+		// An urgent alert also wakes the user's registered devices that
+		// are not connected: the on-call phone in a pocket while the
+		// laptop at the office is online.
+		h.wakeUnconnected(ctx, user, e)
 	}
 	var wg sync.WaitGroup
 	for _, conn := range conns {

@@ -150,15 +150,16 @@ type FanoutWorker struct {
 // wake-ups of offline devices.
 type Hints struct {
 	*core
-	Waker      Waker
-	Wakes      WakeStore
-	WakeWindow time.Duration
-	presence   *PresenceRoutes
+	Waker       Waker
+	Wakes       WakeStore
+	WakeWindow  time.Duration
+	Connections Connections
+	presence    *PresenceRoutes
 }
 
 // Hints is the presence queue's use case.
 func (d *Deps) Hints() *Hints {
-	return &Hints{core: d.core(), Waker: d.Waker, Wakes: d.Wakes, WakeWindow: d.WakeWindow, presence: d.Presence()}
+	return &Hints{core: d.core(), Waker: d.Waker, Wakes: d.Wakes, WakeWindow: d.WakeWindow, Connections: d.Connections, presence: d.Presence()}
 }
 
 // Redeliverer runs the redelivery queue's checks.

@@ -17,8 +17,10 @@ import (
 
 // Offline push hand-off (issue 16): a device registers its APNs or FCM
 // token ({"action":"register"}); when a message reaches a user none of
-// whose devices is connected, or redelivery gives up on a device, the
-// function that found it enqueues a wake job on the presence queue (it
+// whose devices is connected, or redelivery gives up on a device, or an
+// urgent alert reaches a user some of whose devices are connected (then
+// for the registered devices that are not), the function that found it
+// enqueues a wake job on the presence queue (it
 // reads and writes nothing else: a message path pays one SQS message). The
 // hints function (Hints) sends each registered device a wake-up through SNS —
 // ids only, at most one per device per WakeWindow, held while the user is
@@ -55,6 +57,18 @@ func (h *delivery) wake(ctx context.Context, u im.UserID, e im.Entry, only im.De
 	}
 }
 
+// wakeUnconnected enqueues a wake job for urgent entry e of u that wakes
+// only u's registered devices without a connection, best effort.
+func (h *delivery) wakeUnconnected(ctx context.Context, u im.UserID, e im.Entry) {
+	if h.WakeQueue == nil {
+		return
+	}
+	job := im.FanoutJob{Kind: im.FanoutWake, User: u, Alert: e.Message.ID, Conversation: e.Message.Conversation, UpTo: e.Seq, Urgent: true, Unconnected: true}
+	if err := h.WakeQueue.Enqueue(ctx, 0, job); err != nil {
+		h.log().WarnContext(ctx, "wake job not queued", "err", err.Error(), "userId", u, "seq", e.Seq)
+	}
+}
+
 // RunHint runs one job of the presence queue: a presence push or a
 // wake-up.
 func (h *Hints) RunHint(ctx context.Context, id string, job im.FanoutJob) error {
@@ -68,7 +82,8 @@ func (h *Hints) RunHint(ctx context.Context, id string, job im.FanoutJob) error 
 }
 
 // RunWake runs one wake job: each of the user's registered devices (the
-// job's one device, when it names one) not woken within the window is
+// job's one device, when it names one; only those without a connection,
+// for an Unconnected job) not woken within the window is
 // sent a wake-up, unless the user is in do-not-disturb and the entry is
 // not urgent. A device whose SNS endpoint does not exist yet gets one
 // first; one SNS says is disabled loses its registration.
@@ -86,6 +101,15 @@ func (h *Hints) RunWake(ctx context.Context, id string, job im.FanoutJob) error 
 		if job.Device == "" || p.Device == job.Device {
 			due = append(due, p)
 		}
+	}
+	if job.Unconnected && len(due) > 0 {
+		conns, err := h.Connections.Connections(ctx, u)
+		if err != nil {
+			return err
+		}
+		due = slices.DeleteFunc(due, func(p im.PushEndpoint) bool {
+			return slices.ContainsFunc(conns, func(c im.Connection) bool { return c.Device == p.Device })
+		})
 	}
 	if len(due) == 0 {
 		return nil

@@ -48,6 +48,10 @@ type FanoutJob struct {
 	// the user's), and whether the entry is an urgent alert.
 	Device DeviceID
 	Urgent bool
+	// Unconnected: a FanoutWake job wakes only those of the user's
+	// registered devices that have no connection (an urgent alert pushed
+	// to another device of the user that is connected).
+	Unconnected bool
 	// Reads marks a batch of a read-diffused group's job: push the
 	// messages (From, UpTo] to the members' connected devices; nothing is
 	// written to their inboxes.

@@ -27,9 +27,9 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 
 // fanoutBody is the JSON form of an im.FanoutJob, with short keys: k kind,
 // c conversation, s convSeq up to, m members of a batch, u presence user,
-// a alert message id, t escalation tick, d device, g urgent, nb not
-// before (Unix ms), f and r a read-diffused group's range, o its batch of
-// connections. (x, the sending connection not pushed message s, was
+// a alert message id, t escalation tick, d device, g urgent, n a wake-up
+// of the devices without a connection only, nb not before (Unix ms), f
+// and r a read-diffused group's range, o its batch of connections. (x, the sending connection not pushed message s, was
 // carried until the twenty-first session: the log item records it now,
 // and a job that still carries it decodes as if it did not.)
 type fanoutBody struct {
@@ -42,6 +42,7 @@ type fanoutBody struct {
 	Tick    int      `json:"t,omitempty"`
 	Device  string   `json:"d,omitempty"`
 	Urgent  bool     `json:"g,omitempty"`
+	Unconn  bool     `json:"n,omitempty"`
 	NotBef  int64    `json:"nb,omitempty"`
 	// From and Reads: a read-diffused group's job pushes (From, UpTo].
 	From  int64 `json:"f,omitempty"`
@@ -53,7 +54,7 @@ type fanoutBody struct {
 // EncodeJob renders a job as a queue message body.
 func EncodeJob(j im.FanoutJob) string {
 	b := fanoutBody{Kind: string(j.Kind), Conv: string(j.Conversation), UpTo: j.UpTo, User: string(j.User), Alert: string(j.Alert), Tick: j.Tick,
-		Device: string(j.Device), Urgent: j.Urgent, From: j.From, Reads: j.Reads}
+		Device: string(j.Device), Urgent: j.Urgent, Unconn: j.Unconnected, From: j.From, Reads: j.Reads}
 	if !j.NotBefore.IsZero() {
 		b.NotBef = j.NotBefore.UnixMilli()
 	}
@@ -74,7 +75,7 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		return im.FanoutJob{}, fmt.Errorf("decode fan-out job: %w", err)
 	}
 	j := im.FanoutJob{Kind: im.FanoutKind(b.Kind), Conversation: im.ConversationID(b.Conv), UpTo: b.UpTo, User: im.UserID(b.User), Alert: im.MessageID(b.Alert), Tick: b.Tick,
-		Device: im.DeviceID(b.Device), Urgent: b.Urgent, From: b.From, Reads: b.Reads}
+		Device: im.DeviceID(b.Device), Urgent: b.Urgent, Unconnected: b.Unconn, From: b.From, Reads: b.Reads}
 	if b.NotBef > 0 {
 		j.NotBefore = time.UnixMilli(b.NotBef).UTC()
 	}

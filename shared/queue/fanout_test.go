@@ -23,6 +23,7 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutRepeat, Alert: "m01", Tick: 2},
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 4, NotBefore: time.UnixMilli(1_800_000_000_123).UTC()},
 		{Kind: im.FanoutWake, User: "ann", Device: "phone", Alert: "m01", Conversation: "a:ops", UpTo: 4, Urgent: true},
+		{Kind: im.FanoutWake, User: "ann", Alert: "m01", Conversation: "a:ops", UpTo: 5, Urgent: true, Unconnected: true},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
