@@ -48,24 +48,23 @@ type WakeStore interface {
 // wake enqueues a wake job for entry e of u (only device only when set),
 // best effort: the entry waits in the inbox either way.
 func (h *delivery) wake(ctx context.Context, u im.UserID, e im.Entry, only im.DeviceID) {
-	if h.WakeQueue == nil {
-		return
-	}
-	job := im.FanoutJob{Kind: im.FanoutWake, User: u, Device: only, Alert: e.Message.ID, Conversation: e.Message.Conversation, UpTo: e.Seq, Urgent: urgentEntry(e)}
-	if err := h.WakeQueue.Enqueue(ctx, 0, job); err != nil {
-		h.log().WarnContext(ctx, "wake job not queued", "err", err.Error(), "userId", u, "seq", e.Seq)
-	}
+	h.enqueueWake(ctx, im.FanoutJob{Kind: im.FanoutWake, User: u, Device: only, Alert: e.Message.ID, Conversation: e.Message.Conversation, UpTo: e.Seq, Urgent: urgentEntry(e)})
 }
 
 // wakeUnconnected enqueues a wake job for urgent entry e of u that wakes
 // only u's registered devices without a connection, best effort.
 func (h *delivery) wakeUnconnected(ctx context.Context, u im.UserID, e im.Entry) {
+	h.enqueueWake(ctx, im.FanoutJob{Kind: im.FanoutWake, User: u, Alert: e.Message.ID, Conversation: e.Message.Conversation, UpTo: e.Seq, Urgent: true, Unconnected: true})
+}
+
+// enqueueWake puts wake job job on the presence queue (none without
+// offline push), logging a failure.
+func (h *delivery) enqueueWake(ctx context.Context, job im.FanoutJob) {
 	if h.WakeQueue == nil {
 		return
 	}
-	job := im.FanoutJob{Kind: im.FanoutWake, User: u, Alert: e.Message.ID, Conversation: e.Message.Conversation, UpTo: e.Seq, Urgent: true, Unconnected: true}
 	if err := h.WakeQueue.Enqueue(ctx, 0, job); err != nil {
-		h.log().WarnContext(ctx, "wake job not queued", "err", err.Error(), "userId", u, "seq", e.Seq)
+		h.log().WarnContext(ctx, "wake job not queued", "err", err.Error(), "userId", job.User, "seq", job.UpTo)
 	}
 }
 

@@ -29,9 +29,10 @@ func NewFanout(client *sqs.Client, url string) *Fanout { return &Fanout{client: 
 // c conversation, s convSeq up to, m members of a batch, u presence user,
 // a alert message id, t escalation tick, d device, g urgent, n a wake-up
 // of the devices without a connection only, nb not before (Unix ms), f
-// and r a read-diffused group's range, o its batch of connections. (x, the sending connection not pushed message s, was
-// carried until the twenty-first session: the log item records it now,
-// and a job that still carries it decodes as if it did not.)
+// and r a read-diffused group's range, o its batch of connections. (x,
+// the sending connection not pushed message s, was carried until the
+// twenty-first session: the log item records it now, and a job that still
+// carries it decodes as if it did not.)
 type fanoutBody struct {
 	Kind    string   `json:"k"`
 	Conv    string   `json:"c,omitempty"`
