@@ -69,14 +69,21 @@ func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 // wrongGroups refuses one group send of the group's owner (whom the run's
 // churn never removes) as if they were not a member: the server bug a
 // refusal check exists to catch (a run counts refusals, and must not count
-// that one as the churn's).
+// that one as the churn's). Every retry of that send (its clientMsgId) is
+// refused too, as such a bug would: a refusal lost with its connection (a
+// reconnect storm) once let the retry be stored, and the run saw nothing.
 type wrongGroups struct {
 	handler.Groups
-	refused *atomic.Bool // shared by every instance of the function
+	refused *atomic.Bool            // shared by every instance of the function
+	victim  *atomic.Pointer[string] // the refused send's clientMsgId
 }
 
 func (w *wrongGroups) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
+	if v := w.victim.Load(); v != nil && *v == d.ClientMsgID {
+		return im.Stored{}, fmt.Errorf("chaos test, again: %w", im.ErrNotMember)
+	}
 	if m, err := w.Member(ctx, d.Conversation, d.From); err == nil && m.Active() && m.Role == im.RoleOwner && w.refused.CompareAndSwap(false, true) {
+		w.victim.Store(&d.ClientMsgID)
 		return im.Stored{}, fmt.Errorf("chaos test: %w", im.ErrNotMember)
 	}
 	return w.Groups.SendGroup(ctx, d, now)
@@ -90,10 +97,11 @@ func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
 	// one run in ten): such a run proves nothing, and the next seed runs.
 	for seed := uint64(5); seed < 10; seed++ {
 		var refused atomic.Bool
+		var victim atomic.Pointer[string]
 		res, err := Run(context.Background(), Config{Seed: seed, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
 			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 				if fn == "SendFunction" {
-					h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused}
+					h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused, victim: &victim}
 				}
 			}}})
 		if err != nil {
