@@ -953,8 +953,8 @@ func (r *runner) groupsBehind(ctx context.Context) []string {
 			continue
 		}
 		for _, m := range members {
-			_, due := m.Range(0, head)
-			if !m.Receives(due) {
+			due := m.LastDue(head)
+			if due == 0 {
 				continue // nothing due
 			}
 			for _, d := range r.byUser[string(m.User)] {

@@ -92,6 +92,64 @@ func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 	}
 }
 
+// A member removed and added again while their device was away still gets
+// what was sent to them before the removal (the device had not pulled it),
+// never what was sent while they were out, and the rest in order after it.
+func TestAMemberAddedAgainGetsWhatWasSentBeforeTheRemoval(t *testing.T) {
+	t.Parallel()
+	st, ctx, alice, bobDev, bob := readGroupStack(t)
+	g, err := alice.CreateGroup(ctx, "Again", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(texts ...string) {
+		t.Helper()
+		for _, text := range texts {
+			if _, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: fmt.Appendf(nil, "%q", text)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send("m1", "m2")
+	if got := collect(t, bob, 2, 20*time.Second); got[1].ConvSeq != 2 {
+		t.Fatalf("bob got %+v", got)
+	}
+	waitFor(t, "bob's ack", func() bool {
+		cs, err := st.Store.GroupCursors(ctx, im.ConversationID(g.ConversationID), []im.UserID{"bob"})
+		return err == nil && cs[im.DeviceKey{User: "bob", Device: "phone"}].Acked == 2
+	})
+	bob.Close()
+	send("m3", "m4") // due to bob, not yet on his phone
+	if _, err := alice.RemoveMembers(ctx, g.ConversationID, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	send("while out") // 5: never bob's
+	if _, err := alice.AddMembers(ctx, g.ConversationID, "member", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	send("m6")
+	bob = bobDev.dial(t)
+	got := collect(t, bob, 3, 20*time.Second)
+	for i, want := range []struct {
+		seq  int64
+		body string
+	}{{3, `"m3"`}, {4, `"m4"`}, {6, `"m6"`}} {
+		if got[i].ConversationID != g.ConversationID || got[i].ConvSeq != want.seq || string(got[i].Body) != want.body {
+			t.Fatalf("bob's message %d = %+v, want %d %s", i, got[i], want.seq, want.body)
+		}
+	}
+	select {
+	case m := <-bob.Messages():
+		t.Fatalf("bob got %+v too", m)
+	case <-time.After(time.Second):
+	}
+	// Unread counts what is due to him: 1–4 and 6, not 5.
+	sum, err := bob.Summary(ctx)
+	if err != nil || len(sum) != 1 || sum[0].Last != 6 || sum[0].Unread != 5 {
+		t.Fatalf("bob's summary = %+v, %v", sum, err)
+	}
+}
+
 // A device that receives none of a read-diffused group's pushes (they are
 // dropped on the way) still gets the message: redelivery gives up with a
 // notify naming the group, and the SDK pulls it.

@@ -283,6 +283,55 @@ func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.
 	t.Logf("AppendGroup calls: %d for 200 members (one failed, its job retried)", fail.calls.Load())
 }
 
+// gatedFanout holds every fan-out job until open is closed.
+type gatedFanout struct {
+	handler.Fanouts
+	open chan struct{}
+}
+
+func (g gatedFanout) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+	select {
+	case <-g.open:
+		return g.Fanouts.Members(ctx, c)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// A member removed and added again before the fan-out of what was sent to
+// them in between ran (a queue behind, a fan-out Lambda throttled) still
+// gets those messages in their inbox, and never what was sent while they
+// were out.
+func TestAMemberAddedAgainBeforeTheFanOutRanGetsWhatWasSentToThem(t *testing.T) {
+	t.Parallel()
+	gate := gatedFanout{open: make(chan struct{})}
+	st := startStack(t, devstack.Options{Parameters: writeGroups, Configure: func(fn string, h *handler.Deps) {
+		if fn == "FanoutFunction" {
+			gate.Fanouts = h.Fanouts
+			h.Fanouts = gate
+		}
+	}})
+	alice := dial(t, st, "alice", "laptop")
+	var g wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "create", "name": "Held", "users": []string{"bob", "carol"}}, &g)
+	alice.sendTo("m1", g.ConversationID, "m1")
+	alice.sendTo("m2", g.ConversationID, "m2")
+	alice.request(map[string]any{"action": "group", "op": "remove", "conversationId": g.ConversationID, "users": []string{"bob"}}, nil)
+	alice.sendTo("m3", g.ConversationID, "while bob is out")
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": g.ConversationID, "users": []string{"bob"}}, nil)
+	alice.sendTo("m4", g.ConversationID, "m4")
+	if got := groupEntries(t, st, "bob", g.ConversationID); len(got) != 0 {
+		t.Fatalf("bob's inbox holds %v before any fan-out ran", got)
+	}
+	close(gate.open)
+	waitFor(t, "the fan-out to carol", func() bool { return len(groupEntries(t, st, "carol", g.ConversationID)) == 4 })
+	waitFor(t, "the fan-out to bob", func() bool { return len(groupEntries(t, st, "bob", g.ConversationID)) >= 3 })
+	time.Sleep(time.Second) // a job still running would add its copy now
+	if got := groupEntries(t, st, "bob", g.ConversationID); !slices.Equal(got, []int64{1, 2, 4}) {
+		t.Fatalf("bob's inbox holds %v, want 1, 2 and 4", got)
+	}
+}
+
 // heldFanout holds every fan-out job until the stack closes: this test
 // measures reads, which depend on the group log and membership only, and
 // 20,000 inbox entries would only slow the emulator down.

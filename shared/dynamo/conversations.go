@@ -127,6 +127,7 @@ func stateFields(item map[string]types.AttributeValue) im.ConversationState {
 		Read:         getN(item, attrRead),
 		Delivered:    getN(item, attrDelivered),
 		Left:         getN(item, attrLeft),
+		Past:         pastFrom(item),
 		Removed:      getN(item, attrRemoved) == 1,
 		LastFrom:     im.UserID(getS(item, "lastFrom")),
 		LastAt:       time.UnixMilli(getN(item, "lastAt")).UTC(),

@@ -78,7 +78,7 @@ func (st *Store) createInOne(ctx context.Context, c im.ConversationID, name stri
 			Item:                st.groupHeadItem(c, name, owner, len(members), now),
 			ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK},
 		}},
-		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0, st.GroupReads)},
+		{Update: joinIndexUpdate(st.tables.Inbox, owner, c, name, 0, st.GroupReads, nil)},
 	}
 	added := []im.Member{{User: owner, Role: im.RoleOwner}}
 	for _, u := range members {
@@ -87,7 +87,7 @@ func (st *Store) createInOne(ctx context.Context, c im.ConversationID, name stri
 	for _, m := range added {
 		items = append(items, types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: memberItem(c, m, owner, now, "")}})
 		if m.User != owner {
-			items = append(items, types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, m.User, c, name, 0, st.GroupReads)})
+			items = append(items, types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, m.User, c, name, 0, st.GroupReads, nil)})
 		}
 	}
 	_, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
@@ -162,7 +162,7 @@ func (st *Store) createStaged(ctx context.Context, c im.ConversationID, name str
 	for start := 0; start < len(added); start += itemsPerTransaction {
 		var idx []types.TransactWriteItem
 		for _, m := range added[start:min(start+itemsPerTransaction, len(added))] {
-			idx = append(idx, types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, m.User, c, name, 0, st.GroupReads)})
+			idx = append(idx, types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, m.User, c, name, 0, st.GroupReads, nil)})
 		}
 		if _, err := st.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: idx}); err != nil {
 			return added, fmt.Errorf("create group %s: created, but writing its members' conversation index failed: %w", c, err)

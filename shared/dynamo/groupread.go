@@ -138,7 +138,7 @@ func (st *Store) indexItem(ctx context.Context, u im.UserID, c im.ConversationID
 
 // indexMember reads the membership fields of u's index item of a group.
 func indexMember(u im.UserID, it map[string]types.AttributeValue) im.Member {
-	return im.Member{User: u, Role: im.RoleMember, Joined: getN(it, attrBase), Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft)}
+	return im.Member{User: u, Role: im.RoleMember, Joined: getN(it, attrBase), Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it)}
 }
 
 // groupCursorsOf reads the group cursors an index item holds, by device.
@@ -193,16 +193,20 @@ func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID
 	if !h.live() || !m.Role.Valid() {
 		return im.GroupPage{}, fmt.Errorf("group page of %s in %s: %w", u, c, im.ErrNotMember)
 	}
-	from, due := m.Range(cursor, h.seq)
-	if cursor > due {
-		return im.GroupPage{}, fmt.Errorf("group page of %s in %s: %w", u, c, &im.HeadError{Err: im.ErrCursorBeyondHead, Position: cursor, Head: due})
+	end := m.End(h.seq)
+	if cursor > end {
+		return im.GroupPage{}, fmt.Errorf("group page of %s in %s: %w", u, c, &im.HeadError{Err: im.ErrCursorBeyondHead, Position: cursor, Head: end})
 	}
 	limit = min(max(limit, 1), im.MaxPageEntries)
-	p := im.GroupPage{Next: cursor, Head: due}
+	p := im.GroupPage{Next: cursor, Head: end}
+	// The next run due above the cursor: of an earlier membership (a
+	// member added again), else of the current one.
+	from, due := m.Range(cursor, h.seq)
 	if from >= due {
-		// Nothing due above the cursor: continue from the last due (or
-		// from where the member's range starts, when the cursor is below it).
-		p.Next = due
+		// Nothing due above the cursor: continue from the end (the
+		// member's start, when the cursor is below it and nothing was sent
+		// since).
+		p.Next = end
 		return p, nil
 	}
 	q := st.logSpan(c, from+1, due)
@@ -234,7 +238,7 @@ func (st *Store) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID
 		// Every message due after from has expired.
 		p.Truncated, p.FirstSeq, p.Next = true, due+1, due
 	}
-	p.More = p.Next < due
+	p.More = p.Next < end
 	return p, nil
 }
 
@@ -269,9 +273,18 @@ func (st *Store) ReadGroups(ctx context.Context, u im.UserID, d im.DeviceID) ([]
 	err = st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
 		c := im.ConversationID(getS(it, attrConv))
 		g, h := groups[c], headFrom(it)
-		if from, due := g.m.Range(g.acked, h.seq); h.reads {
-			out = append(out, im.GroupPosition{Conversation: c, Head: due, Acked: min(from, due)})
+		if !h.reads {
+			return
 		}
+		// The device stands before the first message due to it (of an
+		// earlier membership, when it had not pulled that before the
+		// member was added again), or at the end when none is.
+		end := g.m.End(h.seq)
+		acked := end
+		if from, to := g.m.Range(g.acked, h.seq); from < to {
+			acked = from
+		}
+		out = append(out, im.GroupPosition{Conversation: c, Head: end, Acked: acked})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("group heads of %s: %w", u, err)
@@ -312,8 +325,8 @@ func (st *Store) withGroupHeads(ctx context.Context, states []im.ConversationSta
 	err := st.batchGet(ctx, st.tables.Messages, keys, false, func(it map[string]types.AttributeValue) {
 		i := at[im.ConversationID(getS(it, attrConv))]
 		s := &states[i]
-		m := im.Member{Role: im.RoleMember, Joined: s.Base, Removed: s.Removed, Left: s.Left}
-		if _, due := m.Range(0, headFrom(it).seq); due > s.Base {
+		m := im.Member{Role: im.RoleMember, Joined: s.Base, Removed: s.Removed, Left: s.Left, Past: s.Past}
+		if due := m.LastDue(headFrom(it).seq); due > 0 {
 			s.Last = due
 			logKeys = append(logKeys, convKey(s.Conversation, convSK(due)))
 		}

@@ -169,6 +169,77 @@ func TestGroupPagesServeTheMembersRangeInOrder(t *testing.T) {
 	}
 }
 
+// A member removed and added again keeps the earlier membership on both
+// their member item and their index item: pulls serve it, then the
+// current one, never what was sent in between; a device stands before the
+// first message due to it.
+func TestARejoinedMembersPullsSkipOnlyWhatWasSentWhileOut(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	st.GroupReads = true
+	g := im.Group("again")
+	groupWith(t, st, g, []im.UserID{"bob"}, 3, now)
+	if _, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: "phone", UpTo: 1, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	removeMember(t, st, g, "bob", now)
+	sendToGroup(t, st, g, 2, now) // 4, 5: sent while bob is out
+	for range 2 {                 // added twice: the second changes nothing
+		if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sendToGroup(t, st, g, 2, now) // 6, 7
+	m, err := st.Member(ctx, g, "bob")
+	if err != nil || !m.Active() || m.Joined != 5 || !slices.Equal(m.Past, []im.Span{{Joined: 0, Left: 3}}) {
+		t.Fatalf("bob = %+v, %v", m, err)
+	}
+	one := func(im.Message) int { return 1 }
+	pull := func(cursor int64) (seqs []int64) {
+		t.Helper()
+		for {
+			p, err := st.GroupPage(ctx, g, "bob", cursor, 100, one)
+			if err != nil {
+				t.Fatalf("pull after %d: %v", cursor, err)
+			}
+			for _, m := range p.Messages {
+				seqs = append(seqs, m.ConvSeq)
+			}
+			if p.Head != 7 || p.Truncated {
+				t.Fatalf("page after %d = %+v", cursor, p)
+			}
+			if !p.More {
+				return seqs
+			}
+			cursor = p.Next
+		}
+	}
+	for cursor, want := range map[int64][]int64{0: {1, 2, 3, 6, 7}, 1: {2, 3, 6, 7}, 3: {6, 7}, 4: {6, 7}, 6: {7}, 7: nil} {
+		if got := pull(cursor); !slices.Equal(got, want) {
+			t.Errorf("pull after %d = %v, want %v", cursor, got, want)
+		}
+	}
+	check := func(d im.DeviceID, acked int64) {
+		t.Helper()
+		got, err := st.ReadGroups(ctx, "bob", d)
+		if want := (im.GroupPosition{Conversation: g, Head: 7, Acked: acked}); err != nil || len(got) != 1 || got[0] != want {
+			t.Fatalf("bob/%s stands at %+v, %v; want %+v", d, got, err, want)
+		}
+	}
+	check("phone", 1)  // before 2, of the earlier membership
+	check("laptop", 0) // never pulled: from the start
+	if _, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: "phone", UpTo: 3, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	check("phone", 5) // past the gap
+	// The conversation list: the last message due and the unread count
+	// over both memberships (1–3, 6, 7).
+	states, _, err := st.Conversations(ctx, "bob", "", 10)
+	if err != nil || len(states) != 1 || states[0].Last != 7 || states[0].Unread() != 5 || !slices.Equal(states[0].Past, []im.Span{{Joined: 0, Left: 3}}) {
+		t.Fatalf("bob's conversations = %+v, %v", states, err)
+	}
+}
+
 func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 	t.Parallel()
 	st, ctx, now := newStore(t), context.Background(), time.Now()

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -17,7 +19,8 @@ import (
 // Group items live in the Messages table beside the group's log:
 //
 //	g:<id> / head      seq (conversation head), name, count (active members), owners, createdAt
-//	g:<id> / u#<user>  role, joined (head when added), left (head when removed; absent while a member)
+//	g:<id> / u#<user>  role, joined (head when added), left (head when removed; absent while a member),
+//	                   past (earlier memberships, when re-added: see attrPast)
 //
 // Every membership change updates the head item conditionally on the head
 // seq it read, in the same transaction as the member items: a change and a
@@ -37,7 +40,41 @@ const maxMembersPerChange = 45
 // memberFrom reads a member item.
 func memberFrom(it map[string]types.AttributeValue) im.Member {
 	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"),
-		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft)}
+		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it)}
+}
+
+// attrPast holds a re-added member's earlier memberships (im.Member.Past)
+// on their member item and their index item of the group:
+// "joined:left,joined:left", oldest first. Absent until a re-add.
+const attrPast = "past"
+
+// pastValue is the attrPast value of spans.
+func pastValue(spans []im.Span) types.AttributeValue {
+	parts := make([]string, len(spans))
+	for i, p := range spans {
+		parts[i] = strconv.FormatInt(p.Joined, 10) + ":" + strconv.FormatInt(p.Left, 10)
+	}
+	return s(strings.Join(parts, ","))
+}
+
+// pastFrom reads the earlier memberships an item holds (none when absent
+// or unreadable: a damaged value loses only what it would have added).
+func pastFrom(it map[string]types.AttributeValue) []im.Span {
+	v := getS(it, attrPast)
+	if v == "" {
+		return nil
+	}
+	var out []im.Span
+	for part := range strings.SplitSeq(v, ",") {
+		j, l, ok := strings.Cut(part, ":")
+		joined, err1 := strconv.ParseInt(j, 10, 64)
+		left, err2 := strconv.ParseInt(l, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil
+		}
+		out = append(out, im.Span{Joined: joined, Left: left})
+	}
+	return out
 }
 
 // groupHead is the head item of a group.
@@ -68,14 +105,20 @@ func headCond(old int64, values map[string]types.AttributeValue) string {
 	return "#seq = :old"
 }
 
-// joinIndexUpdate starts (or restarts) u's view of group c at head.
-func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string, head int64, reads bool) *types.Update {
+// joinIndexUpdate starts (or restarts) u's view of group c at head,
+// keeping u's earlier memberships past (none on a first join).
+func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string, head int64, reads bool, past []im.Span) *types.Update {
 	up := &types.Update{
 		TableName:                 aws.String(table),
 		Key:                       inboxKey(u, convIndexSK(c)),
 		UpdateExpression:          aws.String("SET #base = :h, #last = if_not_exists(#last, :h), title = :name, #left = :zero, #removed = :zero"),
 		ExpressionAttributeNames:  map[string]string{"#base": attrBase, "#last": attrLast, "#left": attrLeft, "#removed": attrRemoved},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(head), ":name": s(name), ":zero": n(0)},
+	}
+	if len(past) > 0 {
+		*up.UpdateExpression += ", #past = :past"
+		up.ExpressionAttributeNames["#past"] = attrPast
+		up.ExpressionAttributeValues[":past"] = pastValue(past)
 	}
 	if reads {
 		// A read-diffused group: readers of the item take last and
@@ -254,16 +297,22 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				if t.Active() {
 					continue
 				}
-				t = im.Member{User: u, Role: role, Joined: h.seq}
+				// Added again, a removed member keeps what was sent to them
+				// before (im.Member.Rejoined).
+				t = t.Rejoined(h.seq, role)
 				countDelta++
 				if role == im.RoleOwner {
 					ownersDelta++
 				}
+				item := map[string]types.AttributeValue{
+					attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(now.UnixMilli()), "by": s(string(actor)),
+				}
+				if len(t.Past) > 0 {
+					item[attrPast] = pastValue(t.Past)
+				}
 				items = append(items,
-					types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: map[string]types.AttributeValue{
-						attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(now.UnixMilli()), "by": s(string(actor)),
-					}}},
-					types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, h.name, h.seq, h.reads)})
+					types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: item}},
+					types.TransactWriteItem{Update: joinIndexUpdate(st.tables.Inbox, u, c, h.name, h.seq, h.reads, t.Past)})
 			case im.OpRemove:
 				if !t.Active() {
 					continue

@@ -101,8 +101,8 @@ func (h *FanoutWorker) fanoutMessages(ctx context.Context, job im.FanoutJob) err
 	for _, m := range all {
 		byUser[m.User] = m
 		// Everyone who could still be owed messages up to UpTo: members
-		// who joined before it, and were not removed before the range.
-		if m.Role.Valid() && m.Joined < job.UpTo {
+		// who joined before it (in a membership they keep: im.Member.Past).
+		if m.Role.Valid() && m.Start() < job.UpTo {
 			due = append(due, m.User)
 		}
 	}
@@ -374,13 +374,14 @@ func (h *FanoutWorker) fill(ctx context.Context, conv im.ConversationID, upTo in
 	var work []memberMessages
 	for _, u := range users {
 		m := members[u]
-		f, t := m.Range(pos[u].Last, upTo)
-		if f >= t && pos[u].LastInPlace {
+		if f, t := m.Range(pos[u].Last, upTo); f >= t && pos[u].LastInPlace {
 			continue
 		}
+		// Every message due above the member's last, in each of their
+		// memberships (a member added again: not those sent while out).
 		var msgs []im.Message
 		for _, msg := range log {
-			if msg.ConvSeq > f && msg.ConvSeq <= t {
+			if msg.ConvSeq > pos[u].Last && m.Receives(msg.ConvSeq) {
 				msgs = append(msgs, msg)
 			}
 		}

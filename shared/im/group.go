@@ -2,6 +2,7 @@ package im
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -76,7 +77,9 @@ func ValidDisplayText(s string, max int) bool {
 
 // Member is one user's membership of a group. Positions are convSeqs of the
 // group's log: the member receives the messages with Joined < convSeq and,
-// once removed, convSeq ≤ Left.
+// once removed, convSeq ≤ Left — and those of their earlier memberships
+// (Past), so that a member removed and added again still gets what was
+// sent to them before, on a device that had not pulled it yet.
 type Member struct {
 	User UserID
 	Role Role
@@ -86,7 +89,19 @@ type Member struct {
 	// head at that moment (0 if the group had no message yet).
 	Removed bool
 	Left    int64
+	// Past are the member's earlier memberships that held a message,
+	// oldest first (at most MaxPastSpans).
+	Past []Span
 }
+
+// Span is an earlier membership of a group: the member received the
+// convSeqs in (Joined, Left].
+type Span struct{ Joined, Left int64 }
+
+// MaxPastSpans bounds the earlier memberships a member record keeps: a
+// device that has not pulled a group through more than this many removals
+// and re-adds no longer gets the messages of the oldest.
+const MaxPastSpans = 8
 
 // Active reports whether m is a current member.
 func (m Member) Active() bool { return m.Role.Valid() && !m.Removed }
@@ -94,18 +109,78 @@ func (m Member) Active() bool { return m.Role.Valid() && !m.Removed }
 // Receives reports whether message convSeq of the group goes to m's inbox:
 // it was sent while m was a member.
 func (m Member) Receives(convSeq int64) bool {
-	return m.Role.Valid() && convSeq > m.Joined && (!m.Removed || convSeq <= m.Left)
+	if !m.Role.Valid() {
+		return false
+	}
+	if convSeq > m.Joined && (!m.Removed || convSeq <= m.Left) {
+		return true
+	}
+	for _, p := range m.Past {
+		if convSeq > p.Joined && convSeq <= p.Left {
+			return true
+		}
+	}
+	return false
 }
 
-// Range returns the convSeqs (from, to] that m should hold once the group
-// log reaches head, given that m's inbox already holds the group up to last.
-// from ≥ to means nothing is due.
-func (m Member) Range(last, head int64) (from, to int64) {
-	from, to = max(last, m.Joined), head
+// End is the highest position m's view of the group reaches once the log
+// reaches head: head, or where m left. No cursor of m's stands above it.
+func (m Member) End(head int64) int64 {
 	if m.Removed {
-		to = min(to, m.Left)
+		return min(head, m.Left)
 	}
-	return from, to
+	return head
+}
+
+// Start is the head when m first joined (of the memberships m keeps).
+func (m Member) Start() int64 {
+	if len(m.Past) > 0 {
+		return m.Past[0].Joined
+	}
+	return m.Joined
+}
+
+// Range returns the next run of convSeqs (from, to] due to m above last
+// once the group log reaches head: within one membership, the earliest
+// that has something above last. from ≥ to means nothing is due above
+// last (from is then where the current membership's view stands).
+func (m Member) Range(last, head int64) (from, to int64) {
+	for _, p := range m.Past {
+		if from, to := max(last, p.Joined), min(p.Left, head); from < to {
+			return from, to
+		}
+	}
+	return max(last, m.Joined), m.End(head)
+}
+
+// LastDue returns the highest convSeq up to head that m receives, 0 if none.
+func (m Member) LastDue(head int64) int64 {
+	if !m.Role.Valid() {
+		return 0
+	}
+	if end := m.End(head); end > m.Joined {
+		return end
+	}
+	for _, p := range slices.Backward(m.Past) {
+		if to := min(p.Left, head); to > p.Joined {
+			return to
+		}
+	}
+	return 0
+}
+
+// Rejoined returns m added again at head with role: a removed member's
+// membership that held a message becomes one of Past (the oldest dropped
+// beyond MaxPastSpans).
+func (m Member) Rejoined(head int64, role Role) Member {
+	past := slices.Clone(m.Past)
+	if m.Role.Valid() && m.Removed && m.Left > m.Joined {
+		past = append(past, Span{m.Joined, m.Left})
+	}
+	if len(past) > MaxPastSpans {
+		past = past[len(past)-MaxPastSpans:]
+	}
+	return Member{User: m.User, Role: role, Joined: head, Past: past}
 }
 
 // GroupOp is a change to a group's membership or roles.

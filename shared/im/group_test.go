@@ -36,6 +36,73 @@ func TestMemberRangeAndReceives(t *testing.T) {
 	}
 }
 
+// A member removed and added again keeps their earlier membership: what
+// was sent to them then stays due (to a device that had not pulled it),
+// what was sent while they were out never is.
+func TestARejoinedMemberKeepsTheEarlierMembership(t *testing.T) {
+	t.Parallel()
+	m := Member{User: "b", Role: RoleMember, Joined: 2}
+	m.Removed, m.Left = true, 5
+	m = m.Rejoined(8, RoleAdmin) // out for 6–8
+	if !m.Active() || m.Role != RoleAdmin || m.Joined != 8 || len(m.Past) != 1 || m.Past[0] != (Span{2, 5}) {
+		t.Fatalf("rejoined = %+v", m)
+	}
+	for seq, want := range map[int64]bool{2: false, 3: true, 5: true, 6: false, 8: false, 9: true} {
+		if m.Receives(seq) != want {
+			t.Errorf("receives %d = %v, want %v", seq, !want, want)
+		}
+	}
+	ranges := []struct{ last, head, from, to int64 }{
+		{0, 12, 2, 5},    // the earlier membership first
+		{4, 12, 4, 5},    // its rest
+		{5, 12, 8, 12},   // then the current one, past the gap
+		{6, 12, 8, 12},   // a cursor in the gap
+		{12, 12, 12, 12}, // nothing due
+		{0, 8, 2, 5},
+		{5, 8, 8, 8}, // rejoined, nothing sent since
+	}
+	for _, r := range ranges {
+		if from, to := m.Range(r.last, r.head); from != r.from || to != r.to {
+			t.Errorf("range above %d at head %d = (%d, %d], want (%d, %d]", r.last, r.head, from, to, r.from, r.to)
+		}
+	}
+	if got := m.LastDue(8); got != 5 {
+		t.Errorf("last due at head 8 = %d, want 5 (6–8 were sent while out)", got)
+	}
+	if got := m.LastDue(10); got != 10 {
+		t.Errorf("last due at head 10 = %d", got)
+	}
+	if m.Start() != 2 || m.End(12) != 12 {
+		t.Errorf("start %d, end %d", m.Start(), m.End(12))
+	}
+	// Removed again before anything was sent: that membership held nothing.
+	m.Removed, m.Left = true, 8
+	if again := m.Rejoined(9, RoleMember); len(again.Past) != 1 {
+		t.Errorf("an empty membership kept: %+v", again.Past)
+	}
+	// The oldest memberships go beyond MaxPastSpans.
+	for i := range int64(MaxPastSpans + 2) {
+		m.Removed, m.Left = true, m.Joined+1
+		m = m.Rejoined(m.Joined+3, RoleMember)
+		if i == 0 && m.Past[len(m.Past)-1] != (Span{8, 9}) {
+			t.Fatalf("past = %+v", m.Past)
+		}
+	}
+	if len(m.Past) != MaxPastSpans || m.Past[0].Joined == 2 {
+		t.Errorf("past = %+v, want the newest %d", m.Past, MaxPastSpans)
+	}
+	// Unread counts the messages due above the read watermark in every
+	// membership, not those sent while out.
+	s := ConversationState{Conversation: Group("g"), Base: 8, Last: 12, Read: 3, Past: []Span{{2, 5}}}
+	if got := s.Unread(); got != 2+4 {
+		t.Errorf("unread = %d, want 6", got)
+	}
+	s.Read = 9
+	if got := s.Unread(); got != 3 {
+		t.Errorf("unread = %d, want 3", got)
+	}
+}
+
 func TestAuthorizeGroupOperations(t *testing.T) {
 	t.Parallel()
 	owner := Member{User: "o", Role: RoleOwner}

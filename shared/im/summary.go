@@ -40,6 +40,8 @@ type ConversationState struct {
 	// convSeq after which they receive nothing.
 	Removed bool
 	Left    int64
+	// Past are the user's earlier memberships of a group (Member.Past).
+	Past []Span
 	// LastFrom, LastAt and Preview describe the last message.
 	LastFrom UserID
 	LastAt   time.Time
@@ -58,12 +60,17 @@ type ConversationState struct {
 }
 
 // Unread is the number of messages after the read watermark: head minus
-// read, never counting messages before the user joined.
+// read, never counting messages before the user joined or sent while they
+// were not a member.
 func (s ConversationState) Unread() int64 {
 	if s.Conversation.AppConversation() {
 		return max(0, s.UnreadAlerts)
 	}
-	return max(0, s.Last-max(s.Read, s.Base))
+	n := max(0, s.Last-max(s.Read, s.Base))
+	for _, p := range s.Past {
+		n += max(0, min(p.Left, s.Last)-max(s.Read, p.Joined))
+	}
+	return n
 }
 
 // AlertsRead is what a read of an app's alert conversation changed: the
