@@ -148,6 +148,26 @@ func TestAMemberAddedAgainGetsWhatWasSentBeforeTheRemoval(t *testing.T) {
 	if err != nil || len(sum) != 1 || sum[0].Last != 6 || sum[0].Unread != 5 {
 		t.Fatalf("bob's summary = %+v, %v", sum, err)
 	}
+	// His history pages back through both memberships, one at a time.
+	var pages [][]int64
+	for before := int64(0); ; {
+		h, err := bob.ConversationHistory(ctx, g.ConversationID, before, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seqs []int64
+		for _, m := range h.Messages {
+			seqs = append(seqs, m.ConvSeq)
+		}
+		pages = append(pages, seqs)
+		if !h.HasMore || len(pages) > 5 {
+			break
+		}
+		before = h.Before
+	}
+	if fmt.Sprint(pages) != "[[6] [3 4] [1 2]]" {
+		t.Fatalf("bob's history pages = %v, want [6], [3 4], [1 2]", pages)
+	}
 }
 
 // A device that receives none of a read-diffused group's pushes (they are

@@ -36,9 +36,10 @@ func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsoc
 		// their own, in their inbox.
 		return h.fail(ctx, c, wire.ActionHistory, wire.Problemf(wire.CodeBadRequest, "history is not available for alert conversations; use sync"), "")
 	}
-	after, before := int64(0), f.Before
+	after, before, earlier := int64(0), f.Before, false
 	if conv.IsGroup() {
-		// A member sees the log from their join, and up to their removal.
+		// A member sees the log of their memberships: from a join up to
+		// the removal that ended it, one membership per page.
 		m, err := h.Groups.Member(ctx, conv, c.User)
 		if err == nil && !m.Role.Valid() {
 			err = im.ErrNotMember
@@ -46,9 +47,9 @@ func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsoc
 		if err != nil {
 			return h.fail(ctx, c, wire.ActionHistory, err, "")
 		}
-		after = m.Joined
-		if m.Removed && (before == 0 || before > m.Left+1) {
-			before = m.Left + 1
+		var ok bool
+		if after, before, earlier, ok = m.HistoryWindow(f.Before); !ok {
+			return reply(wire.HistoryPage{Type: wire.TypeHistory, Ref: c.Ref, ConversationID: string(conv), Messages: []wire.Message{}})
 		}
 	} else if _, err := conv.Peer(c.User); err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
@@ -57,6 +58,8 @@ func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsoc
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
+	// An earlier membership's messages come on the next pages.
+	more = more || earlier
 	// Like sync pages, a history page fits API Gateway's 128 KB message
 	// limit: the oldest messages that do not fit are the next page's.
 	msgs, cut := im.FitNewest(msgs, im.MaxPageBytes, func(m im.Message) int { return wire.EntrySize(im.Entry{Message: m}) })
@@ -67,6 +70,9 @@ func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsoc
 	}
 	if len(msgs) > 0 {
 		page.Before = msgs[0].ConvSeq
+	} else if more {
+		// The membership's messages expired: continue below its start.
+		page.Before = after + 1
 	}
 	return reply(page)
 }

@@ -169,6 +169,39 @@ func (m Member) LastDue(head int64) int64 {
 	return 0
 }
 
+// HistoryWindow returns the convSeqs (after, before) — both exclusive,
+// before 0 for "the newest" — of the newest of m's memberships that has
+// messages below before (0: the newest messages), for a page of the
+// group's history, and whether an earlier membership remains below that
+// window (a page of it ends with more to come). ok is false when no
+// membership has messages below before.
+func (m Member) HistoryWindow(before int64) (after, below int64, earlier, ok bool) {
+	if !m.Role.Valid() {
+		return 0, 0, false, false
+	}
+	if !m.Removed && (before == 0 || before-1 > m.Joined) {
+		return m.Joined, before, len(m.Past) > 0, true
+	}
+	// The highest convSeq of a closed membership below before.
+	top := func(left int64) int64 {
+		if before == 0 {
+			return left
+		}
+		return min(left, before-1)
+	}
+	if m.Removed {
+		if t := top(m.Left); t > m.Joined {
+			return m.Joined, t + 1, len(m.Past) > 0, true
+		}
+	}
+	for i, p := range slices.Backward(m.Past) {
+		if t := top(p.Left); t > p.Joined {
+			return p.Joined, t + 1, i > 0, true
+		}
+	}
+	return 0, 0, false, false
+}
+
 // Rejoined returns m added again at head with role: a removed member's
 // membership that held a message becomes one of Past (the oldest dropped
 // beyond MaxPastSpans).

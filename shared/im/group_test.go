@@ -91,6 +91,34 @@ func TestARejoinedMemberKeepsTheEarlierMembership(t *testing.T) {
 	if len(m.Past) != MaxPastSpans || m.Past[0].Joined == 2 {
 		t.Errorf("past = %+v, want the newest %d", m.Past, MaxPastSpans)
 	}
+	// History pages one membership at a time, newest first.
+	h := Member{Role: RoleMember, Joined: 8, Past: []Span{{0, 2}, {4, 6}}}
+	windows := []struct {
+		before, after, below int64
+		earlier, ok          bool
+	}{
+		{0, 8, 0, true, true},   // the current membership, newest first
+		{12, 8, 12, true, true}, // further back in it
+		{9, 4, 7, true, true},   // below its start: the one before (4, 6]
+		{6, 4, 6, true, true},   // further back in that
+		{5, 0, 3, false, true},  // below its start: the first (0, 2]
+		{2, 0, 2, false, true},  // further back in that
+		{1, 0, 0, false, false}, // nothing below
+	}
+	for _, w := range windows {
+		after, below, earlier, ok := h.HistoryWindow(w.before)
+		if after != w.after || below != w.below || earlier != w.earlier || ok != w.ok {
+			t.Errorf("history before %d: (%d, %d) earlier %v ok %v; want (%d, %d) %v %v", w.before, after, below, earlier, ok, w.after, w.below, w.earlier, w.ok)
+		}
+	}
+	h.Removed, h.Left = true, 10
+	if after, below, _, ok := h.HistoryWindow(0); after != 8 || below != 11 || !ok {
+		t.Errorf("a removed member's newest history: (%d, %d) %v", after, below, ok)
+	}
+	h.Left = 8 // removed before anything was sent in the current membership
+	if after, below, _, _ := h.HistoryWindow(0); after != 4 || below != 7 {
+		t.Errorf("history of a member removed at once: (%d, %d), want (4, 7)", after, below)
+	}
 	// Unread counts the messages due above the read watermark in every
 	// membership, not those sent while out.
 	s := ConversationState{Conversation: Group("g"), Base: 8, Last: 12, Read: 3, Past: []Span{{2, 5}}}
