@@ -82,17 +82,38 @@ func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
 		rieBin = filepath.Join(os.TempDir(), fmt.Sprintf("signet-rie-%d", os.Getpid()))
 		build(t, "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie", rieBin)
 	})
-	rie := rieBin
+	body, _ := json.Marshal(event)
+	// A free port found here can be taken by another test's process before
+	// the RIE binds it (a clean-clone CI run lost one so): the RIE then
+	// exits at once, and is started again on other ports.
+	for attempt := 1; ; attempt++ {
+		out, logs, err := invokeOnce(t, bootstrap, env, body)
+		if err == nil {
+			return out
+		}
+		if attempt < 3 && strings.Contains(logs, "address already in use") {
+			t.Logf("invoke: %v (a port was taken); starting again", err)
+			continue
+		}
+		t.Fatalf("invoke: %v\nlogs:\n%s", err, logs)
+	}
+}
+
+// invokeOnce starts the RIE on two free ports and posts body to it: the
+// response, or an error with the RIE's logs.
+func invokeOnce(t *testing.T, bootstrap string, env []string, body []byte) ([]byte, string, error) {
+	t.Helper()
 	addr, apiAddr := testkit.FreeAddr(t), testkit.FreeAddr(t)
-	cmd := exec.Command(rie, "--runtime-interface-emulator-address", addr, "--runtime-api-address", apiAddr, "--log-level", "error", bootstrap)
+	cmd := exec.Command(rieBin, "--runtime-interface-emulator-address", addr, "--runtime-api-address", apiAddr, "--log-level", "error", bootstrap)
 	cmd.Env = append(os.Environ(), env...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	body, _ := json.Marshal(event)
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
 	url := fmt.Sprintf("http://%s/2015-03-31/functions/function/invocations", addr)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -100,10 +121,17 @@ func invoke(t *testing.T, bootstrap string, env []string, event any) []byte {
 		if err == nil {
 			out, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			return out
+			return out, "", nil
+		}
+		select {
+		case <-exited:
+			return nil, logs.String(), fmt.Errorf("the RIE exited: %w", err)
+		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("invoke: %v\nlogs:\n%s", err, logs.String())
+			_ = cmd.Process.Kill()
+			<-exited
+			return nil, logs.String(), err
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
