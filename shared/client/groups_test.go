@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +109,85 @@ func TestQueryWaitsForAConnectionAndHonoursItsContext(t *testing.T) {
 	d := newDevice(t, st, "bob", "laptop").dial(t, func(o *Options) { o.Dialer = dropFrames(WebSocket, wire.TypeSummary) })
 	if _, err := d.Summary(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("summary without an answer: %v", err)
+	}
+}
+
+// queryLosingConn loses the answer to the first frame written with
+// action: by closing the connection once it is written (lose), or by
+// answering it with API Gateway's own error frame in its place (fail).
+type queryLosingConn struct {
+	Conn
+	action string
+	fail   bool
+	once   *sync.Once
+	failed chan []byte // the gateway error frame to read, once
+	asked  *atomic.Int64
+}
+
+func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
+	var env struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(b, &env) != nil || env.Action != q.action {
+		return q.Conn.Write(ctx, b)
+	}
+	q.asked.Add(1)
+	lose := false
+	q.once.Do(func() { lose = true })
+	if !lose {
+		return q.Conn.Write(ctx, b)
+	}
+	if q.fail {
+		// Not passed on: API Gateway answers for the invocation that failed.
+		q.failed <- []byte(`{"message": "Internal server error", "connectionId": "c", "requestId": "r"}`)
+		return nil
+	}
+	err := q.Conn.Write(ctx, b)
+	q.Conn.Close()
+	return err
+}
+
+func (q *queryLosingConn) Read(ctx context.Context) ([]byte, error) {
+	select {
+	case b := <-q.failed:
+		return b, nil
+	default:
+	}
+	return q.Conn.Read(ctx)
+}
+
+// A query whose answer is lost — its connection drops once the frame is
+// out, or API Gateway answers it with its own error frame (a throttled
+// invocation) — is asked again by the SDK (on the next connection, or at
+// once) instead of waiting out the caller's deadline. Group creates are
+// among them: the SDK names the new group's id, and a create asked again
+// is answered as the first (no second group).
+func TestAQueryWhoseAnswerIsLostIsAskedAgain(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	for _, fail := range []bool{false, true} {
+		var asked atomic.Int64
+		var once sync.Once
+		user := fmt.Sprintf("u%v", fail)
+		c := newDevice(t, st, user, "laptop").dial(t, func(o *Options) {
+			o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
+				return &queryLosingConn{Conn: conn, action: "group", fail: fail, once: &once, failed: make(chan []byte, 1), asked: &asked}
+			})
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		start := time.Now()
+		g, err := c.CreateGroup(ctx, "Ops", "bob")
+		cancel()
+		if err != nil || g.Op != "create" || g.Name != "Ops" || g.Count != 2 || len(g.Changed) != 2 {
+			t.Fatalf("lost by failing %v: create = %+v, %v (after %s)", fail, g, err, time.Since(start))
+		}
+		if asked.Load() < 2 {
+			t.Fatalf("lost by failing %v: the create was written %d times", fail, asked.Load())
+		}
+		sum, err := c.Summary(context.Background())
+		if err != nil || len(sum) != 1 || sum[0].ConversationID != g.ConversationID {
+			t.Fatalf("lost by failing %v: %s's conversations = %+v, %v; want the one group", fail, user, sum, err)
+		}
 	}
 }
 

@@ -1,19 +1,28 @@
 package client
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/signet-im/signet/shared/wire"
 )
 
 // The query API: requests answered with one frame, matched by a ref the
 // server echoes. Queries go out on the current connection and wait for it
-// when there is none; ctx bounds the wait. They are not persisted: unlike
-// sends, a query lost with its connection is simply asked again.
+// when there is none; ctx bounds the wait. They are not persisted, but a
+// query still unanswered when its connection is lost is asked again on
+// the next one, and every unanswered query again when API Gateway answers
+// a frame with its own error (which names no request): every query is
+// safe to repeat (a group create names its id: a create sent again is
+// answered as the first).
 
 // GroupInfo answers group operations (see wire.GroupInfo).
 type GroupInfo = wire.GroupInfo
@@ -31,26 +40,41 @@ type HistoryPage = wire.HistoryPage
 type outgoing struct {
 	frame []byte
 	done  chan error
+	// ref is a query's: the session marks it written (pendingQuery).
+	ref string
+}
+
+// pendingQuery is a query waiting for its answer.
+type pendingQuery struct {
+	answer chan json.RawMessage
+	frame  []byte
+	// written is set by the session once the frame went out on a
+	// connection: from then on it is the session's to ask again.
+	written bool
 }
 
 // request sends frame with a fresh ref and decodes the answering frame into out.
 func (c *Client) request(ctx context.Context, frame wire.Request, out any) error {
 	ref := "q" + strconv.FormatInt(c.refs.Add(1), 10)
 	frame.SetRef(ref)
-	ch := make(chan json.RawMessage, 1)
+	b, err := json.Marshal(frame)
+	if err != nil {
+		return err
+	}
+	q := &pendingQuery{answer: make(chan json.RawMessage, 1), frame: b}
 	c.mu.Lock()
-	c.answers[ref] = ch
+	c.answers[ref] = q
 	c.mu.Unlock()
 	defer func() {
 		c.mu.Lock()
 		delete(c.answers, ref)
 		c.mu.Unlock()
 	}()
-	if err := c.write(ctx, frame); err != nil {
+	if err := c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), ref: ref}); err != nil {
 		return err
 	}
 	select {
-	case raw := <-ch:
+	case raw := <-q.answer:
 		var e wire.Error
 		if json.Unmarshal(raw, &e) == nil && e.Type == wire.TypeError {
 			return &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
@@ -74,7 +98,11 @@ func (c *Client) write(ctx context.Context, frame any) error {
 	if err != nil {
 		return err
 	}
-	o := outgoing{frame: b, done: make(chan error, 1)}
+	return c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1)})
+}
+
+// writeRaw hands o to the session and waits until it is written.
+func (c *Client) writeRaw(ctx context.Context, o outgoing) error {
 	select {
 	case c.out <- o:
 	case <-ctx.Done():
@@ -100,15 +128,48 @@ func (c *Client) write(ctx context.Context, frame any) error {
 // and reads every frame waited on a full channel nobody would read.
 func (c *Client) answer(ref string, raw []byte) bool {
 	c.mu.Lock()
-	ch, ok := c.answers[ref]
+	q, ok := c.answers[ref]
 	c.mu.Unlock()
 	if ok {
 		select {
-		case ch <- json.RawMessage(append([]byte(nil), raw...)):
+		case q.answer <- json.RawMessage(append([]byte(nil), raw...)):
 		default:
 		}
 	}
 	return ok
+}
+
+// written marks query ref's frame as gone out on a connection.
+func (c *Client) written(ref string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q, ok := c.answers[ref]; ok {
+		q.written = true
+	}
+}
+
+// unanswered returns the frames of the queries that went out and wait for
+// their answer, oldest first.
+func (c *Client) unanswered() [][]byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	type frame struct {
+		n int64
+		b []byte
+	}
+	var fs []frame
+	for ref, q := range c.answers {
+		if q.written {
+			n, _ := strconv.ParseInt(strings.TrimPrefix(ref, "q"), 10, 64)
+			fs = append(fs, frame{n, q.frame})
+		}
+	}
+	slices.SortFunc(fs, func(a, b frame) int { return cmp.Compare(a.n, b.n) })
+	out := make([][]byte, len(fs))
+	for i, f := range fs {
+		out[i] = f.b
+	}
+	return out
 }
 
 func (c *Client) group(ctx context.Context, frame wire.Group) (GroupInfo, error) {
@@ -119,9 +180,12 @@ func (c *Client) group(ctx context.Context, frame wire.Group) (GroupInfo, error)
 }
 
 // CreateGroup creates a group named name with this user as owner and
-// members as members. It returns the group (its conversationId is new).
+// members as members. It returns the group (its conversationId is new:
+// made here, so that a create asked again is answered as the first).
 func (c *Client) CreateGroup(ctx context.Context, name string, members ...string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupCreate, Name: name, Users: members})
+	b := make([]byte, 9)
+	_, _ = rand.Read(b)
+	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: "g:" + hex.EncodeToString(b), Name: name, Users: members})
 }
 
 // AddMembers adds users to a group with role (owner, admin or member; "" is member).

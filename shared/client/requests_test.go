@@ -14,7 +14,7 @@ import (
 // of that device never left its outbox).
 func TestASecondAnswerToARequestDoesNotBlockTheSession(t *testing.T) {
 	t.Parallel()
-	c := &Client{answers: map[string]chan json.RawMessage{"q1": make(chan json.RawMessage, 1)}}
+	c := &Client{answers: map[string]*pendingQuery{"q1": {answer: make(chan json.RawMessage, 1)}}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -27,7 +27,7 @@ func TestASecondAnswerToARequestDoesNotBlockTheSession(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("answer blocked on a second answer to the same ref")
 	}
-	if got := string(<-c.answers["q1"]); got != `{"type":"group","n":1}` {
+	if got := string(<-c.answers["q1"].answer); got != `{"type":"group","n":1}` {
 		t.Errorf("the request got %s, want its first answer", got)
 	}
 }

@@ -212,6 +212,10 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	if err := s.flushOutbox(sctx); err != nil {
 		return 0
 	}
+	// Queries whose connection was lost before their answer came.
+	if err := s.askAgain(sctx); err != nil {
+		return 0
+	}
 	ackTick := time.NewTicker(housekeeping)
 	defer ackTick.Stop()
 	resendTick := time.NewTicker(time.Second)
@@ -264,7 +268,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		case <-pingTick.C:
 			err = s.keepAlive(sctx)
 		case o := <-c.out:
-			err = s.conn.Write(sctx, o.frame)
+			if err = s.conn.Write(sctx, o.frame); err == nil && o.ref != "" {
+				c.written(o.ref)
+			}
 			o.done <- err
 		}
 		if errors.Is(err, errCrash) {
@@ -473,6 +479,7 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		var g gatewayError
 		if json.Unmarshal(data, &g) == nil && g.Message != "" {
 			s.gatewayError(g)
+			return s.askAgain(ctx)
 		}
 	}
 	return nil
@@ -489,7 +496,8 @@ type gatewayError struct {
 // gatewayError retries whatever may have been lost: every send in flight
 // (after a second, with the same clientMsgId: idempotent), the ack
 // (cumulative), an unanswered sync and the unanswered group syncs (a
-// throttled one would otherwise wait out groupSyncRetry).
+// throttled one would otherwise wait out groupSyncRetry); the caller asks
+// the unanswered queries again (askAgain).
 func (s *session) gatewayError(g gatewayError) {
 	s.c.log.Warn("gateway error; retrying what is in flight", "message", g.Message, "requestId", g.RequestID)
 	retry := time.Now().Add(time.Second - s.c.opts.ResendAfter)
@@ -508,6 +516,21 @@ func (s *session) gatewayError(g gatewayError) {
 			g.syncSent = soon
 		}
 	}
+}
+
+// askAgain writes again the queries that went out and are unanswered
+// (their answer comes once: a second one for the same ref is dropped).
+func (s *session) askAgain(ctx context.Context) error {
+	frames := s.c.unanswered()
+	if len(frames) > 0 {
+		s.c.log.Info("asking unanswered queries again", "queries", len(frames))
+	}
+	for _, b := range frames {
+		if err := s.conn.Write(ctx, b); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // catchUpGrace is how long a device that a pong showed behind its inbox

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,7 +68,36 @@ func (st *Store) CreateGroup(ctx context.Context, c im.ConversationID, name stri
 			added, err = create(ctx, c, name, owner, members, now)
 		}
 	}
+	if errors.Is(err, im.ErrGroupExists) {
+		return st.createdBefore(ctx, c, name, owner, members, err)
+	}
 	return added, err
+}
+
+// createdBefore answers a create of an id that is taken: when owner
+// created the group under that name (a create sent again because its
+// answer was lost), the group's current members among those it named and
+// im.ErrAlreadyCreated; otherwise exists (im.ErrGroupExists).
+func (st *Store) createdBefore(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, exists error) ([]im.Member, error) {
+	h, err := st.readHead(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	if !h.live() || h.creator != owner || h.name != name {
+		return nil, exists
+	}
+	all, err := st.Members(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	named := append([]im.UserID{owner}, members...)
+	var out []im.Member
+	for _, m := range all {
+		if m.Active() && slices.Contains(named, m.User) {
+			out = append(out, m)
+		}
+	}
+	return out, fmt.Errorf("create group %s: %w", c, im.ErrAlreadyCreated)
 }
 
 // createInOne creates a group that fits one transaction.

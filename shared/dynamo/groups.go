@@ -88,6 +88,8 @@ type groupHead struct {
 	pending string
 	// reads: the group is read-diffused (Store.GroupReads when created).
 	reads bool
+	// creator is the user who created the group.
+	creator im.UserID
 }
 
 // attrReads is 1 on the head item of a read-diffused group.
@@ -155,7 +157,8 @@ func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im
 
 // headFrom reads a group head item.
 func headFrom(it map[string]types.AttributeValue) groupHead {
-	h := groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners"), reads: getN(it, attrReads) == 1}
+	h := groupHead{exists: true, seq: getN(it, attrSeq), name: getS(it, "name"), count: getN(it, "count"), owners: getN(it, "owners"), reads: getN(it, attrReads) == 1,
+		creator: im.UserID(getS(it, "createdBy"))}
 	if p := getS(it, attrPending); p != stageCommitted {
 		h.pending = p
 	}

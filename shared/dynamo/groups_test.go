@@ -411,3 +411,37 @@ func TestARemovalBetweenTheSendsReadAndItsWriteRefusesTheSend(t *testing.T) {
 		t.Fatalf("alice's send = %+v, %v; want convSeq 1", s.Message, err)
 	}
 }
+
+// A create sent again by its creator (its answer was lost) is told so,
+// with the group's members among those it named; anyone else, or another
+// name, finds the id taken.
+func TestACreateSentAgainByItsCreatorIsRecognised(t *testing.T) {
+	t.Parallel()
+	st, ctx, now := newStore(t), context.Background(), time.Now()
+	for _, size := range []int{2, 60} { // in one transaction, and staged
+		g := im.Group(fmt.Sprintf("again-%d", size))
+		named := users("m", size)
+		if _, err := st.CreateGroup(ctx, g, "Ops", "alice", named, now); err != nil {
+			t.Fatal(err)
+		}
+		again, err := st.CreateGroup(ctx, g, "Ops", "alice", named, now.Add(time.Second))
+		if !errors.Is(err, im.ErrAlreadyCreated) || len(again) != size+1 {
+			t.Fatalf("%d: the same create again = %d members, %v", size, len(again), err)
+		}
+		for _, other := range []struct {
+			owner im.UserID
+			name  string
+		}{{"dave", "Ops"}, {"alice", "Other"}} {
+			if _, err := st.CreateGroup(ctx, g, other.name, other.owner, named, now); !errors.Is(err, im.ErrGroupExists) {
+				t.Fatalf("%d: %s creating %q over it: %v, want the id taken", size, other.owner, other.name, err)
+			}
+		}
+		removeMember(t, st, g, "m000", now)
+		if again, err := st.CreateGroup(ctx, g, "Ops", "alice", named, now); !errors.Is(err, im.ErrAlreadyCreated) || len(again) != size {
+			t.Fatalf("%d: again after a removal = %d members, %v", size, len(again), err)
+		}
+		if ms, _ := st.Members(ctx, g); len(ms) != size+1 {
+			t.Fatalf("%d: members = %d: a create again changed them", size, len(ms))
+		}
+	}
+}

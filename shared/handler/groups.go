@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -50,6 +51,7 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	}
 	now := h.now()
 	var changed []im.Member
+	replayed := false
 	switch f.Op {
 	case wire.GroupCreate:
 		if conv == "" {
@@ -62,6 +64,11 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 			return h.fail(ctx, c, wire.ActionGroup, fmt.Errorf("create %s with %d members: %w", conv, 1+len(others), im.ErrGroupFull), "")
 		}
 		changed, err = h.Groups.CreateGroup(ctx, conv, f.Name, c.User, others, now)
+		if errors.Is(err, im.ErrAlreadyCreated) {
+			// Sent again (its answer was lost): answer as the first time,
+			// without telling the members again.
+			replayed, err = true, nil
+		}
 	case wire.GroupAdd:
 		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, users, im.Role(f.Role), h.memberLimit(), now)
 	case wire.GroupRemove:
@@ -79,7 +86,10 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
-	reads := h.indexJoined(ctx, f.Op, conv, changed)
+	reads := false
+	if !replayed {
+		reads = h.indexJoined(ctx, f.Op, conv, changed)
+	}
 	name, head, count, err := h.Groups.GroupInfo(ctx, conv)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
@@ -97,7 +107,7 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 			out.Members = append(out.Members, wire.FromMember(m))
 		}
 	}
-	if len(changed) > 0 {
+	if len(changed) > 0 && !replayed {
 		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
 		h.noticeMembership(ctx, f.Op, conv, name, c.User, changed, reads, head)
 	}

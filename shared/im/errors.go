@@ -61,6 +61,10 @@ var (
 	ErrNoSuchGroup = errors.New("no such group")
 	// ErrGroupExists: a group with that id exists.
 	ErrGroupExists = errors.New("group exists")
+	// ErrAlreadyCreated: a create again of a group the caller created
+	// under that id and name (its answer was lost): the store returns the
+	// group's members with it, and the handler answers as the first time.
+	ErrAlreadyCreated = errors.New("group already created by this caller")
 )
 
 // HeadError is a position (a sync cursor, an ack) beyond the inbox head. It

@@ -52,8 +52,9 @@ func TestEveryDomainErrorHasACodeAndAStatus(t *testing.T) {
 		"ErrGone": im.ErrGone, "ErrForbidden": im.ErrForbidden, "ErrGroupFull": im.ErrGroupFull, "ErrLastOwner": im.ErrLastOwner,
 		"ErrNoSuchGroup": im.ErrNoSuchGroup, "ErrGroupExists": im.ErrGroupExists, "ErrAlreadyAnswered": im.ErrAlreadyAnswered,
 		"ErrEndpointDisabled": im.ErrEndpointDisabled, "ErrDeviceLimit": im.ErrDeviceLimit, "ErrDeviceHoldsDelivered": im.ErrDeviceHoldsDelivered,
+		"ErrAlreadyCreated": im.ErrAlreadyCreated,
 	}
-	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true, "ErrEndpointDisabled": true} // see domainCodes
+	internal := map[string]bool{"ErrNotFound": true, "ErrGone": true, "ErrEndpointDisabled": true, "ErrAlreadyCreated": true} // see domainCodes
 	for _, name := range declared(t, "../im/errors.go", "Err") {
 		err, ok := all[name]
 		if !ok {

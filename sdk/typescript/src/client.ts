@@ -418,9 +418,12 @@ export class SignetClient {
     return this.request<ReceiptsAnswerFrame>({ action: "receipts", conversationId, convSeq });
   }
 
-  /** Creates a group with this user as owner and `members` as members. */
+  /**
+   * Creates a group with this user as owner and `members` as members. Without a `conversationId` the SDK makes
+   * a new one, so that a create asked again (its answer lost with a connection) is answered as the first.
+   */
   createGroup(name: string, members: string[], conversationId?: string): Promise<GroupInfoFrame> {
-    return this.group({ action: "group", op: "create", name, users: members, ...(conversationId ? { conversationId } : {}) });
+    return this.group({ action: "group", op: "create", name, users: members, conversationId: conversationId ?? newGroupId() });
   }
 
   addMembers(conversationId: string, users: string[], role?: Role): Promise<GroupInfoFrame> {
@@ -1267,6 +1270,13 @@ export function newClientMsgId(): string {
   const b = new Uint8Array(12);
   globalThis.crypto.getRandomValues(b);
   return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+/** A new random group id, as the server makes them ("g:" and 18 hex digits). */
+function newGroupId(): string {
+  const b = new Uint8Array(9);
+  globalThis.crypto.getRandomValues(b);
+  return "g:" + [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
 }
 
 /** Identifies a draft's content (where it goes and its body): a clientMsgId names one message. */

@@ -234,9 +234,12 @@ export class SignetClient {
     receipts(conversationId, convSeq) {
         return this.request({ action: "receipts", conversationId, convSeq });
     }
-    /** Creates a group with this user as owner and `members` as members. */
+    /**
+     * Creates a group with this user as owner and `members` as members. Without a `conversationId` the SDK makes
+     * a new one, so that a create asked again (its answer lost with a connection) is answered as the first.
+     */
     createGroup(name, members, conversationId) {
-        return this.group({ action: "group", op: "create", name, users: members, ...(conversationId ? { conversationId } : {}) });
+        return this.group({ action: "group", op: "create", name, users: members, conversationId: conversationId ?? newGroupId() });
     }
     addMembers(conversationId, users, role) {
         return this.group({ action: "group", op: "add", conversationId, users, ...(role ? { role } : {}) });
@@ -1109,6 +1112,12 @@ export function newClientMsgId() {
     const b = new Uint8Array(12);
     globalThis.crypto.getRandomValues(b);
     return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+}
+/** A new random group id, as the server makes them ("g:" and 18 hex digits). */
+function newGroupId() {
+    const b = new Uint8Array(9);
+    globalThis.crypto.getRandomValues(b);
+    return "g:" + [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
 }
 /** Identifies a draft's content (where it goes and its body): a clientMsgId names one message. */
 async function fingerprint(d) {
