@@ -50,7 +50,8 @@ HTTPS (every 20th send; retried with its Idempotency-Key), and server-side fault
 (AWS calls failing mid-handler, lost, 410 and failing pushes, duplicated and
 delayed queue messages). Then it reconciles every ACKed message against every
 device's journal and the server's inboxes: lost, shown twice, out of order,
-unACKed, idempotency violations, refusals the run cannot explain (only group
+unACKed, idempotency violations, group messages held by a user who was not a
+member when they were sent, refusals the run cannot explain (only group
 sends by users who were not members may be refused), and traces of 1:1
 messages that name a device that did not ack or miss one whose cursor
 covers the message. Exit status 1 if anything is found.

@@ -91,6 +91,9 @@ type Result struct {
 	Network                              netem.Snapshot
 	Lost, Duplicated, Reordered, Unacked int
 	IdempotencyViolations                int
+	// Leaked counts group messages an inbox or a device held that were
+	// sent while the user was not a member.
+	Leaked int
 	// Traces is how many ACKed 1:1 messages' traces were held to the
 	// devices' acks (verifyTraces), TraceAcks the acked events they named.
 	Traces, TraceAcks int
@@ -134,13 +137,13 @@ func (r Result) String() string {
   deliveries: %d shown on devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
   network: %s
-  reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations
+  reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
   status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
 		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
-		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
 // draft is one distinct send and what came of it.
@@ -1007,6 +1010,12 @@ func (r *runner) fanoutBehind(ctx context.Context) []string {
 	return out
 }
 
+// heldMessage is a group message an inbox or a device holds.
+type heldMessage struct {
+	where, user, group string
+	convSeq            int64
+}
+
 // verify reconciles every device and every ACKed message.
 func (r *runner) verify(ctx context.Context) {
 	problem := func(format string, a ...any) {
@@ -1019,6 +1028,7 @@ func (r *runner) verify(ctx context.Context) {
 	}
 	inboxes := map[string]map[string]int{} // user → messageId → count
 	seqOf := map[string]map[string]int64{} // user → messageId → inbox seq
+	var held []heldMessage                 // group messages in inboxes and on devices
 	for user := range r.byUser {
 		srv, err := reconcile.ReadServer(ctx, r.st.Store, im.UserID(user), "")
 		if err != nil {
@@ -1029,6 +1039,9 @@ func (r *runner) verify(ctx context.Context) {
 		for _, e := range srv.Entries {
 			inboxes[user][e.MessageID]++
 			seqOf[user][e.MessageID] = e.Seq
+			if strings.HasPrefix(e.Conversation, "g:") {
+				held = append(held, heldMessage{user + "'s inbox", user, e.Conversation, e.ConvSeq})
+			}
 			if inboxes[user][e.MessageID] == 2 {
 				problem("%s's inbox holds %s twice", user, e.MessageID)
 			}
@@ -1062,6 +1075,7 @@ func (r *runner) verify(ctx context.Context) {
 		d.mu.Lock()
 		for g, es := range d.groups {
 			for i, e := range es {
+				held = append(held, heldMessage{"device " + key, d.user, g, e.ConvSeq})
 				if shownInGroup[key][e.MessageID]++; shownInGroup[key][e.MessageID] == 2 {
 					r.res.Duplicated++
 					problem("device %s showed %s of %s twice", key, e.MessageID, g)
@@ -1081,6 +1095,19 @@ func (r *runner) verify(ctx context.Context) {
 			problem("members of %s: %v", g, err)
 		}
 		members[g] = ms
+	}
+	// Nobody holds a group message sent while they were not a member
+	// (unless their oldest memberships may have been dropped:
+	// im.MaxPastSpans).
+	for _, h := range held {
+		i := slices.IndexFunc(members[h.group], func(m im.Member) bool { return string(m.User) == h.user })
+		if i >= 0 && len(members[h.group][i].Past) >= im.MaxPastSpans {
+			continue
+		}
+		if i < 0 || !members[h.group][i].Receives(h.convSeq) {
+			r.res.Leaked++
+			problem("%s holds %s #%d, sent while %s was not a member", h.where, h.group, h.convSeq, h.user)
+		}
 	}
 	for _, dr := range r.drafts {
 		// A refusal needs a cause, also when a retry was ACKed later (its

@@ -276,3 +276,33 @@ func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
 		t.Fatalf("delivered callbacks never sent went unnoticed: %s\n%v", res, res.Problems)
 	}
 }
+
+// membersNeverLeave makes the fan-out count removed members as members
+// still: what is sent after a removal reaches the removed member's inbox,
+// the leak the run's membership check exists to catch.
+type membersNeverLeave struct{ handler.Fanouts }
+
+func (m membersNeverLeave) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+	ms, err := m.Fanouts.Members(ctx, c)
+	for i := range ms {
+		ms[i].Removed = false
+	}
+	return ms, err
+}
+
+func TestChaosRunCatchesAGroupMessageHeldOutsideAMembership(t *testing.T) {
+	t.Parallel()
+	res, err := Run(context.Background(), Config{Seed: 4, Users: 4, MaxDevices: 1, Groups: 2, Messages: 80, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Parameters: map[string]string{"GroupDelivery": "write"}, Configure: func(fn string, h *handler.Deps) {
+			if fn == "FanoutFunction" {
+				h.Fanouts = membersNeverLeave{h.Fanouts}
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res)
+	if res.OK() || res.Leaked == 0 || !slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "was not a member") }) {
+		t.Fatalf("the leak went unnoticed (%d group changes): %s", res.GroupOps, res)
+	}
+}
