@@ -122,6 +122,15 @@ type queryLosingConn struct {
 	once   *sync.Once
 	failed chan []byte // the gateway error frame to read, once
 	asked  *atomic.Int64
+	// frames are the connection's own, read in the background so that
+	// Read also returns the error frame while nothing else comes.
+	frames   chan readResult
+	startRun sync.Once
+}
+
+type readResult struct {
+	b   []byte
+	err error
 }
 
 func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
@@ -148,12 +157,25 @@ func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
 }
 
 func (q *queryLosingConn) Read(ctx context.Context) ([]byte, error) {
+	q.startRun.Do(func() {
+		go func() {
+			for {
+				b, err := q.Conn.Read(context.Background())
+				q.frames <- readResult{b, err}
+				if err != nil {
+					return
+				}
+			}
+		}()
+	})
 	select {
 	case b := <-q.failed:
 		return b, nil
-	default:
+	case r := <-q.frames:
+		return r.b, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return q.Conn.Read(ctx)
 }
 
 // A query whose answer is lost — its connection drops once the frame is
@@ -171,7 +193,7 @@ func TestAQueryWhoseAnswerIsLostIsAskedAgain(t *testing.T) {
 		user := fmt.Sprintf("u%v", fail)
 		c := newDevice(t, st, user, "laptop").dial(t, func(o *Options) {
 			o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
-				return &queryLosingConn{Conn: conn, action: "group", fail: fail, once: &once, failed: make(chan []byte, 1), asked: &asked}
+				return &queryLosingConn{Conn: conn, action: "group", fail: fail, once: &once, failed: make(chan []byte, 1), asked: &asked, frames: make(chan readResult, 64)}
 			})
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
