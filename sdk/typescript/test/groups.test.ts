@@ -120,6 +120,32 @@ test("a read-diffused group reaches an online member, an offline one and a resta
   await Promise.all([alice.close(), bob.close(), carol.close()]);
 });
 
+test("a member removed and added again while offline gets what was sent to them before the removal, never what was sent while out", async () => {
+  const alice = await dial("alice-g5", new MemoryStore());
+  const file = join(dir, "bob-g5.db");
+  let bob = await dial("bob-g5", await FileStore.open(file));
+  const g = await alice.createGroup("Again", ["bob-g5"]);
+  assert.match(g.conversationId, /^g:[0-9a-f]{18}$/, "the SDK names a new group (a create asked again is answered as the first)");
+  const conv = g.conversationId;
+  const first = collect(bob, conv);
+  await sendRange(alice, conv, 1, 2);
+  await eventually("bob's 2 messages", () => first.length >= 2, 30000);
+  await eventually("bob's ack of 2", async () => (await alice.receipts(conv, 2)).deliveredBy?.includes("bob-g5") === true, 30000);
+  await bob.close();
+  await sendRange(alice, conv, 3, 4); // due to bob, not on his device yet
+  await alice.removeMembers(conv, ["bob-g5"]);
+  await alice.sendDraft({ conversationId: conv, body: { n: 5 } }); // sent while bob is out
+  await alice.addMembers(conv, ["bob-g5"]);
+  await alice.sendDraft({ conversationId: conv, body: { n: 6 } });
+  bob = await dial("bob-g5", await FileStore.open(file)); // the same device, restarted
+  const back = collect(bob, conv);
+  await eventually("bob's 3 messages", () => back.length >= 3, 30000);
+  await new Promise((r) => setTimeout(r, 1500)); // message 5 would come by now
+  assert.deepEqual(back.map((m) => m.convSeq), [3, 4, 6], "the earlier membership's rest, then the current one");
+  assert.deepEqual((await bob.groupHistory(conv)).map((m) => m.convSeq), [1, 2, 3, 4, 6]);
+  await Promise.all([alice.close(), bob.close()]);
+});
+
 test("a sender's own group message comes in sent (ownFromSent): persisted and emitted once, never pushed back", async () => {
   const pushed: number[] = [];
   const alice = await dial("alice-g4", new MemoryStore(), {
