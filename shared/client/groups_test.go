@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -112,13 +113,15 @@ func TestQueryWaitsForAConnectionAndHonoursItsContext(t *testing.T) {
 	}
 }
 
-// queryLosingConn loses the answer to the first frame written with
-// action: by closing the connection once it is written (lose), or by
-// answering it with API Gateway's own error frame in its place (fail).
+// queryLosingConn loses the first frame written with action, or its
+// answer: mode "close" closes the connection once it is written (its
+// answer is lost), "drop" closes it instead of writing the frame (the
+// frame is lost), "fail" answers it with API Gateway's own error frame in
+// its place.
 type queryLosingConn struct {
 	Conn
 	action string
-	fail   bool
+	mode   string
 	once   *sync.Once
 	failed chan []byte // the gateway error frame to read, once
 	asked  *atomic.Int64
@@ -146,9 +149,13 @@ func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
 	if !lose {
 		return q.Conn.Write(ctx, b)
 	}
-	if q.fail {
+	switch q.mode {
+	case "fail":
 		// Not passed on: API Gateway answers for the invocation that failed.
 		q.failed <- []byte(`{"message": "Internal server error", "connectionId": "c", "requestId": "r"}`)
+		return nil
+	case "drop":
+		q.Conn.Close()
 		return nil
 	}
 	err := q.Conn.Write(ctx, b)
@@ -178,6 +185,57 @@ func (q *queryLosingConn) Read(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// losing dials connections of which the first loses the first frame
+// written with action, or its answer (queryLosingConn's mode); asked
+// counts those frames.
+func losing(action, mode string, asked *atomic.Int64) Dialer {
+	var once sync.Once
+	return wrapDialer(WebSocket, func(conn Conn) Conn {
+		return &queryLosingConn{Conn: conn, action: action, mode: mode, once: &once, failed: make(chan []byte, 1), asked: asked, frames: make(chan readResult, 64)}
+	})
+}
+
+// A read frame lost with its connection (written, never received) is
+// written again on the next connection: MarkRead returned once it was
+// written, and the sender would never see it read.
+func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	var asked atomic.Int64
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) { o.Dialer = losing("read", "drop", &asked) })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, bob, 1, 30*time.Second)
+	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob's read watermark", func() bool {
+		s, err := st.Store.ConversationState(ctx, "bob", im.ConversationID(sent.ConversationID))
+		return err == nil && s.Read == sent.ConvSeq
+	})
+	if asked.Load() < 2 {
+		t.Fatalf("the read was written %d times", asked.Load())
+	}
+	// Confirmed by a pong to a later ping, a read is not written again.
+	c := &Client{reads: map[string]sentRead{}}
+	one := int64(1)
+	at := time.Now()
+	c.wroteRead(wire.Read{ConversationID: "d:a:b", UpTo: &one}, at)
+	c.confirmReads(at.Add(-time.Second))
+	if len(c.unconfirmedReads()) != 1 {
+		t.Fatal("a read written after the ping was confirmed by its pong")
+	}
+	c.confirmReads(at.Add(time.Second))
+	if len(c.unconfirmedReads()) != 0 {
+		t.Fatal("a read written before the ping is still unconfirmed after its pong")
+	}
+}
+
 // A query whose answer is lost — its connection drops once the frame is
 // out, or API Gateway answers it with its own error frame (a throttled
 // invocation) — is asked again by the SDK (on the next connection, or at
@@ -187,28 +245,23 @@ func (q *queryLosingConn) Read(ctx context.Context) ([]byte, error) {
 func TestAQueryWhoseAnswerIsLostIsAskedAgain(t *testing.T) {
 	t.Parallel()
 	st := startStack(t)
-	for _, fail := range []bool{false, true} {
+	for _, mode := range []string{"close", "fail"} {
 		var asked atomic.Int64
-		var once sync.Once
-		user := fmt.Sprintf("u%v", fail)
-		c := newDevice(t, st, user, "laptop").dial(t, func(o *Options) {
-			o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
-				return &queryLosingConn{Conn: conn, action: "group", fail: fail, once: &once, failed: make(chan []byte, 1), asked: &asked, frames: make(chan readResult, 64)}
-			})
-		})
+		user := "u" + mode
+		c := newDevice(t, st, user, "laptop").dial(t, func(o *Options) { o.Dialer = losing("group", mode, &asked) })
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		start := time.Now()
 		g, err := c.CreateGroup(ctx, "Ops", "bob")
 		cancel()
 		if err != nil || g.Op != "create" || g.Name != "Ops" || g.Count != 2 || len(g.Changed) != 2 {
-			t.Fatalf("lost by failing %v: create = %+v, %v (after %s)", fail, g, err, time.Since(start))
+			t.Fatalf("lost by %s: create = %+v, %v (after %s)", mode, g, err, time.Since(start))
 		}
 		if asked.Load() < 2 {
-			t.Fatalf("lost by failing %v: the create was written %d times", fail, asked.Load())
+			t.Fatalf("lost by %s: the create was written %d times", mode, asked.Load())
 		}
 		sum, err := c.Summary(context.Background())
 		if err != nil || len(sum) != 1 || sum[0].ConversationID != g.ConversationID {
-			t.Fatalf("lost by failing %v: %s's conversations = %+v, %v; want the one group", fail, user, sum, err)
+			t.Fatalf("lost by %s: %s's conversations = %+v, %v; want the one group", mode, user, sum, err)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -42,6 +43,8 @@ type outgoing struct {
 	done  chan error
 	// ref is a query's: the session marks it written (pendingQuery).
 	ref string
+	// read is a read frame's: the session records it (wroteRead).
+	read *wire.Read
 }
 
 // pendingQuery is a query waiting for its answer.
@@ -92,16 +95,8 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 
 var errClosed = errors.New("client closed")
 
-// write hands a frame (a wire type) to the session, waiting for a connection.
-func (c *Client) write(ctx context.Context, frame any) error {
-	b, err := json.Marshal(frame)
-	if err != nil {
-		return err
-	}
-	return c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1)})
-}
-
-// writeRaw hands o to the session and waits until it is written.
+// writeRaw hands o to the session, waiting for a connection, and then
+// until it is written.
 func (c *Client) writeRaw(ctx context.Context, o outgoing) error {
 	select {
 	case c.out <- o:
@@ -215,9 +210,63 @@ func (c *Client) Members(ctx context.Context, conversationID string) (GroupInfo,
 
 // MarkRead moves this user's read watermark of a conversation to upTo (a
 // convSeq). Lower or equal values are ignored by the server. The server
-// answers only errors; MarkRead returns once the frame is written.
+// answers only errors; MarkRead returns once the frame is written, and
+// the SDK writes it again on the next connection should this one be lost
+// before a pong showed the server had it (unconfirmedReads).
 func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64) error {
-	return c.write(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
+	return c.markRead(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
+}
+
+// markRead writes read frame f and keeps it until a pong confirms it.
+func (c *Client) markRead(ctx context.Context, f wire.Read) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	return c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), read: &f})
+}
+
+// sentRead is a read frame written at and not yet confirmed.
+type sentRead struct {
+	read wire.Read
+	at   time.Time
+}
+
+// wroteRead records read frame f, written now: per conversation the
+// highest one is kept until confirmed.
+func (c *Client) wroteRead(f wire.Read, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.reads[f.ConversationID]; ok && *old.read.UpTo > *f.UpTo {
+		return
+	}
+	c.reads[f.ConversationID] = sentRead{f, now}
+}
+
+// confirmReads forgets the reads written before t: a pong to a ping
+// written at t shows the server received everything written before it.
+func (c *Client) confirmReads(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for conv, r := range c.reads {
+		if r.at.Before(t) {
+			delete(c.reads, conv)
+		}
+	}
+}
+
+// unconfirmedReads returns the frames of the reads not known to have
+// reached the server (a new connection writes them again: a read is
+// forward-only, so once more changes nothing).
+func (c *Client) unconfirmedReads() []wire.Read {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]wire.Read, 0, len(c.reads))
+	for _, r := range c.reads {
+		out = append(out, r.read)
+	}
+	slices.SortFunc(out, func(a, b wire.Read) int { return cmp.Compare(a.ConversationID, b.ConversationID) })
+	return out
 }
 
 // MarkAlertsRead marks this user's alerts of an app's alert conversation
@@ -227,7 +276,7 @@ func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64
 // an escalation), with a convSeq below the read watermark, and only its
 // inbox seq marks it read. The server answers only errors.
 func (c *Client) MarkAlertsRead(ctx context.Context, conversationID string, upTo, inboxSeq int64) error {
-	return c.write(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo, InboxSeq: inboxSeq})
+	return c.markRead(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo, InboxSeq: inboxSeq})
 }
 
 // Receipts asks who has message convSeq of a conversation delivered and read.

@@ -145,6 +145,8 @@ type session struct {
 	lastRecv, pingSent time.Time
 	// ticks counts keep-alive ticks (keepAlive).
 	ticks int
+	// pings are when the unanswered pings were written, oldest first.
+	pings []time.Time
 	// resyncAgain asks for one more sync when the current one ends (a
 	// push arrived before this device knew its inbox's epoch).
 	resyncAgain bool
@@ -212,8 +214,12 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	if err := s.flushOutbox(sctx); err != nil {
 		return 0
 	}
-	// Queries whose connection was lost before their answer came.
+	// Queries whose connection was lost before their answer came, and
+	// reads it may have lost.
 	if err := s.askAgain(sctx); err != nil {
+		return 0
+	}
+	if err := s.readAgain(sctx); err != nil {
 		return 0
 	}
 	ackTick := time.NewTicker(housekeeping)
@@ -271,6 +277,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			if err = s.conn.Write(sctx, o.frame); err == nil && o.ref != "" {
 				c.written(o.ref)
 			}
+			if err == nil && o.read != nil {
+				c.wroteRead(*o.read, time.Now())
+			}
 			o.done <- err
 		}
 		if errors.Is(err, errCrash) {
@@ -301,10 +310,15 @@ func (s *session) keepAlive(ctx context.Context) error {
 }
 
 func (s *session) ping(ctx context.Context) error {
+	now := time.Now()
 	if s.pingSent.IsZero() {
-		s.pingSent = time.Now()
+		s.pingSent = now
 	}
-	return s.write(ctx, wire.Envelope{Action: wire.ActionPing})
+	if err := s.write(ctx, wire.Envelope{Action: wire.ActionPing}); err != nil {
+		return err
+	}
+	s.pings = append(s.pings, now)
+	return nil
 }
 
 // checkAlive finds connections that stopped delivering frames: an
@@ -465,6 +479,13 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if err := json.Unmarshal(data, &h); err != nil {
 			return nil
 		}
+		if typ.Type == wire.TypePong && len(s.pings) > 0 {
+			// The server had what was written before the oldest ping
+			// unanswered (pongs may come out of order: the oldest is
+			// the safe one to count).
+			s.c.confirmReads(s.pings[0])
+			s.pings = s.pings[1:]
+		}
 		if err := s.pullGroups(ctx, h.Groups); err != nil {
 			return err
 		}
@@ -516,6 +537,22 @@ func (s *session) gatewayError(g gatewayError) {
 			g.syncSent = soon
 		}
 	}
+}
+
+// readAgain writes again the reads no pong confirmed on the connection
+// before (its last frames may not have reached the server).
+func (s *session) readAgain(ctx context.Context) error {
+	for _, r := range s.c.unconfirmedReads() {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		if err := s.conn.Write(ctx, b); err != nil {
+			return err
+		}
+		s.c.wroteRead(r, time.Now())
+	}
+	return nil
 }
 
 // askAgain writes again the queries that went out and are unanswered

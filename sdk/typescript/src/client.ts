@@ -1,7 +1,7 @@
 import type {
   Body, ClientFrame, ConversationSummary, Entry, ErrorCode, ErrorFrame, GroupFrame, GroupHead, GroupInfoFrame, GroupSyncPageFrame, HistoryPageFrame, Message,
   MembershipFrame, ReceiptFrame, ReceiptsAnswerFrame, SendFrame, SentFrame, ServerFrame, SyncPageFrame, SummaryPageFrame,
-  PresenceAnswerFrame, Role, AnswerResultFrame, RegisteredFrame,
+  PresenceAnswerFrame, ReadFrame, Role, AnswerResultFrame, RegisteredFrame,
 } from "./frames.js";
 import type { DeviceStore, OutboxItem } from "./store.js";
 
@@ -159,6 +159,8 @@ interface Session {
   syncSent: number;
   lastRecv: number;
   pingSent: number;
+  /** When the unanswered pings were written, oldest first (a pong confirms the reads written before one). */
+  pings: number[];
   ticks: number;
   resyncAgain: boolean;
   behindAt: number;
@@ -221,6 +223,8 @@ export class SignetClient {
   private first?: Waiter<void>;
   private readonly sendWaiters = new Map<string, Waiter<SentFrame>[]>();
   private readonly queries = new Map<string, { frame: ClientFrame; waiter: Waiter<unknown>; written: boolean }>();
+  /** Per conversation the highest read written that no pong has confirmed: a new connection writes it again. */
+  private readonly reads = new Map<string, { frame: ReadFrame; at: number }>();
   private refs = 0;
   private readonly queue: StoredMessage[] = [];
   private readonly takers: ((r: IteratorResult<StoredMessage>) => void)[] = [];
@@ -388,7 +392,14 @@ export class SignetClient {
    * below the watermark, and only its inbox seq marks it read.
    */
   async markRead(conversationId: string, upTo: number, inboxSeq?: number): Promise<void> {
-    await this.write(inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo });
+    const frame: ReadFrame = inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo };
+    await this.write(frame, () => this.noteRead(frame));
+  }
+
+  /** Keeps read frame f, just written (the conversation's highest), until a pong confirms it. */
+  private noteRead(f: ReadFrame): void {
+    const old = this.reads.get(f.conversationId);
+    if (!old || old.frame.upTo <= f.upTo) this.reads.set(f.conversationId, { frame: f, at: Date.now() });
   }
 
   /**
@@ -613,7 +624,7 @@ export class SignetClient {
     const now = Date.now();
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0,
+      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0, pings: [],
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
       groups: new Map(),
     };
@@ -634,6 +645,11 @@ export class SignetClient {
     for (const q of this.queries.values()) {
       q.written = true;
       this.writeFrame(s, q.frame);
+    }
+    // So do the reads the lost connection may not have delivered (forward-only: once more changes nothing).
+    for (const r of [...this.reads.values()]) {
+      this.writeFrame(s, r.frame);
+      this.noteRead(r.frame);
     }
   }
 
@@ -680,14 +696,15 @@ export class SignetClient {
     s.ws.send(JSON.stringify(f));
   }
 
-  /** Writes a frame on the current connection, waiting for one. */
-  private write(f: ClientFrame): Promise<void> {
+  /** Writes a frame on the current connection, waiting for one; written runs once it is. */
+  private write(f: ClientFrame, written?: () => void): Promise<void> {
     if (this.closed) return Promise.reject(new ClosedError());
     return new Promise((resolve, reject) => {
       let done = false;
       const attempt = (): void => {
         void this.run(async (s) => {
           this.writeFrame(s, f);
+          written?.();
           done = true;
           resolve();
         }).then(() => {
@@ -792,6 +809,11 @@ export class SignetClient {
         return;
       case "pong":
       case "notify":
+        if (f.type === "pong" && s.pings.length > 0) {
+          // The server had what was written before the oldest unanswered ping (pongs may come out of order).
+          const t = s.pings.shift() as number;
+          for (const [conv, r] of this.reads) if (r.at < t) this.reads.delete(conv);
+        }
         await this.pullGroups(s, f.groups);
         return this.headSeen(s, f.type, f.head, f.epoch);
       case "error":
@@ -1128,8 +1150,10 @@ export class SignetClient {
   }
 
   private ping(s: Session): void {
-    if (!s.pingSent) s.pingSent = Date.now();
+    const now = Date.now();
+    if (!s.pingSent) s.pingSent = now;
     this.writeFrame(s, { action: "ping" });
+    s.pings.push(now);
   }
 
   /** Finds a connection that stopped delivering frames, and asks again for an unanswered sync. */

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, seeded, startStack, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -64,6 +64,19 @@ test("a message reaches the recipient once, persisted before it is emitted, and 
   assert.deepEqual(own.map((x) => x.messageId), [sent.messageId], "the sender's own copy is on its device, from sent");
   await b.markRead(sent.conversationId, 1);
   await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === 1), 30000);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("a read frame lost with its connection is written again on the next one: the sender sees it read", async () => {
+  const receipts: ReceiptFrame[] = [];
+  const a = await dial("alice-lr", new MemoryStore(), { onReceipt: (r) => receipts.push(r) });
+  const reads: Record<string, unknown>[] = [];
+  const b = await dial("bob-lr", new MemoryStore(), { WebSocket: losesFirst("read", reads) });
+  const sent = await a.send("bob-lr", { text: "Approve PO-9?" });
+  await b.messages().next();
+  await b.markRead(sent.conversationId, sent.convSeq);
+  await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === sent.convSeq), 30000);
+  assert.ok(reads.length >= 2, `the read was offered ${reads.length} times: lost once, then written again`);
   await Promise.all([a.close(), b.close()]);
 });
 

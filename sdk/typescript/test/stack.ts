@@ -222,6 +222,26 @@ export function throttledOnce(swallow: (frame: Record<string, unknown>) => boole
   };
 }
 
+/** A WebSocket that loses the first frame with `action` it is given: not sent, and the connection closed (as a
+ * connection that dies with the frame in its buffers). `sent` records every frame with that action offered. */
+export function losesFirst(action: string, sent: Record<string, unknown>[]): WebSocketConstructor {
+  let lost = false;
+  return class Loses extends PassThrough {
+    override send(data: string) {
+      const frame = JSON.parse(data) as Record<string, unknown>;
+      if (frame.action === action) {
+        sent.push(frame);
+        if (!lost) {
+          lost = true;
+          this.ws.close();
+          return;
+        }
+      }
+      super.send(data);
+    }
+  };
+}
+
 /** A WebSocket whose first connection holds back its first sync page until
  * the next "sent" has been delivered, as when the sync's invocation answers
  * after the send's (`held` is called once the page is held). */

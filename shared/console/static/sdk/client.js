@@ -48,6 +48,8 @@ export class SignetClient {
     first;
     sendWaiters = new Map();
     queries = new Map();
+    /** Per conversation the highest read written that no pong has confirmed: a new connection writes it again. */
+    reads = new Map();
     refs = 0;
     queue = [];
     takers = [];
@@ -208,7 +210,14 @@ export class SignetClient {
      * below the watermark, and only its inbox seq marks it read.
      */
     async markRead(conversationId, upTo, inboxSeq) {
-        await this.write(inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo });
+        const frame = inboxSeq ? { action: "read", conversationId, upTo, inboxSeq } : { action: "read", conversationId, upTo };
+        await this.write(frame, () => this.noteRead(frame));
+    }
+    /** Keeps read frame f, just written (the conversation's highest), until a pong confirms it. */
+    noteRead(f) {
+        const old = this.reads.get(f.conversationId);
+        if (!old || old.frame.upTo <= f.upTo)
+            this.reads.set(f.conversationId, { frame: f, at: Date.now() });
     }
     /**
      * Answers an alert that asks for one (its body's ack.options): once,
@@ -425,7 +434,7 @@ export class SignetClient {
         const now = Date.now();
         const s = {
             ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0,
+            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0, pings: [],
             ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
             groups: new Map(),
         };
@@ -442,6 +451,11 @@ export class SignetClient {
         for (const q of this.queries.values()) {
             q.written = true;
             this.writeFrame(s, q.frame);
+        }
+        // So do the reads the lost connection may not have delivered (forward-only: once more changes nothing).
+        for (const r of [...this.reads.values()]) {
+            this.writeFrame(s, r.frame);
+            this.noteRead(r.frame);
         }
     }
     startedAt = 0;
@@ -486,8 +500,8 @@ export class SignetClient {
         this.o.onFrame?.("out", f);
         s.ws.send(JSON.stringify(f));
     }
-    /** Writes a frame on the current connection, waiting for one. */
-    write(f) {
+    /** Writes a frame on the current connection, waiting for one; written runs once it is. */
+    write(f, written) {
         if (this.closed)
             return Promise.reject(new ClosedError());
         return new Promise((resolve, reject) => {
@@ -495,6 +509,7 @@ export class SignetClient {
             const attempt = () => {
                 void this.run(async (s) => {
                     this.writeFrame(s, f);
+                    written?.();
                     done = true;
                     resolve();
                 }).then(() => {
@@ -609,6 +624,13 @@ export class SignetClient {
                 return;
             case "pong":
             case "notify":
+                if (f.type === "pong" && s.pings.length > 0) {
+                    // The server had what was written before the oldest unanswered ping (pongs may come out of order).
+                    const t = s.pings.shift();
+                    for (const [conv, r] of this.reads)
+                        if (r.at < t)
+                            this.reads.delete(conv);
+                }
                 await this.pullGroups(s, f.groups);
                 return this.headSeen(s, f.type, f.head, f.epoch);
             case "error":
@@ -964,9 +986,11 @@ export class SignetClient {
             this.writeFrame(s, { action: "keepalive" });
     }
     ping(s) {
+        const now = Date.now();
         if (!s.pingSent)
-            s.pingSent = Date.now();
+            s.pingSent = now;
         this.writeFrame(s, { action: "ping" });
+        s.pings.push(now);
     }
     /** Finds a connection that stopped delivering frames, and asks again for an unanswered sync. */
     async checkAlive(s) {
