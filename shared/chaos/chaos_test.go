@@ -277,15 +277,20 @@ func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
 	}
 }
 
-// membersNeverLeave makes the fan-out count removed members as members
-// still: what is sent after a removal reaches the removed member's inbox,
-// the leak the run's membership check exists to catch.
-type membersNeverLeave struct{ handler.Fanouts }
+// everyoneAMember makes the fan-out count every user of the run as a
+// member of every group: group messages reach the inboxes of users who
+// were never members, the leak the run's membership check exists to catch
+// (membership churn is random; a fake that needed a removal caught
+// nothing in a run that made none).
+type everyoneAMember struct{ handler.Fanouts }
 
-func (m membersNeverLeave) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+func (m everyoneAMember) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
 	ms, err := m.Fanouts.Members(ctx, c)
-	for i := range ms {
-		ms[i].Removed = false
+	for i := range 4 {
+		u := im.UserID(fmt.Sprintf("u%03d", i))
+		if !slices.ContainsFunc(ms, func(m im.Member) bool { return m.User == u }) {
+			ms = append(ms, im.Member{User: u, Role: im.RoleMember})
+		}
 	}
 	return ms, err
 }
@@ -295,7 +300,7 @@ func TestChaosRunCatchesAGroupMessageHeldOutsideAMembership(t *testing.T) {
 	res, err := Run(context.Background(), Config{Seed: 4, Users: 4, MaxDevices: 1, Groups: 2, Messages: 80, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Parameters: map[string]string{"GroupDelivery": "write"}, Configure: func(fn string, h *handler.Deps) {
 			if fn == "FanoutFunction" {
-				h.Fanouts = membersNeverLeave{h.Fanouts}
+				h.Fanouts = everyoneAMember{h.Fanouts}
 			}
 		}}})
 	if err != nil {
