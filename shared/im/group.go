@@ -169,12 +169,11 @@ func (m Member) LastDue(head int64) int64 {
 	return 0
 }
 
-// HistoryWindow returns the convSeqs (after, before) — both exclusive,
-// before 0 for "the newest" — of the newest of m's memberships that has
-// messages below before (0: the newest messages), for a page of the
-// group's history, and whether an earlier membership remains below that
-// window (a page of it ends with more to come). ok is false when no
-// membership has messages below before.
+// HistoryWindow returns, for a page of the group's history below convSeq
+// before (0: the newest), the window (after, below) — both exclusive,
+// below 0 for "no bound" — of the newest of m's memberships with messages
+// there, and whether an earlier membership remains beneath it (the page
+// has more to come). ok is false when no membership has messages there.
 func (m Member) HistoryWindow(before int64) (after, below int64, earlier, ok bool) {
 	if !m.Role.Valid() {
 		return 0, 0, false, false
