@@ -226,6 +226,10 @@ type runner struct {
 	// or not: an answer lost on the network may hide one that was made).
 	members map[string]map[string]bool
 	changed map[string]bool
+	// removed holds "group/user" for each removal the server answered
+	// (churn adds such members back half the time: a member removed and
+	// added again keeps what was sent to them before).
+	removed map[string]bool
 	drafts  []*draft
 	mine    map[string][]*draft // user → their drafts (retries pick from these)
 	alerts  []*alert
@@ -266,7 +270,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
-		members: map[string]map[string]bool{}, changed: map[string]bool{}}
+		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -773,6 +777,19 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	}
 	g := mine[r.intn(len(mine))]
 	peer := fmt.Sprintf("u%03d", r.intn(r.cfg.Users))
+	add := r.intn(2) == 0
+	r.dmu.Lock()
+	var gone []string
+	for k := range r.removed {
+		if u, ok := strings.CutPrefix(k, g+"/"); ok {
+			gone = append(gone, u)
+		}
+	}
+	r.dmu.Unlock()
+	if add && len(gone) > 0 && r.intn(2) == 0 {
+		slices.Sort(gone)
+		peer = gone[r.intn(len(gone))] // back again
+	}
 	if peer == d.user {
 		return
 	}
@@ -786,12 +803,19 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	r.changed[g+"/"+peer] = true
 	r.dmu.Unlock()
 	var err error
-	if r.intn(2) == 0 {
+	if add {
 		_, err = c.AddMembers(cctx, g, "member", peer)
 	} else {
 		_, err = c.RemoveMembers(cctx, g, peer)
 	}
 	if err == nil {
+		r.dmu.Lock()
+		if add {
+			delete(r.removed, g+"/"+peer)
+		} else {
+			r.removed[g+"/"+peer] = true
+		}
+		r.dmu.Unlock()
 		r.count(func(res *Result) { res.GroupOps++ })
 	}
 }
