@@ -82,11 +82,13 @@ type Config struct {
 
 // Result is what a run did and found.
 type Result struct {
-	Seed                                 uint64
-	Users, Devices, Groups               int
-	Sent, Acked, Refused, Retries        int
-	Deliveries                           int // entries shown on devices
-	Crashes, Offline, Storms, GroupOps   int
+	Seed                               uint64
+	Users, Devices, Groups             int
+	Sent, Acked, Refused, Retries      int
+	Deliveries                         int // entries shown on devices
+	Crashes, Offline, Storms, GroupOps int
+	// AddedBack counts the group changes that added a removed member back.
+	AddedBack                            int
 	ServerFaults                         int64
 	Network                              netem.Snapshot
 	Lost, Duplicated, Reordered, Unacked int
@@ -135,14 +137,14 @@ func (r Result) String() string {
   %d users, %d devices, %d groups
   sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once, %d to a group (%d checked)
   deliveries: %d shown on devices
-  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes, %d server-side faults
+  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back), %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
   status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
-		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.ServerFaults, r.Network,
+		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
@@ -810,13 +812,19 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	}
 	if err == nil {
 		r.dmu.Lock()
+		back := add && r.removed[g+"/"+peer]
 		if add {
 			delete(r.removed, g+"/"+peer)
 		} else {
 			r.removed[g+"/"+peer] = true
 		}
 		r.dmu.Unlock()
-		r.count(func(res *Result) { res.GroupOps++ })
+		r.count(func(res *Result) {
+			res.GroupOps++
+			if back {
+				res.AddedBack++
+			}
+		})
 	}
 }
 
