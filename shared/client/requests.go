@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/signet-im/signet/shared/wire"
@@ -49,6 +48,7 @@ type outgoing struct {
 
 // pendingQuery is a query waiting for its answer.
 type pendingQuery struct {
+	n      int64 // the query's number (its ref): the order it was asked in
 	answer chan json.RawMessage
 	frame  []byte
 	// written is set by the session once the frame went out on a
@@ -58,13 +58,14 @@ type pendingQuery struct {
 
 // request sends frame with a fresh ref and decodes the answering frame into out.
 func (c *Client) request(ctx context.Context, frame wire.Request, out any) error {
-	ref := "q" + strconv.FormatInt(c.refs.Add(1), 10)
+	n := c.refs.Add(1)
+	ref := "q" + strconv.FormatInt(n, 10)
 	frame.SetRef(ref)
 	b, err := json.Marshal(frame)
 	if err != nil {
 		return err
 	}
-	q := &pendingQuery{answer: make(chan json.RawMessage, 1), frame: b}
+	q := &pendingQuery{n: n, answer: make(chan json.RawMessage, 1), frame: b}
 	c.mu.Lock()
 	c.answers[ref] = q
 	c.mu.Unlock()
@@ -148,21 +149,16 @@ func (c *Client) written(ref string) {
 func (c *Client) unanswered() [][]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	type frame struct {
-		n int64
-		b []byte
-	}
-	var fs []frame
-	for ref, q := range c.answers {
+	var qs []*pendingQuery
+	for _, q := range c.answers {
 		if q.written {
-			n, _ := strconv.ParseInt(strings.TrimPrefix(ref, "q"), 10, 64)
-			fs = append(fs, frame{n, q.frame})
+			qs = append(qs, q)
 		}
 	}
-	slices.SortFunc(fs, func(a, b frame) int { return cmp.Compare(a.n, b.n) })
-	out := make([][]byte, len(fs))
-	for i, f := range fs {
-		out[i] = f.b
+	slices.SortFunc(qs, func(a, b *pendingQuery) int { return cmp.Compare(a.n, b.n) })
+	out := make([][]byte, len(qs))
+	for i, q := range qs {
+		out[i] = q.frame
 	}
 	return out
 }

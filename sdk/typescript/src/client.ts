@@ -1291,16 +1291,19 @@ function toStored(e: Entry): StoredMessage {
 
 /** A random 24-hex-digit clientMsgId. */
 export function newClientMsgId(): string {
-  const b = new Uint8Array(12);
-  globalThis.crypto.getRandomValues(b);
-  return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return randomHex(12);
 }
 
 /** A new random group id, as the server makes them ("g:" and 18 hex digits). */
 function newGroupId(): string {
-  const b = new Uint8Array(9);
+  return "g:" + randomHex(9);
+}
+
+/** n random bytes in hex. */
+function randomHex(n: number): string {
+  const b = new Uint8Array(n);
   globalThis.crypto.getRandomValues(b);
-  return "g:" + [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
 }
 
 /** Identifies a draft's content (where it goes and its body): a clientMsgId names one message. */
