@@ -196,32 +196,38 @@ func losing(action, mode string, asked *atomic.Int64) Dialer {
 }
 
 // A read frame lost with its connection (written, never received) is
-// written again on the next connection: MarkRead returned once it was
-// written, and the sender would never see it read.
+// written again on the next connection; one API Gateway answers with its
+// error frame (the read's invocation failed) is written again at once.
+// MarkRead returned once it was written, and the sender would never see
+// it read.
 func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
 	t.Parallel()
 	st := startStack(t)
-	alice := newDevice(t, st, "alice", "laptop").dial(t)
-	var asked atomic.Int64
-	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) { o.Dialer = losing("read", "drop", &asked) })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"drop", "fail"} {
+		alice := newDevice(t, st, "alice"+mode, "laptop").dial(t)
+		var asked atomic.Int64
+		bob := newDevice(t, st, "bob"+mode, "phone").dial(t, func(o *Options) { o.Dialer = losing("read", mode, &asked) })
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		sent, err := alice.Send(ctx, "bob"+mode, []byte(`"approve?"`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		collect(t, bob, 1, 30*time.Second)
+		if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "bob's read watermark (lost by "+mode+")", func() bool {
+			s, err := st.Store.ConversationState(ctx, im.UserID("bob"+mode), im.ConversationID(sent.ConversationID))
+			return err == nil && s.Read == sent.ConvSeq
+		})
+		cancel()
+		if asked.Load() < 2 {
+			t.Fatalf("lost by %s: the read was written %d times", mode, asked.Load())
+		}
 	}
-	collect(t, bob, 1, 30*time.Second)
-	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "bob's read watermark", func() bool {
-		s, err := st.Store.ConversationState(ctx, "bob", im.ConversationID(sent.ConversationID))
-		return err == nil && s.Read == sent.ConvSeq
-	})
-	if asked.Load() < 2 {
-		t.Fatalf("the read was written %d times", asked.Load())
-	}
-	// Confirmed by a pong to a later ping, a read is not written again.
+	// Confirmed by a pong to a later ping, a read is not written again on
+	// a new connection, but is after a gateway error within
+	// readErrorWindow (its invocation may have failed).
 	c := &Client{reads: map[string]sentRead{}}
 	one := int64(1)
 	at := time.Now()
@@ -233,6 +239,16 @@ func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
 	c.confirmReads(at.Add(time.Second))
 	if len(c.unconfirmedReads()) != 0 {
 		t.Fatal("a read written before the ping is still unconfirmed after its pong")
+	}
+	if len(c.recentReads(at.Add(time.Second))) != 1 {
+		t.Fatal("a confirmed read is not written again after a gateway error that came a second later")
+	}
+	if len(c.recentReads(at.Add(readErrorWindow+time.Second))) != 0 {
+		t.Fatal("a read is written again after a gateway error long after it")
+	}
+	c.confirmReads(at.Add(readErrorWindow + time.Second))
+	if len(c.reads) != 0 {
+		t.Fatal("a read confirmed long ago is still kept")
 	}
 }
 

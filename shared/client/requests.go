@@ -208,7 +208,9 @@ func (c *Client) Members(ctx context.Context, conversationID string) (GroupInfo,
 // convSeq). Lower or equal values are ignored by the server. The server
 // answers only errors; MarkRead returns once the frame is written, and
 // the SDK writes it again on the next connection should this one be lost
-// before a pong showed the server had it (unconfirmedReads).
+// before a pong showed the server had it (unconfirmedReads), and at once
+// when API Gateway answers a frame with its error (recentReads: the
+// read's invocation may be the one that failed).
 func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64) error {
 	return c.markRead(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
 }
@@ -222,11 +224,18 @@ func (c *Client) markRead(ctx context.Context, f wire.Read) error {
 	return c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), read: &f})
 }
 
-// sentRead is a read frame written at and not yet confirmed.
+// sentRead is a read frame written at; confirmed once a pong showed the
+// server received it.
 type sentRead struct {
-	read wire.Read
-	at   time.Time
+	read      wire.Read
+	at        time.Time
+	confirmed bool
 }
+
+// readErrorWindow is how long a read is kept after a pong confirmed it:
+// the server received it, but its invocation may still fail, and API
+// Gateway's error frame for it comes within its 29 s integration timeout.
+const readErrorWindow = time.Minute
 
 // wroteRead records read frame f, written now: per conversation the
 // highest one is kept until confirmed.
@@ -236,17 +245,23 @@ func (c *Client) wroteRead(f wire.Read, now time.Time) {
 	if old, ok := c.reads[f.ConversationID]; ok && *old.read.UpTo > *f.UpTo {
 		return
 	}
-	c.reads[f.ConversationID] = sentRead{f, now}
+	c.reads[f.ConversationID] = sentRead{read: f, at: now}
 }
 
-// confirmReads forgets the reads written before t: a pong to a ping
-// written at t shows the server received everything written before it.
+// confirmReads marks confirmed the reads written before t (a pong to a
+// ping written at t shows the server received everything written before
+// it), and forgets those confirmed and written more than readErrorWindow
+// before t.
 func (c *Client) confirmReads(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for conv, r := range c.reads {
-		if r.at.Before(t) {
+		switch {
+		case r.at.Before(t.Add(-readErrorWindow)):
 			delete(c.reads, conv)
+		case r.at.Before(t):
+			r.confirmed = true
+			c.reads[conv] = r
 		}
 	}
 }
@@ -255,11 +270,25 @@ func (c *Client) confirmReads(t time.Time) {
 // reached the server (a new connection writes them again: a read is
 // forward-only, so once more changes nothing).
 func (c *Client) unconfirmedReads() []wire.Read {
+	return c.readsWhere(func(r sentRead) bool { return !r.confirmed })
+}
+
+// recentReads returns the frames of the reads written within
+// readErrorWindow before now, confirmed or not: after API Gateway's
+// error frame (which names no request) any of them may be the one whose
+// invocation failed.
+func (c *Client) recentReads(now time.Time) []wire.Read {
+	return c.readsWhere(func(r sentRead) bool { return !r.at.Before(now.Add(-readErrorWindow)) })
+}
+
+func (c *Client) readsWhere(keep func(sentRead) bool) []wire.Read {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]wire.Read, 0, len(c.reads))
 	for _, r := range c.reads {
-		out = append(out, r.read)
+		if keep(r) {
+			out = append(out, r.read)
+		}
 	}
 	slices.SortFunc(out, func(a, b wire.Read) int { return cmp.Compare(a.ConversationID, b.ConversationID) })
 	return out

@@ -219,7 +219,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 	if err := s.askAgain(sctx); err != nil {
 		return 0
 	}
-	if err := s.readAgain(sctx); err != nil {
+	if err := s.readAgain(sctx, s.c.unconfirmedReads()); err != nil {
 		return 0
 	}
 	ackTick := time.NewTicker(housekeeping)
@@ -500,6 +500,9 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		var g gatewayError
 		if json.Unmarshal(data, &g) == nil && g.Message != "" {
 			s.gatewayError(g)
+			if err := s.readAgain(ctx, s.c.recentReads(time.Now())); err != nil {
+				return err
+			}
 			return s.askAgain(ctx)
 		}
 	}
@@ -539,10 +542,11 @@ func (s *session) gatewayError(g gatewayError) {
 	}
 }
 
-// readAgain writes again the reads no pong confirmed on the connection
-// before (its last frames may not have reached the server).
-func (s *session) readAgain(ctx context.Context) error {
-	for _, r := range s.c.unconfirmedReads() {
+// readAgain writes reads again: at connect those no pong confirmed on the
+// connection before (its last frames may not have reached the server),
+// after a gateway error the recent ones (their invocation may have failed).
+func (s *session) readAgain(ctx context.Context, reads []wire.Read) error {
+	for _, r := range reads {
 		b, err := json.Marshal(r)
 		if err != nil {
 			return err

@@ -197,6 +197,12 @@ interface GroupState {
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 
+/**
+ * How long a read is kept after a pong confirmed it: the server received it, but its invocation may still fail,
+ * and API Gateway's error frame for it comes within its 29 s integration timeout.
+ */
+const readErrorWindowMs = 60000;
+
 type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
 
 /**
@@ -223,8 +229,11 @@ export class SignetClient {
   private first?: Waiter<void>;
   private readonly sendWaiters = new Map<string, Waiter<SentFrame>[]>();
   private readonly queries = new Map<string, { frame: ClientFrame; waiter: Waiter<unknown>; written: boolean }>();
-  /** Per conversation the highest read written that no pong has confirmed: a new connection writes it again. */
-  private readonly reads = new Map<string, { frame: ReadFrame; at: number }>();
+  /**
+   * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
+   * and API Gateway's error frame until readErrorWindowMs after it was written (its invocation may have failed).
+   */
+  private readonly reads = new Map<string, { frame: ReadFrame; at: number; confirmed: boolean }>();
   private refs = 0;
   private readonly queue: StoredMessage[] = [];
   private readonly takers: ((r: IteratorResult<StoredMessage>) => void)[] = [];
@@ -399,7 +408,7 @@ export class SignetClient {
   /** Keeps read frame f, just written (the conversation's highest), until a pong confirms it. */
   private noteRead(f: ReadFrame): void {
     const old = this.reads.get(f.conversationId);
-    if (!old || old.frame.upTo <= f.upTo) this.reads.set(f.conversationId, { frame: f, at: Date.now() });
+    if (!old || old.frame.upTo <= f.upTo) this.reads.set(f.conversationId, { frame: f, at: Date.now(), confirmed: false });
   }
 
   /**
@@ -647,10 +656,7 @@ export class SignetClient {
       this.writeFrame(s, q.frame);
     }
     // So do the reads the lost connection may not have delivered (forward-only: once more changes nothing).
-    for (const r of [...this.reads.values()]) {
-      this.writeFrame(s, r.frame);
-      this.noteRead(r.frame);
-    }
+    this.readAgain(s, (r) => !r.confirmed);
   }
 
   private startedAt = 0;
@@ -812,7 +818,10 @@ export class SignetClient {
         if (f.type === "pong" && s.pings.length > 0) {
           // The server had what was written before the oldest unanswered ping (pongs may come out of order).
           const t = s.pings.shift() as number;
-          for (const [conv, r] of this.reads) if (r.at < t) this.reads.delete(conv);
+          for (const [conv, r] of this.reads) {
+            if (r.at < t - readErrorWindowMs) this.reads.delete(conv);
+            else if (r.at < t) r.confirmed = true;
+          }
         }
         await this.pullGroups(s, f.groups);
         return this.headSeen(s, f.type, f.head, f.epoch);
@@ -832,6 +841,17 @@ export class SignetClient {
     const soon = Date.now() + 1000 - groupSyncRetryMs;
     for (const g of s.groups.values()) if (g.syncing && g.syncSent > soon) g.syncSent = soon;
     for (const q of this.queries.values()) this.writeFrame(s, q.frame);
+    const recent = Date.now() - readErrorWindowMs;
+    this.readAgain(s, (r) => r.at >= recent);
+  }
+
+  /** Writes again the reads that keep says may not have reached the server (forward-only: once more changes nothing). */
+  private readAgain(s: Session, keep: (r: { at: number; confirmed: boolean }) => boolean): void {
+    for (const r of [...this.reads.values()]) {
+      if (!keep(r)) continue;
+      this.writeFrame(s, r.frame);
+      this.noteRead(r.frame);
+    }
   }
 
   private async headSeen(s: Session, typ: "pong" | "notify", head: number, epoch: string): Promise<void> {

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -77,6 +77,20 @@ test("a read frame lost with its connection is written again on the next one: th
   await b.markRead(sent.conversationId, sent.convSeq);
   await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === sent.convSeq), 30000);
   assert.ok(reads.length >= 2, `the read was offered ${reads.length} times: lost once, then written again`);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("a read whose invocation failed (API Gateway's error frame in its place) is written again at once: the sender sees it read", async () => {
+  const receipts: ReceiptFrame[] = [];
+  const a = await dial("alice-tr", new MemoryStore(), { onReceipt: (r) => receipts.push(r) });
+  const out: { at: number; frame: Record<string, unknown> }[] = [];
+  const b = await dial("bob-tr", new MemoryStore(), { WebSocket: throttledOnce((f) => f.action === "read", out) });
+  const sent = await a.send("bob-tr", { text: "Approve PO-10?" });
+  await b.messages().next();
+  await b.markRead(sent.conversationId, sent.convSeq);
+  await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === sent.convSeq), 30000);
+  const reads = out.filter((o) => o.frame.action === "read");
+  assert.ok(reads.length >= 2, `the read was written ${reads.length} times: swallowed once, then again`);
   await Promise.all([a.close(), b.close()]);
 });
 

@@ -25,6 +25,11 @@ const housekeepingMs = 100;
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 /**
+ * How long a read is kept after a pong confirmed it: the server received it, but its invocation may still fail,
+ * and API Gateway's error frame for it comes within its 29 s integration timeout.
+ */
+const readErrorWindowMs = 60000;
+/**
  * One device's connection to Signet. It keeps the device half of
  * confirmable delivery: an entry is persisted (entry and cursor in one
  * store step) before it is emitted and acked; acks are cumulative and
@@ -48,7 +53,10 @@ export class SignetClient {
     first;
     sendWaiters = new Map();
     queries = new Map();
-    /** Per conversation the highest read written that no pong has confirmed: a new connection writes it again. */
+    /**
+     * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
+     * and API Gateway's error frame until readErrorWindowMs after it was written (its invocation may have failed).
+     */
     reads = new Map();
     refs = 0;
     queue = [];
@@ -217,7 +225,7 @@ export class SignetClient {
     noteRead(f) {
         const old = this.reads.get(f.conversationId);
         if (!old || old.frame.upTo <= f.upTo)
-            this.reads.set(f.conversationId, { frame: f, at: Date.now() });
+            this.reads.set(f.conversationId, { frame: f, at: Date.now(), confirmed: false });
     }
     /**
      * Answers an alert that asks for one (its body's ack.options): once,
@@ -453,10 +461,7 @@ export class SignetClient {
             this.writeFrame(s, q.frame);
         }
         // So do the reads the lost connection may not have delivered (forward-only: once more changes nothing).
-        for (const r of [...this.reads.values()]) {
-            this.writeFrame(s, r.frame);
-            this.noteRead(r.frame);
-        }
+        this.readAgain(s, (r) => !r.confirmed);
     }
     startedAt = 0;
     /** Handshakes that failed in a row since the last connection opened. */
@@ -627,9 +632,12 @@ export class SignetClient {
                 if (f.type === "pong" && s.pings.length > 0) {
                     // The server had what was written before the oldest unanswered ping (pongs may come out of order).
                     const t = s.pings.shift();
-                    for (const [conv, r] of this.reads)
-                        if (r.at < t)
+                    for (const [conv, r] of this.reads) {
+                        if (r.at < t - readErrorWindowMs)
                             this.reads.delete(conv);
+                        else if (r.at < t)
+                            r.confirmed = true;
+                    }
                 }
                 await this.pullGroups(s, f.groups);
                 return this.headSeen(s, f.type, f.head, f.epoch);
@@ -654,6 +662,17 @@ export class SignetClient {
                 g.syncSent = soon;
         for (const q of this.queries.values())
             this.writeFrame(s, q.frame);
+        const recent = Date.now() - readErrorWindowMs;
+        this.readAgain(s, (r) => r.at >= recent);
+    }
+    /** Writes again the reads that keep says may not have reached the server (forward-only: once more changes nothing). */
+    readAgain(s, keep) {
+        for (const r of [...this.reads.values()]) {
+            if (!keep(r))
+                continue;
+            this.writeFrame(s, r.frame);
+            this.noteRead(r.frame);
+        }
     }
     async headSeen(s, typ, head, epoch) {
         const restarted = epoch !== "" && s.epoch !== "" && epoch !== s.epoch;
