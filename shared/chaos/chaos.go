@@ -383,7 +383,7 @@ func (r *runner) start(ctx context.Context) error {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	o.APIOptions = append(o.APIOptions, r.failCalls)
+	o.HandlerAPIOptions = append(o.HandlerAPIOptions, r.failCalls)
 	prev := o.Configure
 	o.Configure = func(fn string, h *handler.Deps) {
 		if prev != nil {

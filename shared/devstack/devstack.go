@@ -143,6 +143,11 @@ type Options struct {
 	SerialFrames bool
 	// APIOptions are added to every SDK client (e.g. call counters).
 	APIOptions []func(*middleware.Stack) error
+	// HandlerAPIOptions are added, after APIOptions, only to the clients
+	// the functions' own code calls AWS with — not to the event source
+	// mappings' polling, which is AWS's machinery (chaos's injected call
+	// failures model a function failing between two steps).
+	HandlerAPIOptions []func(*middleware.Stack) error
 	// Log receives structured logs (discarded when nil).
 	Log *slog.Logger
 	// Progress receives start-up lines (discarded when nil).
@@ -525,6 +530,10 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 		principal: fmt.Sprintf("arn:aws:sts::%s:assumed-role/%s-%sRole/%s-%s", accountID, o.Prefix, id, o.Prefix, id),
 		denied:    st.recordDenial}
 	awsCfg := st.awsConfig(o, transport)
+	// The event source mapping polls under the function's role but is
+	// not the function's code: it gets APIOptions only.
+	fn.sqs = sqs.NewFromConfig(awsCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) })
+	awsCfg.APIOptions = slices.Concat(o.APIOptions, o.HandlerAPIOptions)
 	clients := app.Clients{
 		DynamoDB: dynamodb.NewFromConfig(awsCfg, func(opt *dynamodb.Options) { opt.BaseEndpoint = aws.String(st.DynamoDBEndpoint) }),
 		SQS:      sqs.NewFromConfig(awsCfg, func(opt *sqs.Options) { opt.BaseEndpoint = aws.String(st.SQSEndpoint) }),
@@ -532,7 +541,6 @@ func (st *Stack) function(ctx context.Context, tmpl *template.Template, id strin
 	if cfg.WebSocketEndpoint != "" {
 		clients.Management = app.ManagementClient(awsCfg, cfg.WebSocketEndpoint)
 	}
-	fn.sqs = clients.SQS
 	fn.handler = app.New(cfg, clients, o.Log.With("function", id))
 	if id == "AlertsFunction" {
 		if fn.handler.Validator, err = openapi.Alerts(); err != nil {
@@ -579,7 +587,7 @@ type function struct {
 	env      map[string]string
 	policy   iam.Policy
 	handler  *handler.Deps
-	sqs      *sqs.Client
+	sqs      *sqs.Client // the event source mappings' (AWS's polling, not the function's code)
 }
 
 func (st *Stack) recordDenial(function string, r iam.Request) {
