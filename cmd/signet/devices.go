@@ -28,7 +28,9 @@ removes a device that is gone (a lost phone, a wiped browser), freeing
 its place; it is refused while the device is connected, or while it has
 acked further than every other device of the user (the user's delivered
 receipts rest on it: forget it once another device has caught up). What
-it acked stays in the trace; it is woken no more. The admin key is needed.
+it acked stays in the trace (in read-diffused groups also in the user's
+delivered receipts); a device that connects later with the same id is a
+new device. It is woken no more. The admin key is needed.
 Run 'signet devices <command> --help' for flags.
 `)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -141,17 +142,81 @@ func indexMember(u im.UserID, it map[string]types.AttributeValue) im.Member {
 	return im.Member{User: u, Role: im.RoleMember, Joined: getN(it, attrBase), Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it)}
 }
 
-// groupCursorsOf reads the group cursors an index item holds, by device.
+// groupCursorsOf reads the group cursors an index item holds, by device
+// (a forgotten device's retired one under its retired name, d~registered;
+// none that is 0: a cursor starts at a convSeq, and a retired device id
+// holds 0 until a device takes the id again).
 func groupCursorsOf(it map[string]types.AttributeValue) map[im.DeviceID]im.DeviceCursor {
 	out := map[im.DeviceID]im.DeviceCursor{}
 	for name := range it {
 		d, ok := strings.CutPrefix(name, attrGroupCursor)
-		if !ok {
+		if !ok || getN(it, name) == 0 {
 			continue
 		}
 		out[im.DeviceID(d)] = im.DeviceCursor{Acked: getN(it, name), AckedAt: time.UnixMilli(getN(it, attrGroupCursorAt+d)).UTC()}
 	}
 	return out
+}
+
+// retiredSep separates a forgotten device's id from when it was
+// registered in the name its group cursors are retired under; a device id
+// never holds it (im.DeviceID.Valid).
+const retiredSep = "~"
+
+// retiredDevice returns the device id a group cursor name stands for, and
+// whether it is a forgotten device's retired cursor (d~registered).
+func retiredDevice(d im.DeviceID) (im.DeviceID, bool) {
+	id, _, retired := strings.Cut(string(d), retiredSep)
+	return im.DeviceID(id), retired
+}
+
+// retireGroupCursors moves forgotten device d's cursor in each of u's
+// read-diffused groups to the retired name d~registered and sets d's own
+// to 0: the delivered watermark (the user's highest cursor) and the
+// derived trace keep reading it, and a new device that later connects
+// with the id d stands at the member's start, as every new device does,
+// instead of where the forgotten one stood (which would hide from it
+// what it never pulled until the group's next message). One strongly
+// consistent Query of u's group index items and one write per group the
+// device acked in, conditional on its cursor not having moved since it
+// was read (an ack meanwhile: im.ErrContention). A retry after a partial
+// failure finds the groups done at 0 and moves on.
+func (st *Store) retireGroupCursors(ctx context.Context, u im.UserID, d im.DeviceID, registered int64) error {
+	cur, at := attrGroupCursor+string(d), attrGroupCursorAt+string(d)
+	retired := string(d) + retiredSep + strconv.FormatInt(registered, 10)
+	q := st.groupIndexQuery(u)
+	q.ConsistentRead = aws.Bool(true)
+	var held []map[string]types.AttributeValue
+	if err := st.queryAll(ctx, q, func(it map[string]types.AttributeValue) {
+		if getN(it, cur) > 0 {
+			held = append(held, it)
+		}
+	}); err != nil {
+		return fmt.Errorf("group cursors of %s/%s: %w", u, d, err)
+	}
+	for _, it := range held {
+		c := strings.TrimPrefix(getS(it, attrSK), convIndexSK(""))
+		_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:        aws.String(st.tables.Inbox),
+			Key:              inboxKey(u, getS(it, attrSK)),
+			UpdateExpression: aws.String("SET #rc = :acked, #rt = :at, #c = :zero, #t = :zero"),
+			// Not REMOVE: minidyn's REMOVE leaves the attribute behind.
+			ConditionExpression: aws.String("#c = :acked"),
+			ExpressionAttributeNames: map[string]string{
+				"#c": cur, "#t": at, "#rc": attrGroupCursor + retired, "#rt": attrGroupCursorAt + retired,
+			},
+			ExpressionAttributeValues: map[string]types.AttributeValue{
+				":acked": n(getN(it, cur)), ":at": n(getN(it, at)), ":zero": n(0),
+			},
+		})
+		if isConditionFailed(err) {
+			return fmt.Errorf("device %s/%s acked in %s while being forgotten: %w", u, d, c, im.ErrContention)
+		}
+		if err != nil {
+			return fmt.Errorf("group cursor of %s/%s in %s: %w", u, d, c, err)
+		}
+	}
+	return nil
 }
 
 // GroupCursors returns the cursors in group c of the given members'

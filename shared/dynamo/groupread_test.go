@@ -413,3 +413,61 @@ func TestTheTraceOfAReadDiffusedGroupMessageIsDerived(t *testing.T) {
 		t.Fatalf("a write-diffused group's message derived %d events (%v)", len(got), err)
 	}
 }
+
+// A forgotten device's cursors in read-diffused groups are retired: a new
+// device that connects later with the same id stands at the member's
+// start, as a new device does (it had stood where the forgotten one had
+// acked, and was not told of what it had never pulled until the group's
+// next message), while the user's delivered watermark and the derived
+// trace keep what the forgotten device acked.
+func TestAForgottenDevicesGroupCursorsAreRetired(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	t0 := time.UnixMilli(1_800_000_000_000).UTC()
+	st.GroupReads = true
+	g := im.Group("retire")
+	groupWith(t, st, g, []im.UserID{"bob"}, 3, t0)
+	for _, d := range []im.DeviceID{"phone", "laptop"} {
+		if err := st.EnsureDevice(ctx, "bob", d, 20, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for d, upTo := range map[im.DeviceID]int64{"phone": 3, "laptop": 1} {
+		if _, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: d, UpTo: upTo, At: t0.Add(time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.ForgetDevice(ctx, "bob", "phone"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.ReadGroups(ctx, "bob", "phone"); err != nil || len(got) != 1 || got[0] != (im.GroupPosition{Conversation: g, Head: 3}) {
+		t.Fatalf("a new device with the forgotten one's id stands at %+v, %v; want the member's start", got, err)
+	}
+	if states, err := st.ConversationStates(ctx, g, []im.UserID{"bob"}); err != nil || states["bob"].Delivered != 3 {
+		t.Fatalf("bob's delivered watermark after the forget: %+v, %v; want 3", states, err)
+	}
+	log, err := st.Log(ctx, g, 2, 3)
+	if err != nil || len(log) != 1 {
+		t.Fatalf("message 3: %v, %v", log, err)
+	}
+	evs, err := st.Events(ctx, log[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs, func(e im.Event) bool {
+		return e.Type == im.EventAcked && e.User == "bob" && e.Device == "phone" && strings.Contains(e.Detail, "forgotten")
+	}) {
+		t.Fatalf("message 3's trace lost the forgotten phone's ack: %+v", evs)
+	}
+	// The id connects again: a new device, whose acks move its own cursor from nothing.
+	if err := st.EnsureDevice(ctx, "bob", "phone", 20, t0.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: t0.Add(time.Minute)}); err != nil || !r.Moved || r.Old != 0 {
+		t.Fatalf("the new phone's first ack: %+v, %v", r, err)
+	}
+	cursors, err := st.GroupCursors(ctx, g, []im.UserID{"bob"})
+	if err != nil || cursors[im.DeviceKey{User: "bob", Device: "phone"}].Acked != 2 || cursors[im.DeviceKey{User: "bob", Device: "laptop"}].Acked != 1 || len(cursors) != 3 {
+		t.Fatalf("bob's cursors in the group: %+v, %v; want the new phone at 2, the laptop at 1 and the retired one", cursors, err)
+	}
+}

@@ -501,8 +501,9 @@ const attrRegisteredAt = "registeredAt"
 // ForgetDevice removes device d of user u (an operator's decision: the
 // device is gone), making room for a new one under the device limit. The
 // ack ranges still on its cursor item go to the trace first, so that
-// what it acked stays answerable there, and its registration for wake-ups
-// is removed. It refuses (im.ErrDeviceHoldsDelivered)
+// what it acked stays answerable there, its cursors in read-diffused
+// groups are retired (retireGroupCursors), and its registration for
+// wake-ups is removed. It refuses (im.ErrDeviceHoldsDelivered)
 // when d acked further than every other device of u: the delivered
 // watermarks derived from the cursors would move back. im.ErrNotFound: u
 // has no such device. The delete is conditional on the cursor not having
@@ -532,6 +533,9 @@ func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) e
 		if err := st.putAckRanges(ctx, u, d, pending); err != nil {
 			return err
 		}
+	}
+	if err := st.retireGroupCursors(ctx, u, d, getN(mine, attrRegisteredAt)); err != nil {
+		return err
 	}
 	// A gone device is woken no more: its registration for wake-ups is
 	// emptied as a disabled one is (RemovePushEndpoint), if it has one.

@@ -555,8 +555,11 @@ func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im
 			Detail: fmt.Sprintf("derived: due to this member in the group log, %s #%d (read diffusion: no inbox copy)", conv, cseq)})
 		for d, cur := range groupCursorsOf(it) {
 			if cur.Acked >= cseq {
-				due = append(due, im.Event{Type: im.EventAcked, User: u, Device: d, At: cur.AckedAt, Function: "ack",
-					Detail: fmt.Sprintf("derived: the device's cursor in the group is at #%d, last moved at this time", cur.Acked)})
+				detail := fmt.Sprintf("derived: the device's cursor in the group is at #%d, last moved at this time", cur.Acked)
+				if id, retired := retiredDevice(d); retired {
+					d, detail = id, detail+"; the device was forgotten since (its cursor is kept under "+string(d)+")"
+				}
+				due = append(due, im.Event{Type: im.EventAcked, User: u, Device: d, At: cur.AckedAt, Function: "ack", Detail: detail})
 			}
 		}
 		if read := getN(it, attrRead); read >= cseq && u != m.From { // a sender's watermark moves at the send
