@@ -26,7 +26,7 @@ func TestGroupViewsAgreeWithAModelOfTheMemberships(t *testing.T) {
 	st, ctx := newStore(t), context.Background()
 	st.GroupReads = true
 	now := time.Now()
-	seeds := uint64(12)
+	seeds := uint64(8)
 	for seed := range seeds {
 		r := rand.New(rand.NewPCG(seed, 11))
 		g := im.Group(fmt.Sprintf("model%d", seed))
