@@ -196,6 +196,12 @@ func TestTwoAcksMovingTheSameRangesAtOnce(t *testing.T) {
 // inbox seq, seconds after t0, connection and request.
 func ackedEvents(t *testing.T, st *dynamo.Store, id im.MessageID, t0 time.Time) string {
 	t.Helper()
+	return fmt.Sprint(ackedEventList(t, st, id, t0))
+}
+
+// ackedEventList is ackedEvents' list.
+func ackedEventList(t *testing.T, st *dynamo.Store, id im.MessageID, t0 time.Time) []string {
+	t.Helper()
 	evs, err := st.Events(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +212,7 @@ func ackedEvents(t *testing.T, st *dynamo.Store, id im.MessageID, t0 time.Time) 
 			acked = append(acked, fmt.Sprintf("%s/%s #%d +%ds %s %s", e.User, e.Device, e.Seq, int(e.At.Sub(t0).Seconds()), e.Connection, e.RequestID))
 		}
 	}
-	return fmt.Sprint(acked)
+	return acked
 }
 
 // A device's range that covers a message is found however many ranges of
