@@ -25,7 +25,7 @@ func TestAckedEventsAgreeWithAModelOfTheAcks(t *testing.T) {
 	st, ctx := newStore(t), context.Background()
 	t0 := time.UnixMilli(1_800_000_000_000).UTC()
 	var forgotten, refused int
-	for seed := range uint64(5) {
+	for seed := range modelSeeds(5) {
 		r := rand.New(rand.NewPCG(seed, 17))
 		to := im.UserID(fmt.Sprintf("bob%d", seed))
 		n := 20 + r.IntN(30)

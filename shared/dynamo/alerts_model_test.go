@@ -26,7 +26,7 @@ func TestAlertReadsAgreeWithAModelOfTheInbox(t *testing.T) {
 	t.Parallel()
 	st, ctx := newStore(t), context.Background()
 	now := time.Now()
-	for seed := range uint64(8) {
+	for seed := range modelSeeds(8) {
 		r := rand.New(rand.NewPCG(seed, 13))
 		user := im.UserID(fmt.Sprintf("ann%d", seed))
 		type alert struct {
