@@ -364,6 +364,13 @@ func (r *runner) start(ctx context.Context) error {
 	if o.PollWait == 0 {
 		o.PollWait = 200 * time.Millisecond
 	}
+	if o.VisibilityTimeout == 0 {
+		// A job a failed invocation left (its retry wait not set: an
+		// injected failure of the function's ChangeMessageVisibility)
+		// returns after 30 s, not the template's 3 minutes: the least AWS
+		// allows with the fan-out function's 30 s timeout.
+		o.VisibilityTimeout = 30 * time.Second
+	}
 	if o.CallbackBackoff == nil {
 		// A webhook POST refused during the faults is tried again within
 		// seconds (the template's waits start at 10 s and grow to hours).

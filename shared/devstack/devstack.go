@@ -10,6 +10,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -141,6 +142,11 @@ type Options struct {
 	// SerialFrames makes the gateway run one connection's frames one after
 	// another. API Gateway does not: a test switch, never the default.
 	SerialFrames bool
+	// VisibilityTimeout, when set, is every queue's visibility timeout
+	// instead of the template's (a message left by a failed invocation
+	// returns after it). A queue's below the timeout of a function it
+	// triggers is refused, as AWS refuses that event source mapping.
+	VisibilityTimeout time.Duration
 	// APIOptions are added to every SDK client (e.g. call counters).
 	APIOptions []func(*middleware.Stack) error
 	// HandlerAPIOptions are added, after APIOptions, only to the clients
@@ -231,6 +237,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, err
 	}
 	if err := tmpl.CheckRules(params); err != nil {
+		return nil, err
+	}
+	if err := queueVisibility(tmpl, o.VisibilityTimeout); err != nil {
 		return nil, err
 	}
 	// The named listen addresses are bound before anything takes a port the
@@ -343,6 +352,34 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	o.Progress("lambda: %d functions, each with its own environment, role and timeout; account concurrency %d", len(fns), o.Concurrency)
 	ok = true
 	return st, nil
+}
+
+// sqsDefaultVisibility is a queue's visibility timeout when its template
+// names none.
+const sqsDefaultVisibility = 30
+
+// queueVisibility sets every queue's visibility timeout to override (when
+// set), and refuses a queue whose visibility timeout is below the timeout
+// of a function it triggers: AWS refuses to create that event source
+// mapping ("Queue visibility timeout: … seconds is less than Function
+// timeout: … seconds").
+func queueVisibility(tmpl *template.Template, override time.Duration) error {
+	if override > 0 {
+		for id, q := range tmpl.Queues {
+			q.VisibilityTimeout = int(override.Seconds())
+			tmpl.Queues[id] = q
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(tmpl.Functions)) {
+		fn := tmpl.Functions[id]
+		for _, q := range fn.SQSEvents {
+			vis := cmp.Or(tmpl.Queues[q].VisibilityTimeout, sqsDefaultVisibility)
+			if vis < fn.Timeout {
+				return fmt.Errorf("event source %s -> %s: queue visibility timeout: %d seconds is less than function timeout: %d seconds (AWS refuses the mapping)", q, id, vis, fn.Timeout)
+			}
+		}
+	}
+	return nil
 }
 
 // startEmulators starts the in-process DynamoDB and SQS the options ask

@@ -3,8 +3,12 @@ package devstack
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	signet "github.com/signet-im/signet"
+	"github.com/signet-im/signet/shared/template"
 )
 
 // A handler that returns at once once raced its own context's cancel: the
@@ -51,5 +55,35 @@ func TestSlowInvocationTimesOutAndFreesItsSlot(t *testing.T) {
 	var th *ThrottleError
 	if _, err := fast(context.Background(), 2); !errors.As(err, &th) {
 		t.Fatalf("err = %v, want a throttle", err)
+	}
+}
+
+// A queue's visibility timeout below the timeout of a function it
+// triggers is refused, as AWS refuses that event source mapping; the
+// template's pass, and an override applies to every queue.
+func TestAQueueMayNotReturnMessagesBeforeItsFunctionCanTimeOut(t *testing.T) {
+	t.Parallel()
+	parse := func() *template.Template {
+		tmpl, err := template.Parse(signet.Template)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tmpl
+	}
+	if err := queueVisibility(parse(), 0); err != nil {
+		t.Fatalf("the template's visibility timeouts: %v", err)
+	}
+	tmpl := parse()
+	if err := queueVisibility(tmpl, 30*time.Second); err != nil {
+		t.Fatalf("30 s: %v", err)
+	}
+	for id, q := range tmpl.Queues {
+		if q.VisibilityTimeout != 30 {
+			t.Errorf("queue %s: visibility %d s after a 30 s override", id, q.VisibilityTimeout)
+		}
+	}
+	err := queueVisibility(parse(), 20*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "FanoutQueue -> FanoutFunction: queue visibility timeout: 20 seconds is less than function timeout: 30 seconds") {
+		t.Fatalf("20 s, below the fan-out function's 30 s: %v", err)
 	}
 }
