@@ -226,7 +226,7 @@ func TestChaosRunCatchesAGroupAlertTheFanoutSkipped(t *testing.T) {
 	// skipped recipient stays queued: a short converge ends the wait.
 	var skipped atomic.Bool
 	res, err := Run(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Groups: 1, Messages: 40, Network: netem.Profiles["perfect"],
-		Converge: time.Minute,
+		Converge: 30 * time.Second,
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "FanoutFunction" {
 				h.AlertStore = skippingFanout{AlertStore: h.AlertStore, skipped: &skipped}
@@ -263,7 +263,7 @@ func (s silentReceipts) Enqueue(ctx context.Context, delay time.Duration, jobs .
 func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
 	t.Parallel()
 	res, err := Run(context.Background(), Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
-		Converge: time.Minute,
+		Converge: 30 * time.Second,
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if (fn == "AckFunction" || fn == "ReadFunction") && h.FanoutQueue != nil {
 				h.FanoutQueue = silentReceipts{h.FanoutQueue}
