@@ -125,6 +125,9 @@ type queryLosingConn struct {
 	once   *sync.Once
 	failed chan []byte // the gateway error frame to read, once
 	asked  *atomic.Int64
+	// until (Unix ns) ends mode "throttle": every frame with action
+	// written before it is answered with the error frame in its place.
+	until *atomic.Int64
 	// frames are the connection's own, read in the background so that
 	// Read also returns the error frame while nothing else comes.
 	frames   chan readResult
@@ -144,6 +147,16 @@ func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
 		return q.Conn.Write(ctx, b)
 	}
 	q.asked.Add(1)
+	if q.mode == "throttle" {
+		if time.Now().UnixNano() > q.until.Load() {
+			return q.Conn.Write(ctx, b)
+		}
+		select {
+		case q.failed <- []byte(`{"message": "Internal server error", "connectionId": "c", "requestId": "r"}`):
+		default: // a storm of them: one is enough to read
+		}
+		return nil
+	}
 	lose := false
 	q.once.Do(func() { lose = true })
 	if !lose {
@@ -249,6 +262,44 @@ func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
 	c.confirmReads(at.Add(readErrorWindow + time.Second))
 	if len(c.reads) != 0 {
 		t.Fatal("a read confirmed long ago is still kept")
+	}
+}
+
+// Under a throttle (API Gateway answering every read with its error
+// frame for 3 s) the SDK writes the read again about once a second, not at
+// each error frame: k frames written again at each would come back as k
+// error frames and k² frames. Once the throttle ends, the read is stored.
+func TestAThrottledReadIsWrittenAgainAboutOnceASecond(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	var asked, until atomic.Int64
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
+		o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
+			return &queryLosingConn{Conn: conn, action: "read", mode: "throttle", until: &until, failed: make(chan []byte, 1), asked: &asked, frames: make(chan readResult, 64)}
+		})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, bob, 1, 30*time.Second)
+	const throttle = 3 * time.Second
+	start := time.Now()
+	until.Store(start.Add(throttle).UnixNano())
+	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob's read watermark after the throttle", func() bool {
+		s, err := st.Store.ConversationState(ctx, "bob", im.ConversationID(sent.ConversationID))
+		return err == nil && s.Read == sent.ConvSeq
+	})
+	// Written once, then about once a second while refused (the test's
+	// own scheduling may add one), then once more that is stored.
+	if n, most := asked.Load(), int64(time.Since(start)/time.Second)+3; n < 2 || n > most {
+		t.Fatalf("the read was written %d times in %s of which %s throttled; want 2 to %d", n, time.Since(start).Round(time.Millisecond), throttle, most)
 	}
 }
 

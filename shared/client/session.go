@@ -121,6 +121,9 @@ type session struct {
 	// "sent" carried and nothing re-pushes).
 	needAck  int64
 	forceAck bool
+	// againAt is when the unanswered queries and the recent reads are
+	// written again after a gateway error (zero: not due).
+	againAt time.Time
 	// own holds this device's own 1:1 entries from "sent" that are ahead of
 	// the cursor, by seq, until the entries before them arrive.
 	own map[int64]wire.Entry
@@ -257,6 +260,12 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			if err == nil && !s.syncAt.IsZero() && time.Now().After(s.syncAt) {
 				s.syncAt = time.Time{}
 				err = s.requestSync(sctx, s.cursor)
+			}
+			if err == nil && !s.againAt.IsZero() && time.Now().After(s.againAt) {
+				s.againAt = time.Time{}
+				if err = s.readAgain(sctx, s.c.recentReads(time.Now())); err == nil {
+					err = s.askAgain(sctx)
+				}
 			}
 			if err == nil && !s.behindAt.IsZero() && time.Since(s.behindAt) >= catchUpGrace {
 				s.behindAt = time.Time{}
@@ -500,10 +509,6 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		var g gatewayError
 		if json.Unmarshal(data, &g) == nil && g.Message != "" {
 			s.gatewayError(g)
-			if err := s.readAgain(ctx, s.c.recentReads(time.Now())); err != nil {
-				return err
-			}
-			return s.askAgain(ctx)
 		}
 	}
 	return nil
@@ -520,8 +525,11 @@ type gatewayError struct {
 // gatewayError retries whatever may have been lost: every send in flight
 // (after a second, with the same clientMsgId: idempotent), the ack
 // (cumulative), an unanswered sync and the unanswered group syncs (a
-// throttled one would otherwise wait out groupSyncRetry); the caller asks
-// the unanswered queries again (askAgain).
+// throttled one would otherwise wait out groupSyncRetry), and, a second
+// later, the unanswered queries (askAgain) and the recent reads
+// (readAgain). The second gathers every error frame in it into one round:
+// written again at each, k frames failing under a throttle would come back
+// as k error frames and k² frames.
 func (s *session) gatewayError(g gatewayError) {
 	s.c.log.Warn("gateway error; retrying what is in flight", "message", g.Message, "requestId", g.RequestID)
 	retry := time.Now().Add(time.Second - s.c.opts.ResendAfter)
@@ -539,6 +547,9 @@ func (s *session) gatewayError(g gatewayError) {
 		if g.syncing && g.syncSent.After(soon) {
 			g.syncSent = soon
 		}
+	}
+	if s.againAt.IsZero() {
+		s.againAt = time.Now().Add(time.Second)
 	}
 }
 

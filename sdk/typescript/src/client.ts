@@ -157,6 +157,8 @@ interface Session {
   syncing: boolean;
   syncAt: number;
   syncSent: number;
+  /** When the unanswered queries and the recent reads are written again after a gateway error (0: not due). */
+  againAt: number;
   lastRecv: number;
   pingSent: number;
   /** When the unanswered pings were written, oldest first (a pong confirms the reads written before one). */
@@ -633,7 +635,7 @@ export class SignetClient {
     const now = Date.now();
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, lastRecv: now, pingSent: 0, pings: [],
+      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
       groups: new Map(),
     };
@@ -830,7 +832,7 @@ export class SignetClient {
     }
   }
 
-  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the ack, the inbox and group syncs, queries). */
+  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the ack, the inbox and group syncs; queries and recent reads a second later). */
   private gatewayError(s: Session, message: string): void {
     this.log("warn", "gateway error; retrying what is in flight", { message });
     const retry = Date.now() + 1000 - this.o.resendAfterMs;
@@ -840,6 +842,13 @@ export class SignetClient {
     // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
     const soon = Date.now() + 1000 - groupSyncRetryMs;
     for (const g of s.groups.values()) if (g.syncing && g.syncSent > soon) g.syncSent = soon;
+    // A second later, once for every error frame in it: written again at each, k frames failing under a
+    // throttle would come back as k error frames and k² frames.
+    if (!s.againAt) s.againAt = Date.now() + 1000;
+  }
+
+  /** Writes again the unanswered queries and the reads of the last readErrorWindowMs (after a gateway error). */
+  private askAgain(s: Session): void {
     for (const q of this.queries.values()) this.writeFrame(s, q.frame);
     const recent = Date.now() - readErrorWindowMs;
     this.readAgain(s, (r) => r.at >= recent);
@@ -1139,6 +1148,10 @@ export class SignetClient {
     if (s.syncAt && now > s.syncAt) {
       s.syncAt = 0;
       this.requestSync(s, s.cursor);
+    }
+    if (s.againAt && now > s.againAt) {
+      s.againAt = 0;
+      this.askAgain(s);
     }
     this.retryGroupSyncs(s);
     if (s.behindAt && now - s.behindAt >= catchUpGraceMs) {

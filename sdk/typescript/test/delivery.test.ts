@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
+import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -91,6 +91,24 @@ test("a read whose invocation failed (API Gateway's error frame in its place) is
   await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === sent.convSeq), 30000);
   const reads = out.filter((o) => o.frame.action === "read");
   assert.ok(reads.length >= 2, `the read was written ${reads.length} times: swallowed once, then again`);
+  await Promise.all([a.close(), b.close()]);
+});
+
+test("under a throttle a read is written again about once a second, not at each error frame (k frames would come back k² times)", async () => {
+  const receipts: ReceiptFrame[] = [];
+  const a = await dial("alice-th", new MemoryStore(), { onReceipt: (r) => receipts.push(r) });
+  const out: { at: number; frame: Record<string, unknown> }[] = [];
+  let until = 0;
+  const b = await dial("bob-th", new MemoryStore(), { WebSocket: throttledWhile((f) => f.action === "read", () => Date.now() < until, out) });
+  const sent = await a.send("bob-th", { text: "Approve PO-11?" });
+  await b.messages().next();
+  const start = Date.now();
+  until = start + 3000;
+  await b.markRead(sent.conversationId, sent.convSeq);
+  await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.upTo === sent.convSeq), 30000);
+  const reads = out.filter((o) => o.frame.action === "read").length;
+  const most = Math.floor((Date.now() - start) / 1000) + 3;
+  assert.ok(reads >= 2 && reads <= most, `the read was written ${reads} times in ${Date.now() - start} ms of which 3,000 throttled; want 2 to ${most}`);
   await Promise.all([a.close(), b.close()]);
 });
 

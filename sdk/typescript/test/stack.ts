@@ -222,6 +222,24 @@ export function throttledOnce(swallow: (frame: Record<string, unknown>) => boole
   };
 }
 
+/** A WebSocket that stands in for a throttle: every outgoing frame that `swallow` matches while `throttled()` holds
+ * never reaches the stack, and the client gets API Gateway's error frame in its place. Every outgoing frame is
+ * recorded in `sent` with its time. */
+export function throttledWhile(swallow: (frame: Record<string, unknown>) => boolean, throttled: () => boolean, sent: { at: number; frame: Record<string, unknown> }[]): WebSocketConstructor {
+  return class Throttled extends PassThrough {
+    override send(data: string) {
+      const frame = JSON.parse(data) as Record<string, unknown>;
+      sent.push({ at: Date.now(), frame });
+      if (throttled() && swallow(frame)) {
+        const answer = `{"message": "Internal server error", "connectionId":"test", "requestId":"throttled-${sent.length}"}`;
+        setTimeout(() => this.received(answer), 1);
+        return;
+      }
+      super.send(data);
+    }
+  };
+}
+
 /** A WebSocket that loses the first frame with `action` it is given: not sent, and the connection closed (as a
  * connection that dies with the frame in its buffers). `sent` records every frame with that action offered. */
 export function losesFirst(action: string, sent: Record<string, unknown>[]): WebSocketConstructor {
