@@ -41,6 +41,8 @@ type groupState struct {
 	// whatever head a page answered before it was stored.
 	own      int64
 	forceAck bool
+	// ackedAt is when an ack of this group was last written.
+	ackedAt  time.Time
 	syncing  bool
 	syncSent time.Time
 	// proof is the server's proof of convSeq proofAt (a push's or a page's
@@ -339,7 +341,7 @@ func (s *session) ackGroups(ctx context.Context) error {
 		if err := s.write(ctx, ack); err != nil {
 			return err
 		}
-		g.lastAck, g.forceAck = upTo, false
+		g.lastAck, g.forceAck, g.ackedAt = upTo, false, time.Now()
 	}
 	return nil
 }

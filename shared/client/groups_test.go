@@ -121,10 +121,12 @@ func TestQueryWaitsForAConnectionAndHonoursItsContext(t *testing.T) {
 type queryLosingConn struct {
 	Conn
 	action string
-	mode   string
-	once   *sync.Once
-	failed chan []byte // the gateway error frame to read, once
-	asked  *atomic.Int64
+	// inGroup limits it to frames naming a conversation (a group's ack).
+	inGroup bool
+	mode    string
+	once    *sync.Once
+	failed  chan []byte // the gateway error frame to read, once
+	asked   *atomic.Int64
 	// until (Unix ns) ends mode "throttle": every frame with action
 	// written before it is answered with the error frame in its place.
 	until *atomic.Int64
@@ -141,9 +143,10 @@ type readResult struct {
 
 func (q *queryLosingConn) Write(ctx context.Context, b []byte) error {
 	var env struct {
-		Action string `json:"action"`
+		Action         string `json:"action"`
+		ConversationID string `json:"conversationId"`
 	}
-	if json.Unmarshal(b, &env) != nil || env.Action != q.action {
+	if json.Unmarshal(b, &env) != nil || env.Action != q.action || q.inGroup && env.ConversationID == "" {
 		return q.Conn.Write(ctx, b)
 	}
 	q.asked.Add(1)
@@ -240,7 +243,7 @@ func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
 	}
 	// Confirmed by a pong to a later ping, a read is not written again on
 	// a new connection, but is after a gateway error within
-	// readErrorWindow (its invocation may have failed).
+	// errorWindow (its invocation may have failed).
 	c := &Client{reads: map[string]sentRead{}}
 	one := int64(1)
 	at := time.Now()
@@ -256,10 +259,10 @@ func TestAReadLostWithItsConnectionIsWrittenAgain(t *testing.T) {
 	if len(c.recentReads(at.Add(time.Second))) != 1 {
 		t.Fatal("a confirmed read is not written again after a gateway error that came a second later")
 	}
-	if len(c.recentReads(at.Add(readErrorWindow+time.Second))) != 0 {
+	if len(c.recentReads(at.Add(errorWindow+time.Second))) != 0 {
 		t.Fatal("a read is written again after a gateway error long after it")
 	}
-	c.confirmReads(at.Add(readErrorWindow + time.Second))
+	c.confirmReads(at.Add(errorWindow + time.Second))
 	if len(c.reads) != 0 {
 		t.Fatal("a read confirmed long ago is still kept")
 	}
@@ -300,6 +303,83 @@ func TestAThrottledReadIsWrittenAgainAboutOnceASecond(t *testing.T) {
 	// own scheduling may add one), then once more that is stored.
 	if n, most := asked.Load(), int64(time.Since(start)/time.Second)+3; n < 2 || n > most {
 		t.Fatalf("the read was written %d times in %s of which %s throttled; want 2 to %d", n, time.Since(start).Round(time.Millisecond), throttle, most)
+	}
+}
+
+// slowRedelivery pushes again only after 30 s: a test that a lost ack is
+// written again sees no redelivered push bring it.
+var slowRedelivery = im.Redelivery{PushTimeout: 30 * time.Second, Backoff: []time.Duration{30 * time.Second}}
+
+// An ack answered with API Gateway's error frame (its invocation was
+// throttled) is written again about once a second while the throttle
+// lasts, not at every housekeeping tick (ten a second: each failing
+// again, each answered with another error frame), and is stored once the
+// throttle ends.
+func TestAThrottledAckIsWrittenAgainAboutOnceASecond(t *testing.T) {
+	t.Parallel()
+	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery})
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	var acks, until atomic.Int64
+	until.Store(time.Now().Add(time.Hour).UnixNano())
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
+		o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
+			return &queryLosingConn{Conn: conn, action: "ack", mode: "throttle", until: &until, failed: make(chan []byte, 1), asked: &acks, frames: make(chan readResult, 64)}
+		})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := alice.Send(ctx, "bob", []byte(`"approve?"`)); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, bob, 1, 30*time.Second)
+	waitFor(t, "bob's first ack", func() bool { return acks.Load() > 0 })
+	const throttle = 4 * time.Second
+	start := time.Now()
+	until.Store(start.Add(throttle).UnixNano())
+	waitFor(t, "bob's ack stored after the throttle", func() bool {
+		acked, err := st.Store.AckedUpTo(ctx, "bob", "phone")
+		return err == nil && acked == got[0].Seq
+	})
+	if n, most := acks.Load(), int64(time.Since(start)/time.Second)+3; n < 2 || n > most {
+		t.Fatalf("the ack was written %d times in %s, %s of them throttled; want 2 to %d", n, time.Since(start).Round(time.Millisecond), throttle, most)
+	}
+}
+
+// A group's ack answered with API Gateway's error frame is written again
+// (a second later, with the inbox's): the member's cursor in the group
+// moves on without waiting for the message's redelivery.
+func TestAGroupAckThatFailedIsWrittenAgain(t *testing.T) {
+	t.Parallel()
+	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery})
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	var acks atomic.Int64
+	var once sync.Once
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
+		o.Dialer = wrapDialer(WebSocket, func(conn Conn) Conn {
+			return &queryLosingConn{Conn: conn, action: "ack", inGroup: true, mode: "fail", once: &once, failed: make(chan []byte, 1), asked: &acks, frames: make(chan readResult, 64)}
+		})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g, err := alice.CreateGroup(ctx, "Ops", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: []byte(`"deploy?"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, bob, 1, 30*time.Second)
+	start := time.Now()
+	waitFor(t, "bob's cursor in the group", func() bool {
+		rc, err := alice.Receipts(ctx, g.ConversationID, sent.ConvSeq)
+		return err == nil && rc.Delivered == 1
+	})
+	if time.Since(start) >= slowRedelivery.PushTimeout {
+		t.Fatalf("bob's cursor moved %s after the message came: not before its redelivery", time.Since(start).Round(time.Millisecond))
+	}
+	if n := acks.Load(); n < 2 {
+		t.Fatalf("bob's group ack was written %d times; want it written again after the error frame", n)
 	}
 }
 

@@ -232,10 +232,13 @@ type sentRead struct {
 	confirmed bool
 }
 
-// readErrorWindow is how long a read is kept after a pong confirmed it:
-// the server received it, but its invocation may still fail, and API
-// Gateway's error frame for it comes within its 29 s integration timeout.
-const readErrorWindow = time.Minute
+// errorWindow is how long a frame may still turn out to have failed: a
+// pong shows the server received it, but its invocation may still fail,
+// and API Gateway's error frame for it (which names no frame) comes
+// within its 29 s integration timeout. Reads are kept that long after a
+// pong confirmed them, and the groups acked within it are acked again
+// after an error frame.
+const errorWindow = time.Minute
 
 // wroteRead records read frame f, written now: per conversation the
 // highest one is kept until confirmed.
@@ -250,14 +253,14 @@ func (c *Client) wroteRead(f wire.Read, now time.Time) {
 
 // confirmReads marks confirmed the reads written before t (a pong to a
 // ping written at t shows the server received everything written before
-// it), and forgets those confirmed and written more than readErrorWindow
+// it), and forgets those confirmed and written more than errorWindow
 // before t.
 func (c *Client) confirmReads(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for conv, r := range c.reads {
 		switch {
-		case r.at.Before(t.Add(-readErrorWindow)):
+		case r.at.Before(t.Add(-errorWindow)):
 			delete(c.reads, conv)
 		case r.at.Before(t):
 			r.confirmed = true
@@ -274,11 +277,11 @@ func (c *Client) unconfirmedReads() []wire.Read {
 }
 
 // recentReads returns the frames of the reads written within
-// readErrorWindow before now, confirmed or not: after API Gateway's
+// errorWindow before now, confirmed or not: after API Gateway's
 // error frame (which names no request) any of them may be the one whose
 // invocation failed.
 func (c *Client) recentReads(now time.Time) []wire.Read {
-	return c.readsWhere(func(r sentRead) bool { return !r.at.Before(now.Add(-readErrorWindow)) })
+	return c.readsWhere(func(r sentRead) bool { return !r.at.Before(now.Add(-errorWindow)) })
 }
 
 func (c *Client) readsWhere(keep func(sentRead) bool) []wire.Read {

@@ -124,6 +124,10 @@ type session struct {
 	// againAt is when the unanswered queries and the recent reads are
 	// written again after a gateway error (zero: not due).
 	againAt time.Time
+	// ackAgainAt is when the acks are written again after a gateway error
+	// or an error answer to an ack (zero: not due): the inbox's, and every
+	// group's acked within errorWindow.
+	ackAgainAt time.Time
 	// own holds this device's own 1:1 entries from "sent" that are ahead of
 	// the cursor, by seq, until the entries before them arrive.
 	own map[int64]wire.Entry
@@ -251,6 +255,10 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
 		case <-ackTick.C:
+			if !s.ackAgainAt.IsZero() && time.Now().After(s.ackAgainAt) {
+				s.ackAgainAt = time.Time{}
+				s.forceAcks(time.Now())
+			}
 			if s.ackDue(time.Now()) {
 				err = s.ack(sctx)
 			}
@@ -523,13 +531,14 @@ type gatewayError struct {
 }
 
 // gatewayError retries whatever may have been lost: every send in flight
-// (after a second, with the same clientMsgId: idempotent), the ack
-// (cumulative), an unanswered sync and the unanswered group syncs (a
-// throttled one would otherwise wait out groupSyncRetry), and, a second
-// later, the unanswered queries (askAgain) and the recent reads
+// (after a second, with the same clientMsgId: idempotent), an unanswered
+// sync and the unanswered group syncs (a throttled one would otherwise
+// wait out groupSyncRetry), and, a second later, the acks (cumulative:
+// ackAgain), the unanswered queries (askAgain) and the recent reads
 // (readAgain). The second gathers every error frame in it into one round:
 // written again at each, k frames failing under a throttle would come back
-// as k error frames and k² frames.
+// as k error frames and k² frames (and an ack written again at each would
+// be ten a second for as long as the throttle lasts).
 func (s *session) gatewayError(g gatewayError) {
 	s.c.log.Warn("gateway error; retrying what is in flight", "message", g.Message, "requestId", g.RequestID)
 	retry := time.Now().Add(time.Second - s.c.opts.ResendAfter)
@@ -538,7 +547,7 @@ func (s *session) gatewayError(g gatewayError) {
 			s.sentAt[id] = retry
 		}
 	}
-	s.forceAck = true
+	s.ackAgain(time.Second)
 	if s.syncing && s.syncAt.IsZero() {
 		s.syncAt = time.Now().Add(time.Second)
 	}
@@ -550,6 +559,29 @@ func (s *session) gatewayError(g gatewayError) {
 	}
 	if s.againAt.IsZero() {
 		s.againAt = time.Now().Add(time.Second)
+	}
+}
+
+// ackAgain has the acks written again after wait: the inbox's and the
+// groups' acked within errorWindow (any of them may be the frame that
+// failed). A round already due stays as it is unless wait is later (a
+// rate limit's): error frames arriving every second must not keep
+// putting it off.
+func (s *session) ackAgain(wait time.Duration) {
+	at := time.Now().Add(wait)
+	if s.ackAgainAt.IsZero() || wait > time.Second && at.After(s.ackAgainAt) {
+		s.ackAgainAt = at
+	}
+}
+
+// forceAcks makes the next housekeeping tick ack the inbox and every group
+// acked within errorWindow before now, whether or not anything new waits.
+func (s *session) forceAcks(now time.Time) {
+	s.forceAck = true
+	for _, g := range s.groups {
+		if !g.ackedAt.IsZero() && now.Sub(g.ackedAt) < errorWindow {
+			g.forceAck = true
+		}
 	}
 }
 
@@ -926,8 +958,9 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 	if e.Code == wire.CodeInternal || e.Code == wire.CodeRateLimited {
 		// Acks are answered only when they fail, without an id: whatever
 		// failed, acking again is harmless (cumulative, forward-only) and
-		// keeps the server's cursor from lagging behind what is persisted.
-		s.forceAck = true
+		// keeps the server's cursor from lagging behind what is persisted
+		// — after a second, or the wait a rate limit names.
+		s.ackAgain(max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond))
 	}
 	s.c.log.Warn("server error", "code", e.Code, "message", e.Message, "requestId", e.RequestID)
 	return nil

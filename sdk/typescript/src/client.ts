@@ -159,6 +159,8 @@ interface Session {
   syncSent: number;
   /** When the unanswered queries and the recent reads are written again after a gateway error (0: not due). */
   againAt: number;
+  /** When the acks are written again after a gateway error or an error answer to an ack (0: not due): the inbox's, and every group's acked within errorWindowMs. */
+  ackAgainAt: number;
   lastRecv: number;
   pingSent: number;
   /** When the unanswered pings were written, oldest first (a pong confirms the reads written before one). */
@@ -189,6 +191,8 @@ interface GroupState {
    * them): group syncs go on until the cursor reaches it. */
   own: number;
   forceAck: boolean;
+  /** When an ack of this group was last written (0: never). */
+  ackedAt: number;
   syncing: boolean;
   syncSent: number;
   /** The server's proof of convSeq proofAt (a push's, or a page's last message's): an ack up to proofAt brings it back. */
@@ -200,10 +204,12 @@ interface GroupState {
 const groupSyncRetryMs = 10000;
 
 /**
- * How long a read is kept after a pong confirmed it: the server received it, but its invocation may still fail,
- * and API Gateway's error frame for it comes within its 29 s integration timeout.
+ * How long a frame may still turn out to have failed: a pong shows the server received it, but its invocation may
+ * still fail, and API Gateway's error frame for it (which names no frame) comes within its 29 s integration
+ * timeout. Reads are kept that long after a pong confirmed them, and the groups acked within it are acked again
+ * after an error frame.
  */
-const readErrorWindowMs = 60000;
+const errorWindowMs = 60000;
 
 type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
 
@@ -233,7 +239,7 @@ export class SignetClient {
   private readonly queries = new Map<string, { frame: ClientFrame; waiter: Waiter<unknown>; written: boolean }>();
   /**
    * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
-   * and API Gateway's error frame until readErrorWindowMs after it was written (its invocation may have failed).
+   * and API Gateway's error frame until errorWindowMs after it was written (its invocation may have failed).
    */
   private readonly reads = new Map<string, { frame: ReadFrame; at: number; confirmed: boolean }>();
   private refs = 0;
@@ -635,7 +641,7 @@ export class SignetClient {
     const now = Date.now();
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
+      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, ackAgainAt: 0, lastRecv: now, pingSent: 0, pings: [],
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
       groups: new Map(),
     };
@@ -821,7 +827,7 @@ export class SignetClient {
           // The server had what was written before the oldest unanswered ping (pongs may come out of order).
           const t = s.pings.shift() as number;
           for (const [conv, r] of this.reads) {
-            if (r.at < t - readErrorWindowMs) this.reads.delete(conv);
+            if (r.at < t - errorWindowMs) this.reads.delete(conv);
             else if (r.at < t) r.confirmed = true;
           }
         }
@@ -832,12 +838,12 @@ export class SignetClient {
     }
   }
 
-  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the ack, the inbox and group syncs; queries and recent reads a second later). */
+  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later). */
   private gatewayError(s: Session, message: string): void {
     this.log("warn", "gateway error; retrying what is in flight", { message });
     const retry = Date.now() + 1000 - this.o.resendAfterMs;
     for (const [id, at] of s.sentAt) if (at > retry) s.sentAt.set(id, retry);
-    s.forceAck = true;
+    this.ackAgain(s, 1000);
     if (s.syncing && !s.syncAt) s.syncAt = Date.now() + 1000;
     // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
     const soon = Date.now() + 1000 - groupSyncRetryMs;
@@ -847,10 +853,21 @@ export class SignetClient {
     if (!s.againAt) s.againAt = Date.now() + 1000;
   }
 
-  /** Writes again the unanswered queries and the reads of the last readErrorWindowMs (after a gateway error). */
+  /**
+   * Has the acks written again after waitMs: the inbox's and the groups' acked within errorWindowMs (any of them
+   * may be the frame that failed; written again at every error frame, an ack would go ten times a second for as
+   * long as a throttle lasts). A round already due stays as it is unless waitMs is later (a rate limit's): error
+   * frames arriving every second must not keep putting it off.
+   */
+  private ackAgain(s: Session, waitMs: number): void {
+    const at = Date.now() + waitMs;
+    if (!s.ackAgainAt || (waitMs > 1000 && at > s.ackAgainAt)) s.ackAgainAt = at;
+  }
+
+  /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
   private askAgain(s: Session): void {
     for (const q of this.queries.values()) this.writeFrame(s, q.frame);
-    const recent = Date.now() - readErrorWindowMs;
+    const recent = Date.now() - errorWindowMs;
     this.readAgain(s, (r) => r.at >= recent);
   }
 
@@ -1020,7 +1037,7 @@ export class SignetClient {
     const have = s.groups.get(conv);
     if (have) return { g: have, known: true };
     const { cursor, known } = await this.store.groupCursor(conv);
-    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
     if (known) s.groups.set(conv, g);
     return { g, known };
   }
@@ -1129,6 +1146,7 @@ export class SignetClient {
       this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor, ...(g.proofAt === g.cursor && g.proof ? { proof: g.proof } : {}) });
       g.lastAck = g.cursor;
       g.forceAck = false;
+      g.ackedAt = Date.now();
     }
   }
 
@@ -1143,6 +1161,11 @@ export class SignetClient {
 
   private async housekeeping(s: Session): Promise<void> {
     const now = Date.now();
+    if (s.ackAgainAt && now > s.ackAgainAt) {
+      s.ackAgainAt = 0;
+      s.forceAck = true;
+      for (const g of s.groups.values()) if (g.ackedAt && now - g.ackedAt < errorWindowMs) g.forceAck = true;
+    }
     const due = s.forceAck && !s.syncing ? true : s.pushWaiting ? now - s.pushedAt >= this.ackWindow(s) : !s.syncing;
     if (due) await this.ack(s);
     if (s.syncAt && now > s.syncAt) {
@@ -1266,10 +1289,10 @@ export class SignetClient {
           s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
           return;
         }
-        s.forceAck = true;
+        this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
         return;
       case "internal":
-        s.forceAck = true; // an ack failed: acking again is harmless
+        this.ackAgain(s, 1000); // an ack failed: acking again is harmless
         return;
     }
     this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });

@@ -112,6 +112,50 @@ test("under a throttle a read is written again about once a second, not at each 
   await Promise.all([a.close(), b.close()]);
 });
 
+test("a failed ack is written again a second later: under a throttle about once a second (not at every tick), and a group's too (no redelivery needed)", async () => {
+  // Pushed again only after 30 s: what moves the cursors here is the ack written again.
+  const own = await startStack({ SIGNET_PUSH_TIMEOUT: "30s", SIGNET_REDELIVERY_BACKOFF: "30s", SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read"]);
+  try {
+    const receipts: ReceiptFrame[] = [];
+    const a = await dial("alice-ack", new MemoryStore(), { url: own.url, onReceipt: (r) => receipts.push(r) });
+    const out: { at: number; frame: Record<string, unknown> }[] = [];
+    let until = Infinity;
+    const b = await dial("bob-ack", new MemoryStore(), { url: own.url, WebSocket: throttledWhile((f) => f.action === "ack" && f.conversationId === undefined, () => Date.now() < until, out) });
+    const sent = await a.send("bob-ack", { text: "Approve PO-12?" });
+    await b.messages().next();
+    const acks = () => out.filter((o) => o.frame.action === "ack" && o.frame.conversationId === undefined);
+    await eventually("bob's first ack", () => acks().length > 0, 30000);
+    const start = Date.now();
+    until = start + 4000;
+    await eventually("alice's delivered receipt", () => receipts.some((r) => r.kind === "delivered" && r.upTo === sent.convSeq), 30000);
+    const n = acks().filter((o) => o.at >= start).length;
+    const most = Math.floor((Date.now() - start) / 1000) + 3;
+    assert.ok(n >= 1 && n <= most, `the ack was written ${n} times in ${Date.now() - start} ms of which 4,000 throttled; want 1 to ${most}`);
+
+    // A group's ack answered with the error frame once.
+    const groupOut: { at: number; frame: Record<string, unknown> }[] = [];
+    let pushes = 0;
+    const c = await dial("carol-ack", new MemoryStore(), {
+      url: own.url,
+      WebSocket: throttledOnce((f) => f.action === "ack" && typeof f.conversationId === "string", groupOut),
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        if (dir === "in" && (f as { type?: string }).type === "groupMessage") pushes++;
+      },
+    });
+    const g = await a.createGroup("Ops", ["carol-ack"]);
+    const gs = await a.sendDraft({ conversationId: g.conversationId, body: { text: "deploy?" } });
+    await c.messages().next();
+    await eventually("carol's cursor in the group", async () => (await a.receipts(g.conversationId, gs.convSeq)).delivered === 1, 20000);
+    const groupAcks = groupOut.filter((o) => o.frame.action === "ack" && o.frame.conversationId === g.conversationId).length;
+    assert.ok(groupAcks >= 2, `carol's group ack was written ${groupAcks} times: want it written again after the error frame`);
+    assert.equal(pushes, 1, "no redelivered push moved carol's cursor");
+    await Promise.all([a.close(), b.close(), c.close()]);
+  } finally {
+    await own.stop();
+  }
+});
+
 test("a new device's own message that comes in sent before its first sync page (answered before the send was stored) is shown when the page ends", async () => {
   let held!: () => void;
   const pageHeld = new Promise<void>((r) => (held = r));

@@ -25,10 +25,12 @@ const housekeepingMs = 100;
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 /**
- * How long a read is kept after a pong confirmed it: the server received it, but its invocation may still fail,
- * and API Gateway's error frame for it comes within its 29 s integration timeout.
+ * How long a frame may still turn out to have failed: a pong shows the server received it, but its invocation may
+ * still fail, and API Gateway's error frame for it (which names no frame) comes within its 29 s integration
+ * timeout. Reads are kept that long after a pong confirmed them, and the groups acked within it are acked again
+ * after an error frame.
  */
-const readErrorWindowMs = 60000;
+const errorWindowMs = 60000;
 /**
  * One device's connection to Signet. It keeps the device half of
  * confirmable delivery: an entry is persisted (entry and cursor in one
@@ -55,7 +57,7 @@ export class SignetClient {
     queries = new Map();
     /**
      * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
-     * and API Gateway's error frame until readErrorWindowMs after it was written (its invocation may have failed).
+     * and API Gateway's error frame until errorWindowMs after it was written (its invocation may have failed).
      */
     reads = new Map();
     refs = 0;
@@ -442,7 +444,7 @@ export class SignetClient {
         const now = Date.now();
         const s = {
             ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
+            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, ackAgainAt: 0, lastRecv: now, pingSent: 0, pings: [],
             ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
             groups: new Map(),
         };
@@ -633,7 +635,7 @@ export class SignetClient {
                     // The server had what was written before the oldest unanswered ping (pongs may come out of order).
                     const t = s.pings.shift();
                     for (const [conv, r] of this.reads) {
-                        if (r.at < t - readErrorWindowMs)
+                        if (r.at < t - errorWindowMs)
                             this.reads.delete(conv);
                         else if (r.at < t)
                             r.confirmed = true;
@@ -645,14 +647,14 @@ export class SignetClient {
                 return this.serverError(s, f);
         }
     }
-    /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the ack, the inbox and group syncs; queries and recent reads a second later). */
+    /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later). */
     gatewayError(s, message) {
         this.log("warn", "gateway error; retrying what is in flight", { message });
         const retry = Date.now() + 1000 - this.o.resendAfterMs;
         for (const [id, at] of s.sentAt)
             if (at > retry)
                 s.sentAt.set(id, retry);
-        s.forceAck = true;
+        this.ackAgain(s, 1000);
         if (s.syncing && !s.syncAt)
             s.syncAt = Date.now() + 1000;
         // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
@@ -665,11 +667,22 @@ export class SignetClient {
         if (!s.againAt)
             s.againAt = Date.now() + 1000;
     }
-    /** Writes again the unanswered queries and the reads of the last readErrorWindowMs (after a gateway error). */
+    /**
+     * Has the acks written again after waitMs: the inbox's and the groups' acked within errorWindowMs (any of them
+     * may be the frame that failed; written again at every error frame, an ack would go ten times a second for as
+     * long as a throttle lasts). A round already due stays as it is unless waitMs is later (a rate limit's): error
+     * frames arriving every second must not keep putting it off.
+     */
+    ackAgain(s, waitMs) {
+        const at = Date.now() + waitMs;
+        if (!s.ackAgainAt || (waitMs > 1000 && at > s.ackAgainAt))
+            s.ackAgainAt = at;
+    }
+    /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
     askAgain(s) {
         for (const q of this.queries.values())
             this.writeFrame(s, q.frame);
-        const recent = Date.now() - readErrorWindowMs;
+        const recent = Date.now() - errorWindowMs;
         this.readAgain(s, (r) => r.at >= recent);
     }
     /** Writes again the reads that keep says may not have reached the server (forward-only: once more changes nothing). */
@@ -848,7 +861,7 @@ export class SignetClient {
         if (have)
             return { g: have, known: true };
         const { cursor, known } = await this.store.groupCursor(conv);
-        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
         if (known)
             s.groups.set(conv, g);
         return { g, known };
@@ -963,6 +976,7 @@ export class SignetClient {
             this.writeFrame(s, { action: "ack", conversationId: conv, upTo: g.cursor, ...(g.proofAt === g.cursor && g.proof ? { proof: g.proof } : {}) });
             g.lastAck = g.cursor;
             g.forceAck = false;
+            g.ackedAt = Date.now();
         }
     }
     /** Asks again for group syncs unanswered for groupSyncRetryMs. */
@@ -976,6 +990,13 @@ export class SignetClient {
     }
     async housekeeping(s) {
         const now = Date.now();
+        if (s.ackAgainAt && now > s.ackAgainAt) {
+            s.ackAgainAt = 0;
+            s.forceAck = true;
+            for (const g of s.groups.values())
+                if (g.ackedAt && now - g.ackedAt < errorWindowMs)
+                    g.forceAck = true;
+        }
         const due = s.forceAck && !s.syncing ? true : s.pushWaiting ? now - s.pushedAt >= this.ackWindow(s) : !s.syncing;
         if (due)
             await this.ack(s);
@@ -1104,10 +1125,10 @@ export class SignetClient {
                     s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
                     return;
                 }
-                s.forceAck = true;
+                this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
                 return;
             case "internal":
-                s.forceAck = true; // an ack failed: acking again is harmless
+                this.ackAgain(s, 1000); // an ack failed: acking again is harmless
                 return;
         }
         this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });
