@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -26,11 +27,14 @@ import (
 	"github.com/signet-im/signet/shared/wire"
 )
 
-// costScenarios are the scenarios `signet bench cost` runs, in order.
-var costScenarios = []struct {
+// costScenario is one scenario of `signet bench cost`.
+type costScenario struct {
 	name, about string
 	run         func(ctx context.Context, f costFlags) (cost.Usage, error)
-}{
+}
+
+// costScenarios are the scenarios `signet bench cost` runs, in order.
+var costScenarios = []costScenario{
 	{"chat-1dev", "1:1 at chat pace, 1 device per user: each message is delivered and acked before the next",
 		func(ctx context.Context, f costFlags) (cost.Usage, error) {
 			return chatCost(ctx, "chat-1dev", 1, 1, f.pairs, f.messages, f.emulator)
@@ -104,7 +108,8 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	fs.IntVar(&f.groupMessages, "group-messages", d.groupMessages, "group scenarios: messages sent to the group")
 	fs.IntVar(&f.logins, "logins", d.logins, "login: users logging in")
 	fs.IntVar(&f.waiting, "waiting", d.waiting, "login: messages waiting for each")
-	only := fs.String("scenario", "", "run only this scenario")
+	only := fs.String("scenario", "", "run only the scenarios these names match (separated by commas; a name may be a pattern: group-*)")
+	skip := fs.String("skip", "", "run none of the scenarios these names match (as --scenario)")
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
 	calls := fs.Bool("calls", false, "also print each scenario's AWS calls and its DynamoDB write and read units by operation and table, per delivered unit")
@@ -145,17 +150,18 @@ Flags:
 	if d.emulator = f.emulator; *check && f != d {
 		return usageErr("--check holds the default sizes to their ceilings: drop --pairs, --messages, --members, --group-messages, --logins and --waiting")
 	}
-	known := *only == ""
-	for _, sc := range costScenarios {
-		known = known || sc.name == *only
+	chosen, err := matchScenarios(*only, true)
+	if err != nil {
+		return usageErr(err.Error())
 	}
-	if !known {
-		return usageErr(fmt.Sprintf("no scenario %q (see --help)", *only))
+	skipped, err := matchScenarios(*skip, false)
+	if err != nil {
+		return usageErr(err.Error())
 	}
 	var perMessage []cost.Priced
 	var verdicts []cost.Verdict
 	for _, sc := range costScenarios {
-		if *only != "" && sc.name != *only {
+		if !chosen[sc.name] || skipped[sc.name] {
 			continue
 		}
 		if !*asJSON {
@@ -214,6 +220,35 @@ Flags:
 		return fmt.Errorf("cost regressed: %s", cost.Regressions(verdicts))
 	}
 	return nil
+}
+
+// matchScenarios returns the names of the scenarios that list (names or
+// path.Match patterns, separated by commas) matches; an empty list
+// matches every scenario if all, none otherwise. A name or pattern that
+// matches no scenario is an error.
+func matchScenarios(list string, all bool) (map[string]bool, error) {
+	matched := map[string]bool{}
+	if list == "" {
+		for _, sc := range costScenarios {
+			matched[sc.name] = all
+		}
+		return matched, nil
+	}
+	for pattern := range strings.SplitSeq(list, ",") {
+		n := 0
+		for _, sc := range costScenarios {
+			if ok, err := path.Match(pattern, sc.name); err != nil {
+				return nil, fmt.Errorf("scenario pattern %q: %v", pattern, err)
+			} else if ok {
+				matched[sc.name] = true
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("no scenario %q (see --help)", pattern)
+		}
+	}
+	return matched, nil
 }
 
 // countingWriter counts the bytes written to it.

@@ -161,3 +161,40 @@ func TestBenchCostScenariosOfGroupsLoginsAndIdleDevices(t *testing.T) {
 		})
 	}
 }
+
+// --scenario and --skip take names and patterns (the cost gate runs its
+// lanes by pattern: group-*, then every scenario the lanes skip).
+func TestBenchCostScenariosByNameAndPattern(t *testing.T) {
+	t.Parallel()
+	names := func(m map[string]bool) (out []string) {
+		for _, sc := range costScenarios {
+			if m[sc.name] {
+				out = append(out, sc.name)
+			}
+		}
+		return out
+	}
+	groups, err := matchScenarios("group-*", true)
+	if got := names(groups); err != nil || strings.Join(got, " ") != "group-online group-30pct group-online-write group-30pct-write" {
+		t.Fatalf("group-* matched %v, %v", got, err)
+	}
+	some, err := matchScenarios("chat-1dev,login*", true)
+	if got := names(some); err != nil || strings.Join(got, " ") != "chat-1dev login login-console login-new-device" {
+		t.Fatalf("chat-1dev,login* matched %v, %v", got, err)
+	}
+	if all, err := matchScenarios("", true); err != nil || len(names(all)) != len(costScenarios) {
+		t.Fatalf("no --scenario chose %v, %v; want every scenario", names(all), err)
+	}
+	if none, err := matchScenarios("", false); err != nil || len(names(none)) != 0 {
+		t.Fatalf("no --skip skipped %v, %v; want none", names(none), err)
+	}
+	for _, bad := range []string{"nope", "group-online,nope*", "x["} {
+		if _, err := matchScenarios(bad, true); err == nil {
+			t.Errorf("%q matched without an error", bad)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"bench", "cost", "--skip", "nope"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `no scenario "nope"`) {
+		t.Fatalf("--skip nope: exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}
