@@ -696,3 +696,70 @@ func TestAGroupPushWithoutItsRedeliveryCheckIsNamedByTheNextPong(t *testing.T) {
 	})
 	bob.quiet(wire.TypeGroupMessage, time.Second)
 }
+
+// crashAfterCreateOrAdd stores the first create or add and then fails it, as
+// an invocation that crashed after its write: nothing after the store's
+// call (the online index, the notices, the answer) happens.
+type crashAfterCreateOrAdd struct {
+	handler.Groups
+	crashed *atomic.Int32 // the number of crashes so far: one of each
+}
+
+func (g crashAfterCreateOrAdd) CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error) {
+	changed, err := g.Groups.CreateGroup(ctx, c, name, owner, members, now)
+	if err == nil && g.crashed.CompareAndSwap(0, 1) {
+		return nil, errors.New("the invocation crashed after storing the create")
+	}
+	return changed, err
+}
+
+func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now)
+	if err == nil && op == im.OpAdd && g.crashed.CompareAndSwap(1, 2) {
+		return nil, errors.New("the invocation crashed after storing the add")
+	}
+	return changed, err
+}
+
+// A create or an add whose invocation failed after the change was stored
+// (before the group's online index and the membership notices) and that
+// is sent again — as a client does on the error — changes nothing more,
+// but indexes the connections of the members it names and tells them:
+// otherwise a connected member's device would get no push of the group's
+// messages until it reconnected.
+func TestACreateOrAddSentAgainAfterAFailedInvocationIndexesAndTellsItsMembers(t *testing.T) {
+	t.Parallel()
+	var crashed atomic.Int32
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
+		if fn == "GroupFunction" {
+			h.Groups = crashAfterCreateOrAdd{h.Groups, &crashed}
+		}
+	}})
+	alice, bob, carol := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone")
+	create := map[string]any{"action": "group", "op": "create", "conversationId": "g:again", "name": "Again", "users": []string{"bob"}}
+	alice.request(create, nil, wire.CodeInternal)
+	var g wire.GroupInfo
+	alice.request(create, &g)
+	add := map[string]any{"action": "group", "op": "add", "conversationId": "g:again", "users": []string{"carol"}}
+	alice.request(add, nil, wire.CodeInternal)
+	alice.request(add, &g)
+	if crashed.Load() != 2 || g.Count != 3 {
+		t.Fatalf("after %d crashes the group has %d members, want 2 crashes and 3 members", crashed.Load(), g.Count)
+	}
+	for _, c := range []*wsClient{bob, carol} {
+		var notice wire.Membership
+		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeMembership, 10*time.Second)), &notice); err != nil || notice.Change != "added" || notice.ConversationID != "g:again" {
+			t.Fatalf("notice: %+v, %v", notice, err)
+		}
+	}
+	if got := onlineIn(t, st, "g:again"); !slices.Equal(got, []string{"alice/laptop", "bob/phone", "carol/phone"}) {
+		t.Fatalf("online in g:again = %v, want every member's connection", got)
+	}
+	alice.sendTo("a1", "g:again", "one")
+	for _, c := range []*wsClient{bob, carol} {
+		var push wire.GroupPush
+		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 1 {
+			t.Fatalf("push: %+v, %v", push, err)
+		}
+	}
+}

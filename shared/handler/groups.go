@@ -65,8 +65,9 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 		}
 		changed, err = h.Groups.CreateGroup(ctx, conv, f.Name, c.User, others, now)
 		if errors.Is(err, im.ErrAlreadyCreated) {
-			// Sent again (its answer was lost): answer as the first time,
-			// without telling the members again.
+			// Sent again (its answer was lost, or its first invocation
+			// failed after the group was stored): answer as the first
+			// time; the members are indexed and told again below.
 			replayed, err = true, nil
 		}
 	case wire.GroupAdd:
@@ -86,10 +87,20 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
-	reads := false
-	if !replayed {
-		reads = h.indexJoined(ctx, f.Op, conv, changed)
+	// A create or an add sent again (its answer lost, or its first
+	// invocation failed after the change was stored and before the index
+	// and notices below) changes nothing: its members joined already.
+	// They are indexed and told again — both harmless twice — or a
+	// connected device of a member who joined in a failed invocation
+	// would get no push of the group's messages until it reconnected.
+	joined := changed
+	if f.Op == wire.GroupAdd {
+		joined = make([]im.Member, len(users))
+		for i, u := range users {
+			joined[i] = im.Member{User: u}
+		}
 	}
+	reads := h.indexJoined(ctx, f.Op, conv, joined)
 	name, head, count, err := h.Groups.GroupInfo(ctx, conv)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
@@ -109,7 +120,9 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	}
 	if len(changed) > 0 && !replayed {
 		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
-		h.noticeMembership(ctx, f.Op, conv, name, c.User, changed, reads, head)
+	}
+	if len(joined) > 0 {
+		h.noticeMembership(ctx, f.Op, conv, name, c.User, joined, reads, head)
 	}
 	return reply(out)
 }
