@@ -350,7 +350,9 @@ func TestAThrottledAckIsWrittenAgainAboutOnceASecond(t *testing.T) {
 // moves on without waiting for the message's redelivery.
 func TestAGroupAckThatFailedIsWrittenAgain(t *testing.T) {
 	t.Parallel()
-	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery})
+	// Read diffusion (a group's messages acked per group), whatever mode
+	// the suite runs the others in.
+	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery, Parameters: map[string]string{"GroupDelivery": "read"}})
 	alice := newDevice(t, st, "alice", "laptop").dial(t)
 	var acks atomic.Int64
 	var once sync.Once
