@@ -1,17 +1,13 @@
 package devstack_test
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
-	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
 	"github.com/signet-im/signet/shared/wire"
 )
@@ -270,58 +266,5 @@ func TestHistoryPagesBackThroughTheConversation(t *testing.T) {
 		if e := alice.next("error", 5*time.Second); e.Code != string(tc.code) {
 			t.Errorf("%s: %+v", tc.frame, e)
 		}
-	}
-}
-
-// crashAfterRead stores the first read and then fails it, as an invocation
-// that crashed after its write (before the receipt and the read sync).
-type crashAfterRead struct {
-	handler.Reads
-	crashed *atomic.Bool
-}
-
-func (r crashAfterRead) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
-	old, moved, err := r.Reads.MarkRead(ctx, u, c, upTo, now)
-	if err == nil && r.crashed.CompareAndSwap(false, true) {
-		return 0, false, errors.New("the invocation crashed after storing the read")
-	}
-	return old, moved, err
-}
-
-// A read written again because its first invocation failed after the
-// watermark moved (the SDKs write reads again after API Gateway's error
-// frame) moves nothing, but sends the peer's read receipt and the read
-// sync to the user's other devices that the failed one did not.
-func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceipt(t *testing.T) {
-	t.Parallel()
-	var crashed atomic.Bool
-	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "ReadFunction" {
-			h.Reads = crashAfterRead{h.Reads, &crashed}
-		}
-	}})
-	alice := dial(t, st, "alice", "laptop")
-	bob, bobTablet := dial(t, st, "bob", "phone"), dial(t, st, "bob", "tablet")
-	alice.send("r-1", "bob", "approve?")
-	alice.next("sent", 10*time.Second)
-	bob.next("message", 10*time.Second)
-	conv := string(im.Direct("alice", "bob"))
-	read := map[string]any{"action": "read", "conversationId": conv, "upTo": 1}
-	bob.write(read)
-	bob.next("error", 10*time.Second) // the failed invocation's answer
-	if !crashed.Load() {
-		t.Fatal("the read's invocation did not fail")
-	}
-	if mark, err := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); err != nil || mark.UpTo != 1 {
-		t.Fatalf("bob's watermark after the failed invocation: %+v, %v; want 1 (stored before the crash)", mark, err)
-	}
-	bob.write(read) // written again
-	var rc wire.Receipt
-	if err := json.Unmarshal([]byte(alice.rawOf(wire.TypeReceipt, 10*time.Second)), &rc); err != nil || rc.Kind != wire.ReceiptRead || rc.UpTo != 1 || rc.UserID != "bob" {
-		t.Fatalf("alice's receipt: %+v, %v; want bob's read up to 1", rc, err)
-	}
-	var sync wire.ReadSync
-	if err := json.Unmarshal([]byte(bobTablet.rawOf(wire.TypeRead, 10*time.Second)), &sync); err != nil || sync.ConversationID != conv || sync.UpTo != 1 {
-		t.Fatalf("bob's tablet: %+v, %v; want the read up to 1", sync, err)
 	}
 }

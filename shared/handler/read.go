@@ -54,19 +54,6 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if !moved {
-		// A read of where the watermark stands may be one written again
-		// because its first invocation failed after the write and before
-		// the pushes below (the SDKs write reads again after API
-		// Gateway's error frame): they go again — a receipt is a
-		// watermark, twice changes nothing — or the peer would not see
-		// the message read until the next read. A read unit, only for a
-		// read that moved nothing.
-		if mark, err := h.Reads.ReadWatermark(ctx, c.User, conv); err == nil && mark.UpTo == upTo {
-			h.syncRead(ctx, c, wire.ReadSync{ConversationID: string(conv), UpTo: upTo})
-			h.receipt(ctx, c.User, conv, wire.ReceiptRead, upTo)
-		} else if err != nil {
-			h.log().WarnContext(ctx, "read watermark not read: its receipts not sent again", "err", err.Error(), "userId", c.User, "conversationId", conv)
-		}
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 	}
 	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", upTo)
