@@ -352,7 +352,7 @@ func (c *wsClient) answerTo(frame map[string]any) (string, map[string]any) {
 	ref := fmt.Sprintf("r%d", refs.Add(1))
 	frame["ref"] = ref
 	c.write(frame)
-	return c.answer(ref, 10*time.Second)
+	return c.answer(ref, 10*time.Second, func() { c.write(frame) })
 }
 
 // Issue 11, enterprise sign-in: a token from an OpenID Connect provider
