@@ -16,6 +16,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -255,7 +256,8 @@ func TestGroupOf200FanOutIsExactlyOnceWhenRetriedAfterFailingHalfway(t *testing.
 	t.Parallel()
 	fail := &failingFanout{}
 	fail.failAt.Store(100)
-	st := startStack(t, devstack.Options{Parameters: writeGroups, Configure: func(fn string, h *handler.Deps) {
+	// On testkit.LargeTableEmulator (on minidyn 35 s instead of 8).
+	st := startStack(t, devstack.Options{Emulator: testkit.LargeTableEmulator(), Parameters: writeGroups, Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
 			fail.Fanouts = h.Fanouts
 			h.Fanouts = fail
@@ -344,14 +346,28 @@ func TestAMemberAddedAgainBeforeTheFanOutRanGetsWhatWasSentToThem(t *testing.T) 
 	}
 }
 
-// heldFanout holds every fan-out job until the stack closes: this test
-// measures reads, which depend on the group log and membership only, and
-// 20,000 inbox entries would only slow the emulator down.
-type heldFanout struct{ handler.Fanouts }
+// heldFanout holds every fan-out job until the test ends (then fails it):
+// this test measures reads, which depend on the group log and membership
+// only, and 20,000 inbox entries would only slow the emulator down.
+type heldFanout struct {
+	handler.Fanouts
+	released <-chan struct{}
+}
 
-func (heldFanout) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
-	<-ctx.Done()
-	return nil, ctx.Err()
+func (h heldFanout) Members(ctx context.Context, c im.ConversationID) ([]im.Member, error) {
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-h.released:
+		return nil, errors.New("held until the test ended")
+	}
+}
+
+// quiesced waits as quiesce does and returns the counts then and what
+// changed since before.
+func quiesced(c *callcount.Counter, before callcount.Snapshot) (now, since callcount.Snapshot) {
+	now = quiesce(c)
+	return now, now.Sub(before)
 }
 
 // quiesce waits until the stack makes no AWS call but the queue pollers'
@@ -382,11 +398,17 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 	// elsewhere: TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt)
 	// went unanswered for 30 s in two CI runs beside three other suites
 	// (the function's timeout is 10 s).
-	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: func(fn string, h *handler.Deps) {
+	// On testkit.LargeTableEmulator (memdyn unless the environment names
+	// one): on minidyn 200 members' $connect and reads took 90 s.
+	released := make(chan struct{})
+	st := startStack(t, devstack.Options{Emulator: testkit.LargeTableEmulator(), Parameters: map[string]string{"GroupDelivery": "read"}, Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: func(fn string, h *handler.Deps) {
 		if fn == "FanoutFunction" {
-			h.Fanouts = heldFanout{h.Fanouts}
+			h.Fanouts = heldFanout{h.Fanouts, released}
 		}
 	}})
+	// Before the stack closes, which waits for its invocations (a held
+	// job until the function's timeout).
+	t.Cleanup(func() { close(released) })
 	owner := dial(t, st, "owner", "laptop")
 	var users []string
 	for i := range 199 {
@@ -456,7 +478,10 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 	t.Parallel()
 	counter := callcount.New()
-	st := startStack(t, devstack.Options{Parameters: writeGroups, Concurrency: 1000, APIOptions: counter.APIOptions()})
+	// On testkit.LargeTableEmulator; pushed again only after 30 s, so that the unacked pushes' redelivery does
+	// not keep the stack busy while it quiesces before the acks.
+	redelivery := im.Redelivery{PushTimeout: 30 * time.Second, Backoff: []time.Duration{30 * time.Second}}
+	st := startStack(t, devstack.Options{Emulator: testkit.LargeTableEmulator(), Redelivery: &redelivery, Parameters: writeGroups, Concurrency: 1000, APIOptions: counter.APIOptions()})
 	owner := dial(t, st, "owner", "laptop")
 	const members = 100 // more than one BatchGetItem's keys, and than deriveWorkers
 	var users []string
@@ -500,11 +525,10 @@ func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 			return true
 		})
 	}
-	acks := quiesce(counter).Sub(before)
+	before, acks := quiesced(counter, before)
 	if got := inboxUpdates(acks); got != members {
 		t.Errorf("%d acks wrote %d units of inbox updates, want one cursor each (%d); writes %v", members, got, members, acks.WCUByCall)
 	}
-	before = quiesce(counter)
 	var rc wire.ReceiptsAnswer
 	owner.request(map[string]any{"action": "receipts", "conversationId": g.ConversationID, "convSeq": 1}, &rc)
 	query := quiesce(counter).Sub(before)

@@ -34,3 +34,17 @@ func BurstSize(t testing.TB) int {
 	}
 	return n
 }
+
+// LargeTableEmulator is the in-process DynamoDB for the tests whose tables
+// grow to hundreds of items or more (groups of 100 and 200 members, the
+// kill bursts, the chaos runs): the one SIGNET_DYNAMODB_EMULATOR names, else
+// memdyn. minidyn, the suite's default, answers every Query by scanning
+// its table: those tests took 40–90 s each there under make test, and what
+// they assert does not depend on the emulator. A DynamoDB endpoint the
+// suite is given still wins over either.
+func LargeTableEmulator() string {
+	if v := os.Getenv("SIGNET_DYNAMODB_EMULATOR"); v != "" {
+		return v
+	}
+	return "memdyn"
+}
