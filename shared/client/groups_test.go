@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -303,6 +305,51 @@ func TestAThrottledReadIsWrittenAgainAboutOnceASecond(t *testing.T) {
 	// own scheduling may add one), then once more that is stored.
 	if n, most := asked.Load(), int64(time.Since(start)/time.Second)+3; n < 2 || n > most {
 		t.Fatalf("the read was written %d times in %s of which %s throttled; want 2 to %d", n, time.Since(start).Round(time.Millisecond), throttle, most)
+	}
+}
+
+// A read answered with an "internal" error is written again a second
+// later, saying "again": its failed invocation may have stored the
+// watermark before telling anyone (as here), and the read written again,
+// which moves nothing, then sends the peer the read receipt. Until the
+// thirty-third session the SDK wrote a failed read again only on a new
+// connection (and only if no pong had come), and the server ignored a read
+// at the watermark: alice never heard that bob read her message.
+func TestAReadThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStackWith(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "ReadFunction" {
+			h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: &failed}
+		}
+	}})
+	receipts := make(chan Receipt, 16)
+	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
+		o.OnReceipt = func(r Receipt) { receipts <- r }
+	})
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, bob, 1, 30*time.Second)
+	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case r := <-receipts:
+			if r.Kind == wire.ReceiptRead && r.UserID == "bob" && r.UpTo == sent.ConvSeq {
+				if !failed.Load() {
+					t.Fatal("the read's invocation did not fail")
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatalf("alice got no read receipt (the read's first invocation failed: %v)", failed.Load())
+		}
 	}
 }
 

@@ -210,7 +210,10 @@ func (c *Client) Members(ctx context.Context, conversationID string) (GroupInfo,
 // the SDK writes it again on the next connection should this one be lost
 // before a pong showed the server had it (unconfirmedReads), and at once
 // when API Gateway answers a frame with its error (recentReads: the
-// read's invocation may be the one that failed).
+// read's invocation may be the one that failed). A read written again
+// says so ("again"): should the failed invocation have stored it before
+// telling anyone, the server sends the peer's receipt and the other
+// devices' read frame then.
 func (c *Client) MarkRead(ctx context.Context, conversationID string, upTo int64) error {
 	return c.markRead(ctx, wire.Read{Action: wire.ActionRead, ConversationID: conversationID, UpTo: &upTo})
 }

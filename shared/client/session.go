@@ -557,8 +557,16 @@ func (s *session) gatewayError(g gatewayError) {
 			g.syncSent = soon
 		}
 	}
-	if s.againAt.IsZero() {
-		s.againAt = time.Now().Add(time.Second)
+	s.writeAgain(time.Second)
+}
+
+// writeAgain has the recent reads (readAgain) and the unanswered queries
+// (askAgain) written again after wait, with the same rule as ackAgain for
+// a round already due.
+func (s *session) writeAgain(wait time.Duration) {
+	at := time.Now().Add(wait)
+	if s.againAt.IsZero() || wait > time.Second && at.After(s.againAt) {
+		s.againAt = at
 	}
 }
 
@@ -588,9 +596,14 @@ func (s *session) forceAcks(now time.Time) {
 // readAgain writes reads again: at connect those no pong confirmed on the
 // connection before (its last frames may not have reached the server),
 // after a gateway error the recent ones (their invocation may have failed).
+// Each says "again": a read whose first invocation failed after storing
+// the watermark is then told again to the peer and the other devices
+// (a read that moves nothing otherwise tells no one).
 func (s *session) readAgain(ctx context.Context, reads []wire.Read) error {
 	for _, r := range reads {
-		b, err := json.Marshal(r)
+		again := r
+		again.Again = true
+		b, err := json.Marshal(again)
 		if err != nil {
 			return err
 		}
@@ -956,11 +969,16 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		return nil
 	}
 	if e.Code == wire.CodeInternal || e.Code == wire.CodeRateLimited {
-		// Acks are answered only when they fail, without an id: whatever
-		// failed, acking again is harmless (cumulative, forward-only) and
-		// keeps the server's cursor from lagging behind what is persisted
-		// — after a second, or the wait a rate limit names.
-		s.ackAgain(max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond))
+		// Acks and reads are answered only when they fail, without an id:
+		// whatever failed, acking and reading again is harmless
+		// (cumulative, forward-only) and keeps the server's cursor and
+		// watermarks from lagging behind what the device did — after a
+		// second, or the wait a rate limit names. (Until the thirty-third
+		// session only the acks: a read whose invocation failed was
+		// written again only after a reconnect, if no pong had come.)
+		wait := max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond)
+		s.ackAgain(wait)
+		s.writeAgain(wait)
 	}
 	s.c.log.Warn("server error", "code", e.Code, "message", e.Message, "requestId", e.RequestID)
 	return nil

@@ -52,6 +52,7 @@ type frame struct {
 	Renotify     int    `json:"renotify"`
 	UpTo         int64  `json:"upTo"`
 	InboxSeq     int64  `json:"inboxSeq"`
+	Kind         string `json:"kind"`
 }
 
 // pushed decodes the message of a "message" frame.

@@ -1,14 +1,18 @@
 package devstack_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -267,4 +271,57 @@ func TestHistoryPagesBackThroughTheConversation(t *testing.T) {
 			t.Errorf("%s: %+v", tc.frame, e)
 		}
 	}
+}
+
+// A read whose first invocation failed after storing the watermark told
+// no one; written again it moves nothing, and tells no one either (a read
+// that moves nothing is ignored) unless it says "again" — as the SDKs'
+// reads written again after an error do: then the peer gets the read
+// receipt and the user's other devices their read frame. Not for a read
+// below the watermark: a later read moved it, and told them.
+func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t *testing.T) {
+	t.Parallel()
+	var crashed atomic.Bool
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "ReadFunction" {
+			h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: &crashed}
+		}
+	}})
+	alice := dial(t, st, "alice", "laptop")
+	bob, bobTablet := dial(t, st, "bob", "phone"), dial(t, st, "bob", "tablet")
+	alice.send("r-1", "bob", "approve?")
+	alice.next("sent", 10*time.Second)
+	bob.next("message", 10*time.Second)
+	conv := string(im.Direct("alice", "bob"))
+	read := map[string]any{"action": "read", "conversationId": conv, "upTo": 1}
+	bob.write(read)
+	bob.next("error", 10*time.Second) // the failed invocation's answer
+	if !crashed.Load() {
+		t.Fatal("the read's invocation did not fail")
+	}
+	if mark, err := st.Store.ReadWatermark(context.Background(), "bob", im.ConversationID(conv)); err != nil || mark.UpTo != 1 {
+		t.Fatalf("bob's watermark after the failed invocation: %+v, %v; want 1 (stored before the crash)", mark, err)
+	}
+	bob.write(read) // written again by a client that does not say so
+	alice.quiet("receipt", time.Second)
+	bobTablet.quiet("read", 300*time.Millisecond)
+	read["again"] = true
+	bob.write(read)
+	if rc := alice.next("receipt", 10*time.Second); rc.Kind != wire.ReceiptRead || rc.UpTo != 1 || rc.UserID != "bob" || rc.Conversation != conv {
+		t.Fatalf("alice's receipt: %+v; want bob's read up to 1", rc)
+	}
+	if sync := bobTablet.next("read", 10*time.Second); sync.Conversation != conv || sync.UpTo != 1 {
+		t.Fatalf("bob's tablet: %+v; want the read up to 1", sync)
+	}
+	// Below the watermark, "again" tells no one.
+	alice.send("r-2", "bob", "and this?")
+	alice.next("sent", 10*time.Second)
+	bob.write(map[string]any{"action": "read", "conversationId": conv, "upTo": 2})
+	if rc := alice.next("receipt", 10*time.Second); rc.UpTo != 2 {
+		t.Fatalf("alice's receipt: %+v; want bob's read up to 2", rc)
+	}
+	bobTablet.next("read", 10*time.Second)
+	bob.write(read) // upTo 1, again
+	alice.quiet("receipt", time.Second)
+	bobTablet.quiet("read", 300*time.Millisecond)
 }

@@ -28,6 +28,7 @@ type Reads interface {
 // other devices ({"type":"read",…}), sends a 1:1 peer a read receipt and
 // records "read" in the trace of each newly read 1:1 or alert message.
 // Whatever the number of messages covered, the watermark is one write.
+// A read that moves nothing tells no one, unless it says again (tellAgain).
 // It is a one-way route: nothing answers a success; an error frame is
 // pushed.
 func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
@@ -47,13 +48,16 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if conv.AppConversation() {
-		return h.readAlerts(ctx, c, conv, upTo, f.InboxSeq)
+		return h.readAlerts(ctx, c, conv, upTo, f.InboxSeq, f.Again)
 	}
 	old, moved, err := h.Reads.MarkRead(ctx, c.User, conv, upTo, h.now())
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if !moved {
+		if f.Again {
+			h.tellAgain(ctx, c, conv, upTo)
+		}
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 	}
 	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", upTo)
@@ -81,12 +85,38 @@ func (h *ReadRoutes) Read(ctx context.Context, req events.APIGatewayWebsocketPro
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
 
+// tellAgain sends again what a read at upTo told when it moved the
+// watermark — the user's other devices their read frame, a 1:1 peer the
+// receipt — if the watermark stands at upTo: the read says "again" (the
+// client writes it again after an error), and its first invocation may
+// have failed after its write, before telling anyone. A watermark above
+// upTo was moved by a later read, which told them. Half a read unit, for
+// reads written again only.
+func (h *ReadRoutes) tellAgain(ctx context.Context, c caller, conv im.ConversationID, upTo int64) {
+	mark, err := h.Reads.ReadWatermark(ctx, c.User, conv)
+	if err != nil {
+		h.log().WarnContext(ctx, "read watermark not read: a read written again not told again", "err", err.Error(), "userId", c.User, "conversationId", conv)
+		return
+	}
+	if mark.UpTo != upTo {
+		return
+	}
+	sync := wire.ReadSync{ConversationID: string(conv), UpTo: upTo}
+	if mark.HasSeq {
+		sync.InboxSeq = mark.Seq
+	}
+	h.syncRead(ctx, c, sync)
+	if !conv.AppConversation() {
+		h.receipt(ctx, c.User, conv, wire.ReceiptRead, upTo)
+	}
+}
+
 // readAlerts is Read in an app's alert conversation: the read covers the
 // user's alerts up to convSeq upTo and, when the device names it, exactly
 // those at inbox seqs up to inboxSeq (an alert can reach the inbox after a
 // later one, below the convSeq watermark). Each alert it newly covers is
 // traced "read" and gets a status callback.
-func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.ConversationID, upTo, inboxSeq int64) (events.APIGatewayProxyResponse, error) {
+func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.ConversationID, upTo, inboxSeq int64, again bool) (events.APIGatewayProxyResponse, error) {
 	// The alerts the read covers get a status callback job that runs
 	// callbackDelay after it, enqueued before its write: a function that
 	// stops after the write (or whose job below is not enqueued) loses no
@@ -98,6 +128,9 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 		return h.failOneWay(ctx, c, wire.ActionRead, err)
 	}
 	if !r.Moved {
+		if again {
+			h.tellAgain(ctx, c, conv, upTo)
+		}
 		return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 	}
 	h.log().InfoContext(ctx, "read", "userId", c.User, "deviceId", c.Device, "conversationId", conv, "upTo", r.UpTo, "inboxSeq", r.ReadSeq, "alerts", len(r.Read))

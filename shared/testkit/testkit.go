@@ -3,10 +3,17 @@
 package testkit
 
 import (
+	"context"
+	"errors"
 	"net"
 	"os"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/signet-im/signet/shared/handler"
+	"github.com/signet-im/signet/shared/im"
 )
 
 // FreeAddr is a loopback address ("127.0.0.1:port") nothing listens on
@@ -47,4 +54,21 @@ func LargeTableEmulator() string {
 		return v
 	}
 	return "memdyn"
+}
+
+// ReadStoredThenFailed stores the first read and then fails it (the read
+// function answers "internal"), as an invocation that stopped after its
+// write, before the receipt and the read sync. Failed is set then.
+type ReadStoredThenFailed struct {
+	handler.Reads
+	Failed *atomic.Bool
+}
+
+// MarkRead is the store's, failing the first one after it is stored.
+func (r ReadStoredThenFailed) MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error) {
+	old, moved, err := r.Reads.MarkRead(ctx, u, c, upTo, now)
+	if err == nil && r.Failed.CompareAndSwap(false, true) {
+		return 0, false, errors.New("the invocation failed after storing the read")
+	}
+	return old, moved, err
 }

@@ -75,6 +75,12 @@ type Read struct {
 	// a later alert of its app (a retried post, an escalation), below the
 	// convSeq watermark, and only its inbox seq tells it apart.
 	InboxSeq int64 `json:"inboxSeq,omitempty"`
+	// Again marks a read written again after an error: its first
+	// invocation may have failed after storing the watermark and before
+	// telling anyone, so a read at the watermark that says again sends the
+	// user's other devices their read frame and a 1:1 peer the receipt
+	// again (without it, a read that moves nothing tells no one).
+	Again bool `json:"again,omitempty"`
 }
 
 // DecodeRead validates a read frame (UpTo is set).

@@ -850,7 +850,13 @@ export class SignetClient {
     for (const g of s.groups.values()) if (g.syncing && g.syncSent > soon) g.syncSent = soon;
     // A second later, once for every error frame in it: written again at each, k frames failing under a
     // throttle would come back as k error frames and k² frames.
-    if (!s.againAt) s.againAt = Date.now() + 1000;
+    this.writeAgain(s, 1000);
+  }
+
+  /** Has the recent reads and the unanswered queries written again after waitMs (the rule of ackAgain for a round already due). */
+  private writeAgain(s: Session, waitMs: number): void {
+    const at = Date.now() + waitMs;
+    if (!s.againAt || (waitMs > 1000 && at > s.againAt)) s.againAt = at;
   }
 
   /**
@@ -871,11 +877,15 @@ export class SignetClient {
     this.readAgain(s, (r) => r.at >= recent);
   }
 
-  /** Writes again the reads that keep says may not have reached the server (forward-only: once more changes nothing). */
+  /**
+   * Writes again the reads that keep says may not have reached the server (forward-only: once more moves
+   * nothing). Each says "again": a read whose first invocation failed after storing the watermark is then told
+   * to the peer and the other devices (a read that moves nothing otherwise tells no one).
+   */
   private readAgain(s: Session, keep: (r: { at: number; confirmed: boolean }) => boolean): void {
     for (const r of [...this.reads.values()]) {
       if (!keep(r)) continue;
-      this.writeFrame(s, r.frame);
+      this.writeFrame(s, { ...r.frame, again: true });
       this.noteRead(r.frame);
     }
   }
@@ -1290,9 +1300,13 @@ export class SignetClient {
           return;
         }
         this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
+        this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
         return;
       case "internal":
-        this.ackAgain(s, 1000); // an ack failed: acking again is harmless
+        // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
+        // again is harmless (forward-only).
+        this.ackAgain(s, 1000);
+        this.writeAgain(s, 1000);
         return;
     }
     this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });

@@ -122,6 +122,8 @@ export interface ReadFrame {
   upTo: number;
   /** an app's alert conversation (a:<app>) only: the inbox seq of the newest of its alerts the device has shown; the read covers exactly the alerts at or below it (an alert can reach the inbox after a later one, below the convSeq watermark) */
   inboxSeq?: number;
+  /** a read written again after an error (its first invocation may have failed after storing it): at the watermark it sends the read frame and the receipt again */
+  again?: boolean;
 }
 
 export interface HistoryFrame {

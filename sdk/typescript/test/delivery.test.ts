@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
+import { dialStack, dropsFirstIncoming, eventually, failsAfterItsWrite, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -154,6 +154,24 @@ test("a failed ack is written again a second later: under a throttle about once 
   } finally {
     await own.stop();
   }
+});
+
+test("a read answered with an internal error is written again a second later, saying again: the read receipt its failed invocation did not send arrives", async () => {
+  // The read reaches the server and is stored; bob's client is then told its invocation failed, and alice's first
+  // read receipt is dropped: what a function that stopped after the write leaves (the watermark moved, nobody told).
+  const receipts: ReceiptFrame[] = [];
+  const a = await dial("alice-ra", new MemoryStore(), { onReceipt: (r) => receipts.push(r), WebSocket: dropsFirstIncoming((d) => d.includes('"type":"receipt"') && d.includes('"kind":"read"')) });
+  const out: { at: number; frame: Record<string, unknown> }[] = [];
+  const b = await dial("bob-ra", new MemoryStore(), { WebSocket: failsAfterItsWrite((f) => f.action === "read", out) });
+  const sent = await a.send("bob-ra", { text: "Approve PO-14?" });
+  await b.messages().next();
+  await b.markRead(sent.conversationId, sent.convSeq);
+  await eventually("alice's read receipt", () => receipts.some((r) => r.kind === "read" && r.userId === "bob-ra" && r.upTo === sent.convSeq), 30000);
+  const reads = out.filter((o) => o.frame.action === "read");
+  assert.ok(reads.length >= 2, `the read was written ${reads.length} times: want it written again after the error`);
+  assert.equal(reads[0].frame.again, undefined, "the first read does not say again");
+  assert.equal(reads[reads.length - 1].frame.again, true, "the read written again says so");
+  await Promise.all([a.close(), b.close()]);
 });
 
 test("a new device's own message that comes in sent before its first sync page (answered before the send was stored) is shown when the page ends", async () => {

@@ -240,6 +240,39 @@ export function throttledWhile(swallow: (frame: Record<string, unknown>) => bool
   };
 }
 
+/** A WebSocket that sends the first outgoing frame `match` matches and then answers it, as if its invocation had
+ * failed after its write, with the server's "internal" error frame (which names no frame). Every outgoing frame is
+ * recorded in `sent` with its time. */
+export function failsAfterItsWrite(match: (frame: Record<string, unknown>) => boolean, sent: { at: number; frame: Record<string, unknown> }[]): WebSocketConstructor {
+  let done = false;
+  return class FailsAfterItsWrite extends PassThrough {
+    override send(data: string) {
+      const frame = JSON.parse(data) as Record<string, unknown>;
+      sent.push({ at: Date.now(), frame });
+      super.send(data);
+      if (!done && match(frame)) {
+        done = true;
+        const answer = `{"type":"error","code":"internal","message":"injected: the invocation failed after its write","requestId":"failed-${sent.length}"}`;
+        setTimeout(() => this.received(answer), 10);
+      }
+    }
+  };
+}
+
+/** A WebSocket that drops the first incoming frame `match` matches (its text). */
+export function dropsFirstIncoming(match: (data: string) => boolean): WebSocketConstructor {
+  let dropped = false;
+  return class DropsFirst extends PassThrough {
+    protected override received(data: unknown): void {
+      if (!dropped && typeof data === "string" && match(data)) {
+        dropped = true;
+        return;
+      }
+      super.received(data);
+    }
+  };
+}
+
 /** A WebSocket that loses the first frame with `action` it is given: not sent, and the connection closed (as a
  * connection that dies with the frame in its buffers). `sent` records every frame with that action offered. */
 export function losesFirst(action: string, sent: Record<string, unknown>[]): WebSocketConstructor {

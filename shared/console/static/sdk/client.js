@@ -664,8 +664,13 @@ export class SignetClient {
                 g.syncSent = soon;
         // A second later, once for every error frame in it: written again at each, k frames failing under a
         // throttle would come back as k error frames and k² frames.
-        if (!s.againAt)
-            s.againAt = Date.now() + 1000;
+        this.writeAgain(s, 1000);
+    }
+    /** Has the recent reads and the unanswered queries written again after waitMs (the rule of ackAgain for a round already due). */
+    writeAgain(s, waitMs) {
+        const at = Date.now() + waitMs;
+        if (!s.againAt || (waitMs > 1000 && at > s.againAt))
+            s.againAt = at;
     }
     /**
      * Has the acks written again after waitMs: the inbox's and the groups' acked within errorWindowMs (any of them
@@ -685,12 +690,16 @@ export class SignetClient {
         const recent = Date.now() - errorWindowMs;
         this.readAgain(s, (r) => r.at >= recent);
     }
-    /** Writes again the reads that keep says may not have reached the server (forward-only: once more changes nothing). */
+    /**
+     * Writes again the reads that keep says may not have reached the server (forward-only: once more moves
+     * nothing). Each says "again": a read whose first invocation failed after storing the watermark is then told
+     * to the peer and the other devices (a read that moves nothing otherwise tells no one).
+     */
     readAgain(s, keep) {
         for (const r of [...this.reads.values()]) {
             if (!keep(r))
                 continue;
-            this.writeFrame(s, r.frame);
+            this.writeFrame(s, { ...r.frame, again: true });
             this.noteRead(r.frame);
         }
     }
@@ -1126,9 +1135,13 @@ export class SignetClient {
                     return;
                 }
                 this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
+                this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
                 return;
             case "internal":
-                this.ackAgain(s, 1000); // an ack failed: acking again is harmless
+                // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
+                // again is harmless (forward-only).
+                this.ackAgain(s, 1000);
+                this.writeAgain(s, 1000);
                 return;
         }
         this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });
