@@ -338,19 +338,54 @@ func TestAReadThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testi
 	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
 		t.Fatal(err)
 	}
+	awaitReceiptAfterAFailure(ctx, t, receipts, wire.ReceiptRead, sent.ConvSeq, &failed)
+}
+
+// awaitReceiptAfterAFailure waits for bob's receipt of kind up to upTo
+// among receipts, and checks that the invocation meant to fail did.
+func awaitReceiptAfterAFailure(ctx context.Context, t *testing.T, receipts <-chan Receipt, kind string, upTo int64, failed *atomic.Bool) {
+	t.Helper()
 	for {
 		select {
 		case r := <-receipts:
-			if r.Kind == wire.ReceiptRead && r.UserID == "bob" && r.UpTo == sent.ConvSeq {
+			if r.Kind == kind && r.UserID == "bob" && r.UpTo == upTo {
 				if !failed.Load() {
-					t.Fatal("the read's invocation did not fail")
+					t.Fatalf("no invocation failed before alice's %s receipt", kind)
 				}
 				return
 			}
 		case <-ctx.Done():
-			t.Fatalf("alice got no read receipt (the read's first invocation failed: %v)", failed.Load())
+			t.Fatalf("alice got no %s receipt (the first invocation failed: %v)", kind, failed.Load())
 		}
 	}
+}
+
+// An ack answered with an "internal" error is written again a second
+// later, saying "again": its failed invocation may have moved the cursor
+// before the delivered receipt (as here), and the ack written again, which
+// moves nothing, then sends it. Pushed again only after 30 s: no
+// redelivery brings a second ack.
+func TestAnAckThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery, Configure: func(fn string, h *handler.Deps) {
+		if fn == "AckFunction" {
+			h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
+		}
+	}})
+	receipts := make(chan Receipt, 16)
+	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
+		o.OnReceipt = func(r Receipt) { receipts <- r }
+	})
+	bob := newDevice(t, st, "bob", "phone").dial(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collect(t, bob, 1, 30*time.Second)
+	awaitReceiptAfterAFailure(ctx, t, receipts, wire.ReceiptDelivered, sent.ConvSeq, &failed)
 }
 
 // slowRedelivery pushes again only after 30 s: a test that a lost ack is

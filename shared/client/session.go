@@ -878,7 +878,11 @@ func (s *session) ack(ctx context.Context) error {
 		return errCrash
 	}
 	upTo := s.cursor
-	if err := s.write(ctx, wire.Ack{Action: wire.ActionAck, UpTo: &upTo}); err != nil {
+	// A forced ack is one written again (after an error, or a duplicate
+	// push): it says so, and if the server's cursor is already there (the
+	// first one's invocation failed after its write) the delivered
+	// receipts go to the senders then.
+	if err := s.write(ctx, wire.Ack{Action: wire.ActionAck, UpTo: &upTo, Again: s.forceAck}); err != nil {
 		return err
 	}
 	s.lastAck, s.forceAck, s.unacked, s.syncedUnacked, s.pushWaiting = s.cursor, false, 0, 0, false

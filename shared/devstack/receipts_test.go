@@ -325,3 +325,53 @@ func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 	alice.quiet("receipt", time.Second)
 	bobTablet.quiet("read", 300*time.Millisecond)
 }
+
+// The same for an ack: one whose first invocation failed after moving the
+// cursor sent no delivered receipt; written again it moves nothing and
+// tells no one unless it says "again" — then the sender gets the receipt.
+// Not for an ack below the cursor: a later ack moved it, and told them.
+func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "AckFunction" {
+			h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
+		}
+	}})
+	alice := dial(t, st, "alice", "laptop")
+	bob := dial(t, st, "bob", "phone")
+	alice.send("a-1", "bob", "approve?")
+	alice.next("sent", 10*time.Second)
+	m := bob.next("message", 10*time.Second)
+	ack := map[string]any{"action": "ack", "upTo": m.Seq}
+	bob.write(ack)
+	bob.next("error", 10*time.Second) // the failed invocation's answer
+	if !failed.Load() {
+		t.Fatal("the ack's invocation did not fail")
+	}
+	if acked, err := st.Store.AckedUpTo(context.Background(), "bob", "phone"); err != nil || acked != m.Seq {
+		t.Fatalf("bob's cursor after the failed invocation: %d, %v; want %d (moved before the failure)", acked, err, m.Seq)
+	}
+	bob.write(ack) // written again by a client that does not say so
+	alice.quiet("receipt", time.Second)
+	ack["again"] = true
+	bob.write(ack)
+	conv := string(im.Direct("alice", "bob"))
+	if rc := alice.next("receipt", 10*time.Second); rc.Kind != wire.ReceiptDelivered || rc.UpTo != 1 || rc.UserID != "bob" || rc.Conversation != conv {
+		t.Fatalf("alice's receipt: %+v; want bob's delivered up to 1", rc)
+	}
+	// Below the cursor, "again" tells no one, even inside the range of
+	// the ack that moved it there.
+	alice.send("a-2", "bob", "and this?")
+	alice.next("sent", 10*time.Second)
+	m2 := bob.next("message", 10*time.Second)
+	alice.send("a-3", "bob", "and that?")
+	alice.next("sent", 10*time.Second)
+	m3 := bob.next("message", 10*time.Second)
+	bob.write(map[string]any{"action": "ack", "upTo": m3.Seq})
+	if rc := alice.next("receipt", 10*time.Second); rc.UpTo != 3 {
+		t.Fatalf("alice's receipt: %+v; want bob's delivered up to 3", rc)
+	}
+	bob.write(map[string]any{"action": "ack", "upTo": m2.Seq, "again": true})
+	alice.quiet("receipt", time.Second)
+}

@@ -76,6 +76,40 @@ func TestAckRangesRideOnTheCursorItemAndMoveToTheTraceEightAtATime(t *testing.T)
 	}
 }
 
+// LastAck is the range of the ack that moved a device's cursor where it
+// is — also just after the ranges before it moved to the trace (the 9th
+// and 17th acks) — and says so only while that range ends at the cursor:
+// an ack written again after a failed invocation sends its delivered
+// receipts from it.
+func TestLastAckIsTheRangeThatMovedTheCursorThere(t *testing.T) {
+	t.Parallel()
+	st, _ := newStores(t, nil)
+	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
+	if _, ok, err := st.LastAck(ctx, "bob", "phone"); err != nil || ok {
+		t.Fatalf("a device that never acked: %v, %v", ok, err)
+	}
+	sent := aliceToBob(t, st, 18, t0)
+	prev := int64(0)
+	for i, s := range sent {
+		seq := s.Inboxed["bob"]
+		if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", RequestID: fmt.Sprintf("req-%d", i), UpTo: seq, At: t0.Add(time.Duration(i+1) * time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		last, ok, err := st.LastAck(ctx, "bob", "phone")
+		if err != nil || !ok || last.From != prev || last.UpTo != seq || last.RequestID != fmt.Sprintf("req-%d", i) {
+			t.Fatalf("after ack %d (#%d): %+v, %v, %v; want req-%d from %d to %d", i, seq, last, ok, err, i, prev, seq)
+		}
+		prev = seq
+	}
+	// A repeated ack moves nothing: the last range stays the one that did.
+	if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", RequestID: "again", UpTo: prev, At: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if last, ok, err := st.LastAck(ctx, "bob", "phone"); err != nil || !ok || last.RequestID != "req-17" {
+		t.Fatalf("after a repeated ack: %+v, %v, %v; want req-17's", last, ok, err)
+	}
+}
+
 // While the trace table refuses writes, acks still move the cursor and
 // keep their ranges pending on the cursor item; past 64 pending ranges the
 // ack that would add more drops them from the trace (and says so) rather

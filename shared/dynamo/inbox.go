@@ -355,6 +355,25 @@ func (st *Store) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error) {
 	return r, nil
 }
 
+// LastAck returns the range of the ack that last moved device d's cursor,
+// read strongly consistent from its cursor item (where ack ranges wait to
+// move to the trace; the newest stays), and whether it is known: a range
+// recorded that ends at the cursor.
+func (st *Store) LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.AckRange, bool, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, deviceSK(d)), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return im.AckRange{}, false, fmt.Errorf("device %s/%s: %w", u, d, err)
+	}
+	rs := ackRanges(u, d, getN(out.Item, attrAckBase), out.Item[attrAcks])
+	if len(rs) == 0 {
+		return im.AckRange{}, false, nil
+	}
+	last := rs[len(rs)-1]
+	return last, last.UpTo == getN(out.Item, "acked"), nil
+}
+
 // advance moves the watermark attribute attr of an inbox item forward to
 // upTo (stamping atAttr with now), conditionally on it being lower, and
 // returns the previous value and whether it moved. Watermarks never move

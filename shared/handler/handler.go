@@ -30,6 +30,9 @@ type Inbox interface {
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
 	AckedUpTo(ctx context.Context, u im.UserID, d im.DeviceID) (int64, error)
 	Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
+	// LastAck is the range of the ack that last moved device d's cursor,
+	// if it is known (false: no range recorded up to the cursor).
+	LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.AckRange, bool, error)
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error

@@ -394,8 +394,51 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 	if res.Moved {
 		h.log().DebugContext(ctx, "acked", "userId", c.User, "deviceId", c.Device, "seq", upTo)
 		h.afterAck(ctx, c, res.Old, upTo, now, covered)
+	} else if f.Again {
+		h.deliveredAgain(ctx, c, upTo)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
+}
+
+// deliveredAgain sends again the delivered receipts of the ack that moved
+// the device's cursor to upTo: an ack at the cursor says "again" (the
+// client writes it again after an error), and the first one's invocation
+// may have failed after its write, before the receipts. A cursor moved
+// past upTo since was moved by a later ack, whose receipts cover these.
+// A consistent read of the cursor item and of the entries it covered, for
+// acks written again only.
+func (h *Messages) deliveredAgain(ctx context.Context, c caller, upTo int64) {
+	last, ok, err := h.Inbox.LastAck(ctx, c.User, c.Device)
+	if err != nil {
+		h.log().WarnContext(ctx, "last ack not read: an ack written again not told again", "err", err.Error(), "userId", c.User, "deviceId", c.Device)
+		return
+	}
+	if !ok || last.UpTo != upTo {
+		return
+	}
+	refs, err := h.Inbox.EntryRefs(ctx, c.User, max(last.From, upTo-maxAckTrace), upTo, maxAckTrace)
+	if err != nil {
+		h.log().WarnContext(ctx, "entries not read: an ack written again not told again", "err", err.Error(), "userId", c.User)
+		return
+	}
+	for conv, cseq := range peerMessages(c.User, refs, func(int64) bool { return true }) {
+		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
+	}
+}
+
+// peerMessages returns, per 1:1 conversation, the highest convSeq of the
+// peer's messages among refs whose inbox seq mine says this device is the
+// first to have (their delivered receipt is its to send).
+func peerMessages(u im.UserID, refs []im.EntryRef, mine func(seq int64) bool) map[im.ConversationID]int64 {
+	out := map[im.ConversationID]int64{}
+	for _, r := range refs {
+		switch {
+		case r.From == u || r.Conversation.AppConversation() || r.Conversation.IsGroup():
+		case mine(r.Seq):
+			out[r.Conversation] = max(out[r.Conversation], r.ConvSeq)
+		}
+	}
+	return out
 }
 
 // callbackDelay is how long after an ack or a read the status callback
@@ -473,7 +516,6 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 		}
 	}
 	tr := h.trail("ack", c.RequestID)
-	receipts := map[im.ConversationID]int64{} // 1:1
 	// others is the highest cursor of this user's other devices that
 	// acked before this one: what they acked was delivered before, and
 	// its receipt is theirs to send. "Before" orders (ackedAt, device), so
@@ -508,14 +550,10 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 			tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
 			alerts = append(alerts, r.ID)
 		}
-		switch {
-		case r.From == c.User || r.Conversation.AppConversation() || r.Conversation.IsGroup():
-		case r.Seq > othersAcked():
-			receipts[r.Conversation] = max(receipts[r.Conversation], r.ConvSeq)
-		}
 	}
 	tr.flush(ctx)
 	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) // after the flush: the job reads the trace
+	receipts := peerMessages(c.User, refs, func(seq int64) bool { return seq > othersAcked() })
 	for conv, cseq := range receipts {
 		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 	}

@@ -72,3 +72,21 @@ func (r ReadStoredThenFailed) MarkRead(ctx context.Context, u im.UserID, c im.Co
 	}
 	return old, moved, err
 }
+
+// AckStoredThenFailed moves the first cursor an inbox ack moves and then
+// fails it (the ack function answers "internal"), as an invocation that
+// stopped after its write, before the delivered receipts. Failed is set
+// then.
+type AckStoredThenFailed struct {
+	handler.Inbox
+	Failed *atomic.Bool
+}
+
+// Ack is the store's, failing the first one that moved the cursor.
+func (a AckStoredThenFailed) Ack(ctx context.Context, r im.AckRange) (im.AckResult, error) {
+	res, err := a.Inbox.Ack(ctx, r)
+	if err == nil && res.Moved && a.Failed.CompareAndSwap(false, true) {
+		return im.AckResult{}, errors.New("the invocation failed after moving the cursor")
+	}
+	return res, err
+}

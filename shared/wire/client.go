@@ -147,6 +147,12 @@ type Ack struct {
 	// message at UpTo (a groupMessage's or a groupSync page's): with it the
 	// ack costs no read of the group's log.
 	Proof string `json:"proof,omitempty"`
+	// Again marks an inbox ack written again after an error: its first
+	// invocation may have failed after moving the cursor and before the
+	// delivered receipts, so an ack at the cursor that says again sends
+	// the receipts of the ack that moved it there (without it, an ack that
+	// moves nothing tells no one).
+	Again bool `json:"again,omitempty"`
 }
 
 // Sync is the client frame {"action":"sync","cursor":N,"limit":L}: return

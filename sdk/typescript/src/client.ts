@@ -1205,7 +1205,9 @@ export class SignetClient {
       return;
     }
     this.crashPoint("before-ack", s.cursor);
-    this.writeFrame(s, { action: "ack", upTo: s.cursor });
+    // A forced ack is one written again (after an error, or a duplicate push): it says so, and if the server's
+    // cursor is already there (the first one's invocation failed after its write) the delivered receipts go then.
+    this.writeFrame(s, s.forceAck ? { action: "ack", upTo: s.cursor, again: true } : { action: "ack", upTo: s.cursor });
     Object.assign(s, { lastAck: s.cursor, forceAck: false, unacked: 0, syncedUnacked: 0, pushWaiting: false });
   }
 

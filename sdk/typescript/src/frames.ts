@@ -106,6 +106,8 @@ export interface AckFrame {
   conversationId?: GroupId;
   /** with conversationId: the proof the server gave with the message at upTo (spares the server a read) */
   proof?: GroupProof;
+  /** an inbox ack written again after an error (its first invocation may have failed after storing it): at the cursor it sends the delivered receipts of the ack that moved it there again */
+  again?: boolean;
 }
 
 export interface SyncFrame {

@@ -174,6 +174,28 @@ test("a read answered with an internal error is written again a second later, sa
   await Promise.all([a.close(), b.close()]);
 });
 
+test("an ack answered with an internal error is written again a second later, saying again: the delivered receipt its failed invocation did not send arrives", async () => {
+  // As the read's test: the ack is stored, bob's client is told its invocation failed, alice's first delivered
+  // receipt is dropped. Pushed again only after 30 s: no redelivery brings a second ack.
+  const own = await startStack({ SIGNET_PUSH_TIMEOUT: "30s", SIGNET_REDELIVERY_BACKOFF: "30s", SIGNET_DYNAMODB_EMULATOR: "memdyn" });
+  try {
+    const receipts: ReceiptFrame[] = [];
+    const a = await dial("alice-aa", new MemoryStore(), { url: own.url, onReceipt: (r) => receipts.push(r), WebSocket: dropsFirstIncoming((d) => d.includes('"type":"receipt"') && d.includes('"kind":"delivered"')) });
+    const out: { at: number; frame: Record<string, unknown> }[] = [];
+    const b = await dial("bob-aa", new MemoryStore(), { url: own.url, WebSocket: failsAfterItsWrite((f) => f.action === "ack" && f.conversationId === undefined, out) });
+    const sent = await a.send("bob-aa", { text: "Approve PO-15?" });
+    await b.messages().next();
+    await eventually("alice's delivered receipt", () => receipts.some((r) => r.kind === "delivered" && r.userId === "bob-aa" && r.upTo === sent.convSeq), 30000);
+    const acks = out.filter((o) => o.frame.action === "ack" && o.frame.conversationId === undefined);
+    assert.ok(acks.length >= 2, `the ack was written ${acks.length} times: want it written again after the error`);
+    assert.equal(acks[0].frame.again, undefined, "the first ack does not say again");
+    assert.equal(acks[acks.length - 1].frame.again, true, "the ack written again says so");
+    await Promise.all([a.close(), b.close()]);
+  } finally {
+    await own.stop();
+  }
+});
+
 test("a new device's own message that comes in sent before its first sync page (answered before the send was stored) is shown when the page ends", async () => {
   let held!: () => void;
   const pageHeld = new Promise<void>((r) => (held = r));
