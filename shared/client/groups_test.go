@@ -317,12 +317,37 @@ func TestAThrottledReadIsWrittenAgainAboutOnceASecond(t *testing.T) {
 // at the watermark: alice never heard that bob read her message.
 func TestAReadThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testing.T) {
 	t.Parallel()
-	var failed atomic.Bool
-	st := startStackWith(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+	receiptAfterAFailure(t, wire.ReceiptRead, func(fn string, h *handler.Deps, failed *atomic.Bool) {
 		if fn == "ReadFunction" {
-			h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: &failed}
+			h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: failed}
 		}
-	}})
+	}, func(ctx context.Context, bob *Client, sent Sent) error {
+		return bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq)
+	})
+}
+
+// An ack answered with an "internal" error is written again a second
+// later, saying "again": its failed invocation may have moved the cursor
+// before the delivered receipt (as here), and the ack written again, which
+// moves nothing, then sends it.
+func TestAnAckThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testing.T) {
+	t.Parallel()
+	receiptAfterAFailure(t, wire.ReceiptDelivered, func(fn string, h *handler.Deps, failed *atomic.Bool) {
+		if fn == "AckFunction" {
+			h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: failed}
+		}
+	}, nil)
+}
+
+// receiptAfterAFailure has alice send bob a message on a stack whose
+// functions configure sets up to fail once (setting failed), bob receive
+// it and then act on it (nil: only his SDK's own ack), and waits for
+// alice's receipt of kind up to it; it fails unless an invocation failed
+// first. Pushed again only after 30 s: no redelivery brings a second ack.
+func receiptAfterAFailure(t *testing.T, kind string, configure func(fn string, h *handler.Deps, failed *atomic.Bool), act func(ctx context.Context, bob *Client, sent Sent) error) {
+	t.Helper()
+	var failed atomic.Bool
+	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery, Configure: func(fn string, h *handler.Deps) { configure(fn, h, &failed) }})
 	receipts := make(chan Receipt, 16)
 	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
 		o.OnReceipt = func(r Receipt) { receipts <- r }
@@ -335,20 +360,15 @@ func TestAReadThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testi
 		t.Fatal(err)
 	}
 	collect(t, bob, 1, 30*time.Second)
-	if err := bob.MarkRead(ctx, sent.ConversationID, sent.ConvSeq); err != nil {
-		t.Fatal(err)
+	if act != nil {
+		if err := act(ctx, bob, sent); err != nil {
+			t.Fatal(err)
+		}
 	}
-	awaitReceiptAfterAFailure(ctx, t, receipts, wire.ReceiptRead, sent.ConvSeq, &failed)
-}
-
-// awaitReceiptAfterAFailure waits for bob's receipt of kind up to upTo
-// among receipts, and checks that the invocation meant to fail did.
-func awaitReceiptAfterAFailure(ctx context.Context, t *testing.T, receipts <-chan Receipt, kind string, upTo int64, failed *atomic.Bool) {
-	t.Helper()
 	for {
 		select {
 		case r := <-receipts:
-			if r.Kind == kind && r.UserID == "bob" && r.UpTo == upTo {
+			if r.Kind == kind && r.UserID == "bob" && r.UpTo == sent.ConvSeq {
 				if !failed.Load() {
 					t.Fatalf("no invocation failed before alice's %s receipt", kind)
 				}
@@ -358,34 +378,6 @@ func awaitReceiptAfterAFailure(ctx context.Context, t *testing.T, receipts <-cha
 			t.Fatalf("alice got no %s receipt (the first invocation failed: %v)", kind, failed.Load())
 		}
 	}
-}
-
-// An ack answered with an "internal" error is written again a second
-// later, saying "again": its failed invocation may have moved the cursor
-// before the delivered receipt (as here), and the ack written again, which
-// moves nothing, then sends it. Pushed again only after 30 s: no
-// redelivery brings a second ack.
-func TestAnAckThatFailedAfterItsWriteIsWrittenAgainAndItsReceiptArrives(t *testing.T) {
-	t.Parallel()
-	var failed atomic.Bool
-	st := startStackWith(t, devstack.Options{Redelivery: &slowRedelivery, Configure: func(fn string, h *handler.Deps) {
-		if fn == "AckFunction" {
-			h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
-		}
-	}})
-	receipts := make(chan Receipt, 16)
-	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
-		o.OnReceipt = func(r Receipt) { receipts <- r }
-	})
-	bob := newDevice(t, st, "bob", "phone").dial(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	sent, err := alice.Send(ctx, "bob", []byte(`"approve?"`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	collect(t, bob, 1, 30*time.Second)
-	awaitReceiptAfterAFailure(ctx, t, receipts, wire.ReceiptDelivered, sent.ConvSeq, &failed)
 }
 
 // slowRedelivery pushes again only after 30 s: a test that a lost ack is
