@@ -394,7 +394,7 @@ func (c *Client) Send(ctx context.Context, to string, body any) (Sent, error) {
 // in the outbox and is retried, after restarts too, until acknowledged.
 func (c *Client) SendDraft(ctx context.Context, d Draft) (Sent, error) {
 	if d.ClientMsgID == "" {
-		d.ClientMsgID, d.DeviceOnly = newClientMsgID(), true
+		d.ClientMsgID, d.DeviceOnly = newID(), true
 	}
 	ch := make(chan sendResult, 1)
 	c.mu.Lock()
@@ -474,7 +474,7 @@ func enqueueDraft(st *store, d Draft) (*sentRecord, error) {
 // content is left as it is; for other content it is refused.
 func Queue(path string, d Draft) (Draft, error) {
 	if d.ClientMsgID == "" {
-		d.ClientMsgID, d.DeviceOnly = newClientMsgID(), true
+		d.ClientMsgID, d.DeviceOnly = newID(), true
 	}
 	st, err := openStore(path)
 	if err != nil {
@@ -612,7 +612,9 @@ func toMessage(e wire.Entry) Message {
 	}
 }
 
-func newClientMsgID() string {
+// newID returns a fresh random id: a clientMsgId, a group change's op
+// id, a group's.
+func newID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -486,6 +487,33 @@ func TestAQueryWhoseAnswerIsLostIsAskedAgain(t *testing.T) {
 		if err != nil || len(sum) != 1 || sum[0].ConversationID != g.ConversationID {
 			t.Fatalf("lost by %s: %s's conversations = %+v, %v; want the one group", mode, user, sum, err)
 		}
+	}
+}
+
+// A group change whose answer is lost with its connection — the change
+// was stored — is asked again on the next connection and answered as the
+// first (the SDK gives each change an op id): Changed names the users it
+// changed, and a leave is no error (its user is no member any more).
+func TestAGroupChangeWhoseAnswerIsLostIsAnsweredAsTheFirst(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	g, err := newDevice(t, st, "alice", "laptop").dial(t).CreateGroup(ctx, "Ops", "bob", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked atomic.Int64
+	phone := newDevice(t, st, "alice", "phone").dial(t, func(o *Options) { o.Dialer = losing("group", "close", &asked) })
+	got, err := phone.RemoveMembers(ctx, g.ConversationID, "bob")
+	if err != nil || !slices.Equal(got.Changed, []string{"bob"}) || got.Count != 2 || asked.Load() < 2 {
+		t.Fatalf("a remove asked %d times answered %+v, %v; want it asked again and bob changed", asked.Load(), got, err)
+	}
+	asked.Store(0)
+	carol := newDevice(t, st, "carol", "phone").dial(t, func(o *Options) { o.Dialer = losing("group", "close", &asked) })
+	got, err = carol.LeaveGroup(ctx, g.ConversationID)
+	if err != nil || !slices.Equal(got.Changed, []string{"carol"}) || got.Count != 1 || asked.Load() < 2 {
+		t.Fatalf("a leave asked %d times answered %+v, %v; want it asked again and carol changed", asked.Load(), got, err)
 	}
 }
 

@@ -3,8 +3,6 @@ package client
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -174,29 +172,33 @@ func (c *Client) group(ctx context.Context, frame wire.Group) (GroupInfo, error)
 // members as members. It returns the group (its conversationId is new:
 // made here, so that a create asked again is answered as the first).
 func (c *Client) CreateGroup(ctx context.Context, name string, members ...string) (GroupInfo, error) {
-	b := make([]byte, 9)
-	_, _ = rand.Read(b)
-	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: "g:" + hex.EncodeToString(b), Name: name, Users: members})
+	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: "g:" + newID()[:18], Name: name, Users: members})
 }
+
+// The group changes below carry an op id made here: the SDK asks an
+// unanswered query again (its connection was lost, or API Gateway
+// answered a frame with its error), and a change asked again is answered
+// as the first time — Changed lists the users it changed, and they are
+// told again — though its first invocation stored it and failed after.
 
 // AddMembers adds users to a group with role (owner, admin or member; "" is member).
 func (c *Client) AddMembers(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupAdd, ConversationID: conversationID, Users: users, Role: role})
+	return c.group(ctx, wire.Group{Op: wire.GroupAdd, ConversationID: conversationID, Users: users, Role: role, OpID: newID()})
 }
 
 // RemoveMembers removes users from a group; they receive nothing sent after.
 func (c *Client) RemoveMembers(ctx context.Context, conversationID string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupRemove, ConversationID: conversationID, Users: users})
+	return c.group(ctx, wire.Group{Op: wire.GroupRemove, ConversationID: conversationID, Users: users, OpID: newID()})
 }
 
 // LeaveGroup removes this user from a group.
 func (c *Client) LeaveGroup(ctx context.Context, conversationID string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupLeave, ConversationID: conversationID})
+	return c.group(ctx, wire.Group{Op: wire.GroupLeave, ConversationID: conversationID, OpID: newID()})
 }
 
 // SetRole gives users role in a group (owners only).
 func (c *Client) SetRole(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupRole, ConversationID: conversationID, Users: users, Role: role})
+	return c.group(ctx, wire.Group{Op: wire.GroupRole, ConversationID: conversationID, Users: users, Role: role, OpID: newID()})
 }
 
 // Members lists a group's members (removed ones with Left set).

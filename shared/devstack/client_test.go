@@ -28,6 +28,7 @@ type frame struct {
 	ClientMsgID  string          `json:"clientMsgId"`
 	MessageID    string          `json:"messageId"`
 	Conversation string          `json:"conversationId"`
+	Change       string          `json:"change"` // a membership notice's
 	ConvSeq      int64           `json:"convSeq"`
 	Seq          int64           `json:"seq"`
 	Messages     []struct {

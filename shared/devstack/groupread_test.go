@@ -713,8 +713,8 @@ func (g crashAfterCreateOrAdd) CreateGroup(ctx context.Context, c im.Conversatio
 	return changed, err
 }
 
-func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
-	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now)
+func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
+	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, opID)
 	if err == nil && op == im.OpAdd && g.crashed.CompareAndSwap(1, 2) {
 		return nil, errors.New("the invocation crashed after storing the add")
 	}

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -539,4 +540,71 @@ func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 	if query.RRU > 5*members {
 		t.Errorf("receipts read %.1f units for %d members: more than 5 each", query.RRU, members)
 	}
+}
+
+// crashOncePerOpID fails the first invocation of each group change with
+// an op id after the change was stored: the invocation crashed before
+// answering, indexing and telling anyone.
+type crashOncePerOpID struct {
+	handler.Groups
+	crashed *sync.Map // op id -> true
+}
+
+func (g crashOncePerOpID) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
+	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, opID)
+	if err == nil && opID != "" && len(changed) > 0 {
+		if _, again := g.crashed.LoadOrStore(opID, true); !again {
+			return nil, errors.New("the invocation crashed after storing the change")
+		}
+	}
+	return changed, err
+}
+
+// A group change with an op id whose invocation failed after storing it,
+// sent again as a client does on the error, is answered as the first:
+// changed names the users it changed, a removed member is told, an added
+// one too — and a member the add named who was one already is not told
+// again; a leave sent again is no error. (Without an op id the retry
+// answers that it changed nobody and tells every user an add names.)
+func TestAGroupChangeSentAgainWithItsOpIDAnswersAndTellsAsTheFirst(t *testing.T) {
+	t.Parallel()
+	var crashed sync.Map
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "GroupFunction" {
+			h.Groups = crashOncePerOpID{h.Groups, &crashed}
+		}
+	}})
+	alice, bob, carol, dave, erin := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone"), dial(t, st, "dave", "phone"), dial(t, st, "erin", "phone")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:ops", "name": "Ops", "users": []string{"bob", "carol", "erin"}}, nil)
+	for _, c := range []*wsClient{bob, carol, erin} {
+		if f := c.next(wire.TypeMembership, 10*time.Second); f.Change != "added" {
+			t.Fatalf("create notice: %+v", f)
+		}
+	}
+	again := func(who *wsClient, frame map[string]any, want ...string) wire.GroupInfo {
+		t.Helper()
+		who.request(frame, nil, wire.CodeInternal)
+		var g wire.GroupInfo
+		who.request(frame, &g)
+		if !slices.Equal(g.Changed, want) {
+			t.Fatalf("%v sent again answered changed %v, want %v as the first time", frame, g.Changed, want)
+		}
+		return g
+	}
+	again(alice, map[string]any{"action": "group", "op": "add", "conversationId": "g:ops", "users": []string{"dave", "erin"}, "opId": "add-1"}, "dave")
+	if f := dave.next(wire.TypeMembership, 10*time.Second); f.Change != "added" || f.Conversation != "g:ops" {
+		t.Fatalf("dave's notice: %+v", f)
+	}
+	again(alice, map[string]any{"action": "group", "op": "remove", "conversationId": "g:ops", "users": []string{"carol"}, "opId": "rm-1"}, "carol")
+	if f := carol.next(wire.TypeMembership, 10*time.Second); f.Change != "removed" || f.Conversation != "g:ops" {
+		t.Fatalf("carol's notice: %+v", f)
+	}
+	if g := again(bob, map[string]any{"action": "group", "op": "leave", "conversationId": "g:ops", "opId": "leave-1"}, "bob"); g.Count != 3 {
+		t.Fatalf("after the leave %d members, want alice, dave and erin", g.Count)
+	}
+	// Erin, named by the add as a member already, was told nothing: a
+	// notice to her would have been written to her connection before the
+	// add was answered, and so before this answer.
+	erin.request(map[string]any{"action": "group", "op": "members", "conversationId": "g:ops"}, nil)
+	erin.quiet(wire.TypeMembership, time.Second)
 }

@@ -20,7 +20,8 @@ import (
 //
 //	g:<id> / head      seq (conversation head), name, count (active members), owners, createdAt
 //	g:<id> / u#<user>  role, joined (head when added), left (head when removed; absent while a member),
-//	                   past (earlier memberships, when re-added: see attrPast)
+//	                   past (earlier memberships, when re-added: see attrPast),
+//	                   change (the change that last wrote it: see attrChange)
 //
 // Every membership change updates the head item conditionally on the head
 // seq it read, in the same transaction as the member items: a change and a
@@ -40,8 +41,22 @@ const maxMembersPerChange = 45
 // memberFrom reads a member item.
 func memberFrom(it map[string]types.AttributeValue) im.Member {
 	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"),
-		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it)}
+		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it), Change: getS(it, attrChange)}
 }
+
+// markChange makes member item update u record change key (attrChange):
+// set to the key, or to "" when the change has none, so that the record
+// no longer names an earlier change (an empty string, not a REMOVE:
+// minidyn's REMOVE leaves top-level attributes behind).
+func markChange(u *types.Update, key string) {
+	u.UpdateExpression = aws.String(*u.UpdateExpression + ", #change = :change")
+	u.ExpressionAttributeNames["#change"] = attrChange
+	u.ExpressionAttributeValues[":change"] = s(key)
+}
+
+// attrChange is the member item's im.Member.Change: the actor and op id of
+// the change that last wrote it ("" when that change had no op id).
+const attrChange = "change"
 
 // attrPast holds a re-added member's earlier memberships (im.Member.Past)
 // on their member item and their index item of the group:
@@ -250,8 +265,13 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 // and is conditional on the conversation head, so it is ordered against
 // every send. The limit bounds active members. It returns the members whose
 // record changed; targets already in the wanted state are skipped (a retry
-// changes nothing).
-func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+// changes nothing). A change with an op id (opID, "" for none) marks the
+// records it writes (im.ChangeKey), and the same change sent again returns
+// the records still marked by it as changed, without writing them again
+// or asking again whether the actor may: its first invocation may have
+// stored it and failed before answering, and the actor who left the group
+// by it is no member any more.
+func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
 	// A transaction may not touch an item twice: a target named twice is one.
 	seen := make(map[im.UserID]bool, len(targets))
 	targets = slices.DeleteFunc(slices.Clone(targets), func(u im.UserID) bool {
@@ -262,7 +282,7 @@ func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor i
 	var changed []im.Member
 	for start := 0; start < len(targets); start += maxMembersPerChange {
 		chunk := targets[start:min(start+maxMembersPerChange, len(targets))]
-		done, err := st.changeChunk(ctx, c, actor, op, chunk, role, limit, now)
+		done, err := st.changeChunk(ctx, c, actor, op, chunk, role, limit, now, im.ChangeKey(actor, opID))
 		changed = append(changed, done...)
 		if err != nil {
 			return changed, err
@@ -274,8 +294,8 @@ func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor i
 // changeChunk applies one membership change to at most
 // maxMembersPerChange targets in one transaction ordered against the
 // group's messages (the head advanced on its value read), retrying a
-// lost race with the state read again.
-func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error) {
+// lost race with the state read again. Key is the change's im.ChangeKey.
+func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, key string) ([]im.Member, error) {
 	for attempt := range st.MaxAttempts {
 		h, members, err := st.groupState(ctx, c, append([]im.UserID{actor}, targets...))
 		if err != nil {
@@ -292,6 +312,10 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		for _, u := range targets {
 			t := members[u]
 			t.User = u
+			if key != "" && t.Change == key {
+				changed = append(changed, t) // by this change, sent before
+				continue
+			}
 			if err := im.Authorize(by, op, t, role); err != nil {
 				return nil, err
 			}
@@ -303,6 +327,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				// Added again, a removed member keeps what was sent to them
 				// before (im.Member.Rejoined).
 				t = t.Rejoined(h.seq, role)
+				t.Change = key
 				countDelta++
 				if role == im.RoleOwner {
 					ownersDelta++
@@ -312,6 +337,9 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				}
 				if len(t.Past) > 0 {
 					item[attrPast] = pastValue(t.Past)
+				}
+				if key != "" {
+					item[attrChange] = s(key)
 				}
 				items = append(items,
 					types.TransactWriteItem{Put: &types.Put{TableName: aws.String(st.tables.Messages), Item: item}},
@@ -324,7 +352,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				if t.Role == im.RoleOwner {
 					ownersDelta--
 				}
-				t.Removed, t.Left = true, h.seq
+				t.Removed, t.Left, t.Change = true, h.seq, key
 				if u == actor {
 					actorItem = len(items)
 				}
@@ -336,7 +364,9 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 						ExpressionAttributeValues: map[string]types.AttributeValue{":h": n(h.seq), ":one": n(1), ":by": s(string(actor))},
 					}}
 				}
-				items = append(items, removed(st.tables.Messages, convKey(c, memberSK(u))), removed(st.tables.Inbox, inboxKey(u, convIndexSK(c))))
+				member := removed(st.tables.Messages, convKey(c, memberSK(u)))
+				markChange(member.Update, key)
+				items = append(items, member, removed(st.tables.Inbox, inboxKey(u, convIndexSK(c))))
 			case im.OpRole:
 				if t.Role == role {
 					continue
@@ -347,21 +377,23 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 				if role == im.RoleOwner {
 					ownersDelta++
 				}
-				t.Role = role
+				t.Role, t.Change = role, key
 				if u == actor {
 					actorItem = len(items)
 				}
-				items = append(items, types.TransactWriteItem{Update: &types.Update{
+				member := types.TransactWriteItem{Update: &types.Update{
 					TableName: aws.String(st.tables.Messages), Key: convKey(c, memberSK(u)),
 					UpdateExpression:          aws.String("SET #role = :r"),
 					ExpressionAttributeNames:  map[string]string{"#role": "role"},
 					ExpressionAttributeValues: map[string]types.AttributeValue{":r": s(string(role))},
-				}})
+				}}
+				markChange(member.Update, key)
+				items = append(items, member)
 			}
 			changed = append(changed, t)
 		}
 		if len(items) == 0 {
-			return nil, nil
+			return changed, nil // nothing, or only what this change did before
 		}
 		if h.count+countDelta > int64(limit) {
 			return nil, fmt.Errorf("group %s: %d members + %d > limit %d: %w", c, h.count, countDelta, limit, im.ErrGroupFull)

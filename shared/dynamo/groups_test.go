@@ -24,7 +24,7 @@ func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
 	if _, err := st.CreateGroup(ctx, g, "Ops", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 100; i++ {
@@ -88,10 +88,10 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 	if _, err := st.CreateGroup(ctx, g, "Early", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now); err != nil {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now, ""); err != nil {
 		t.Fatal(err)
 	}
 	m, err := st.Member(ctx, g, "bob")
@@ -102,7 +102,7 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 		t.Fatalf("removed member's send: %v", err)
 	}
 	// Added again, he is in from the current head on.
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := st.Member(ctx, g, "bob"); !m.Active() {
@@ -112,10 +112,10 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The member limit counts current members only.
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"c1", "c2"}, im.RoleMember, 3, now); !errors.Is(err, im.ErrGroupFull) {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"c1", "c2"}, im.RoleMember, 3, now, ""); !errors.Is(err, im.ErrGroupFull) {
 		t.Fatalf("over the limit: %v", err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"alice"}, "", 500, now); !errors.Is(err, im.ErrLastOwner) {
+	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"alice"}, "", 500, now, ""); !errors.Is(err, im.ErrLastOwner) {
 		t.Fatalf("last owner leaving: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok {
 			// Bob read his admin role; before his add commits, alice demotes him.
 			once.Do(func() {
-				if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpRole, []im.UserID{"bob"}, im.RoleMember, 500, now); err != nil {
+				if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpRole, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
 					t.Errorf("demote: %v", err)
 				}
 			})
@@ -166,10 +166,10 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 	if _, err := plain.CreateGroup(ctx, g, "Race", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleAdmin, 500, now); err != nil {
+	if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleAdmin, 500, now, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bobs.ChangeMembers(ctx, g, "bob", im.OpAdd, []im.UserID{"carol"}, im.RoleMember, 500, now); !errors.Is(err, im.ErrForbidden) {
+	if _, err := bobs.ChangeMembers(ctx, g, "bob", im.OpAdd, []im.UserID{"carol"}, im.RoleMember, 500, now, ""); !errors.Is(err, im.ErrForbidden) {
 		t.Fatalf("add by a just-demoted admin: %v, want forbidden", err)
 	}
 	if m, err := plain.Member(ctx, g, "carol"); err != nil || m.Role.Valid() {
@@ -191,7 +191,7 @@ func TestGroupChangesCountAUserNamedTwiceOnce(t *testing.T) {
 		if op == im.OpRemove {
 			role = ""
 		}
-		changed, err := st.ChangeMembers(ctx, g, "alice", op, []im.UserID{"dave", "dave", "bob", "bob"}, role, 500, now)
+		changed, err := st.ChangeMembers(ctx, g, "alice", op, []im.UserID{"dave", "dave", "bob", "bob"}, role, 500, now, "")
 		if err != nil {
 			t.Fatalf("%s with duplicates: %v", op, err)
 		}
@@ -263,7 +263,7 @@ func groupIsNowhere(t *testing.T, st *dynamo.Store, g im.ConversationID, owner, 
 	if _, err := st.SendGroup(ctx, im.Draft{From: owner, ClientMsgID: "m1", Conversation: g, Body: []byte(`{"text":"hi"}`)}, time.Now()); err == nil {
 		t.Error("the owner could send into it")
 	}
-	if _, err := st.ChangeMembers(ctx, g, owner, im.OpAdd, []im.UserID{"zed"}, im.RoleMember, 500, time.Now()); !errors.Is(err, im.ErrNoSuchGroup) {
+	if _, err := st.ChangeMembers(ctx, g, owner, im.OpAdd, []im.UserID{"zed"}, im.RoleMember, 500, time.Now(), ""); !errors.Is(err, im.ErrNoSuchGroup) {
 		t.Errorf("add: %v, want no such group", err)
 	}
 }
@@ -358,7 +358,7 @@ func TestConcurrentMemberChangesAllLand(t *testing.T) {
 	errs := make(chan error, 12)
 	for i := range 12 {
 		wg.Go(func() {
-			if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{im.UserID(fmt.Sprintf("m%02d", i))}, im.RoleMember, 500, now); err != nil {
+			if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{im.UserID(fmt.Sprintf("m%02d", i))}, im.RoleMember, 500, now, ""); err != nil {
 				errs <- err
 			}
 		})
@@ -386,7 +386,7 @@ func TestARemovalBetweenTheSendsReadAndItsWriteRefusesTheSend(t *testing.T) {
 	g := im.Group("race")
 	plain, hooked := newStores(t, func(ctx context.Context, in any) error {
 		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok && removed.CompareAndSwap(false, true) {
-			_, err := plain.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now)
+			_, err := plain.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now, "")
 			return err
 		}
 		return nil
@@ -443,5 +443,81 @@ func TestACreateSentAgainByItsCreatorIsRecognised(t *testing.T) {
 		if ms, _ := st.Members(ctx, g); len(ms) != size+1 {
 			t.Fatalf("%d: members = %d: a create again changed them", size, len(ms))
 		}
+	}
+}
+
+// A membership change sent again with its op id — its answer was lost,
+// or its invocation failed after storing it — is answered as the first
+// time: the users it changed, though it changes nothing more. Without
+// the op id (or with another actor's) nothing is listed, and a leave
+// sent again is refused: its actor is no member any more.
+func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
+	t.Parallel()
+	st, ctx, now, g := newStore(t), context.Background(), time.Now(), im.Group("again")
+	if _, err := st.CreateGroup(ctx, g, "Again", "alice", []im.UserID{"bob", "carol", "dave"}, now); err != nil {
+		t.Fatal(err)
+	}
+	change := func(actor im.UserID, op im.GroupOp, role im.Role, opID string, targets ...im.UserID) []im.UserID {
+		t.Helper()
+		changed, err := st.ChangeMembers(ctx, g, actor, op, targets, role, 500, now, opID)
+		if err != nil {
+			t.Fatalf("%s %s %v (op id %q): %v", actor, op, targets, opID, err)
+		}
+		out := make([]im.UserID, len(changed))
+		for i, m := range changed {
+			out[i] = m.User
+		}
+		return out
+	}
+	cases := []struct {
+		actor   im.UserID
+		op      im.GroupOp
+		role    im.Role
+		targets []im.UserID
+	}{
+		{"alice", im.OpAdd, im.RoleMember, []im.UserID{"erin", "bob"}},
+		{"alice", im.OpRemove, "", []im.UserID{"bob", "carol"}},
+		{"alice", im.OpRole, im.RoleAdmin, []im.UserID{"dave", "erin"}},
+		{"erin", im.OpRemove, "", []im.UserID{"erin"}}, // a leave
+	}
+	want := [][]im.UserID{{"erin"}, {"bob", "carol"}, {"dave", "erin"}, {"erin"}}
+	for i, c := range cases {
+		opID := fmt.Sprintf("op-%d", i)
+		if got := change(c.actor, c.op, c.role, opID, c.targets...); !slices.Equal(got, want[i]) {
+			t.Fatalf("%s %s changed %v, want %v", c.actor, c.op, got, want[i])
+		}
+		_, _, before, _ := st.GroupInfo(ctx, g)
+		if got := change(c.actor, c.op, c.role, opID, c.targets...); !slices.Equal(got, want[i]) {
+			t.Errorf("%s %s sent again with its op id changed %v, want %v as the first time", c.actor, c.op, got, want[i])
+		}
+		if _, _, after, _ := st.GroupInfo(ctx, g); after != before {
+			t.Errorf("%s %s sent again moved the member count %d -> %d", c.actor, c.op, before, after)
+		}
+		if c.actor == "alice" {
+			if got := change(c.actor, c.op, c.role, "", c.targets...); len(got) != 0 {
+				t.Errorf("%s %s sent again without its op id changed %v, want nobody", c.actor, c.op, got)
+			}
+		}
+	}
+	if _, err := st.ChangeMembers(ctx, g, "erin", im.OpRemove, []im.UserID{"erin"}, "", 500, now, ""); !errors.Is(err, im.ErrNotMember) {
+		t.Errorf("a leave sent again without its op id: %v, want %v", err, im.ErrNotMember)
+	}
+	// Another actor's change with the same op id is another change.
+	if got := change("alice", im.OpRemove, "", "op-3", "erin"); len(got) != 0 {
+		t.Errorf("alice's remove with erin's leave's op id changed %v, want nobody (erin left)", got)
+	}
+	// A later change clears the mark: the first sent again after it is
+	// applied again, as it would be without an op id.
+	if got := change("alice", im.OpRole, im.RoleMember, "", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
+		t.Fatalf("dave back to member: %v", got)
+	}
+	if m, err := st.Member(ctx, g, "dave"); err != nil || m.Change != "" || m.Role != im.RoleMember {
+		t.Fatalf("dave = %+v, %v; want a member no change names", m, err)
+	}
+	if got := change("alice", im.OpRole, im.RoleAdmin, "op-2", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
+		t.Errorf("the role change sent after a later one changed %v, want dave", got)
+	}
+	if m, err := st.Member(ctx, g, "dave"); err != nil || m.Change != "alice op-2" || m.Role != im.RoleAdmin {
+		t.Errorf("dave = %+v, %v; want an admin again, marked by the change", m, err)
 	}
 }

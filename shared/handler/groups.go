@@ -20,7 +20,7 @@ import (
 // Groups is the storage of groups: membership, the group log and fan-out.
 type Groups interface {
 	CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error)
-	ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time) ([]im.Member, error)
+	ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error)
 	Members(ctx context.Context, c im.ConversationID) ([]im.Member, error)
 	Member(ctx context.Context, c im.ConversationID, u im.UserID) (im.Member, error)
 	GroupInfo(ctx context.Context, c im.ConversationID) (name string, head, count int64, err error)
@@ -71,13 +71,13 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 			replayed, err = true, nil
 		}
 	case wire.GroupAdd:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, users, im.Role(f.Role), h.memberLimit(), now)
+		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, users, im.Role(f.Role), h.memberLimit(), now, f.OpID)
 	case wire.GroupRemove:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, users, "", h.memberLimit(), now)
+		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, users, "", h.memberLimit(), now, f.OpID)
 	case wire.GroupLeave:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, []im.UserID{c.User}, "", h.memberLimit(), now)
+		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, []im.UserID{c.User}, "", h.memberLimit(), now, f.OpID)
 	case wire.GroupRole:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRole, users, im.Role(f.Role), h.memberLimit(), now)
+		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRole, users, im.Role(f.Role), h.memberLimit(), now, f.OpID)
 	case wire.GroupMembers:
 		var me im.Member
 		if me, err = h.Groups.Member(ctx, conv, c.User); err == nil && !me.Role.Valid() {
@@ -87,14 +87,17 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
-	// A create or an add sent again (its answer lost, or its first
-	// invocation failed after the change was stored and before the index
-	// and notices below) changes nothing: its members joined already.
-	// They are indexed and told again — both harmless twice — or a
-	// connected device of a member who joined in a failed invocation
-	// would get no push of the group's messages until it reconnected.
+	// A change sent again (its answer lost, or its first invocation
+	// failed after the change was stored and before the index and notices
+	// below) changes nothing more, but its users are indexed and told
+	// again — both harmless twice — or a connected device of a member who
+	// joined in a failed invocation would get no push of the group's
+	// messages until it reconnected, and one removed would not learn it.
+	// A create sent again and a change with an op id find what they did
+	// the first time (changed); an add without one cannot tell it from
+	// someone else's, and tells every user it names.
 	joined := changed
-	if f.Op == wire.GroupAdd {
+	if f.Op == wire.GroupAdd && f.OpID == "" {
 		joined = make([]im.Member, len(users))
 		for i, u := range users {
 			joined[i] = im.Member{User: u}

@@ -92,6 +92,19 @@ type Member struct {
 	// Past are the member's earlier memberships that held a message,
 	// oldest first (at most MaxPastSpans).
 	Past []Span
+	// Change names the change that last wrote the record when it came with
+	// an op id (ChangeKey); empty otherwise.
+	Change string
+}
+
+// ChangeKey is what a membership change by actor with op id opID leaves on
+// the records it writes (Member.Change): the same change sent again finds
+// the records it wrote. Empty without an op id.
+func ChangeKey(actor UserID, opID string) string {
+	if opID == "" {
+		return ""
+	}
+	return string(actor) + " " + opID
 }
 
 // Span is an earlier membership of a group: the member received the

@@ -115,6 +115,10 @@ type Group struct {
 	Users []string `json:"users,omitempty"`
 	// Role is the role to give (add: default member; role: required).
 	Role string `json:"role,omitempty"`
+	// OpID is the client's id for this change (add, remove, leave, role;
+	// optional, 1–64 printable ASCII): the same change sent again with it
+	// is answered as the first time, listing the users the first changed.
+	OpID string `json:"opId,omitempty"`
 }
 
 // DecodeGroup validates a group frame.
@@ -149,6 +153,12 @@ func (f Group) validate() (Group, error) {
 	case GroupLeave, GroupMembers:
 	default:
 		return Group{}, Problemf(CodeBadRequest, "op must be one of create, add, remove, leave, role, members")
+	}
+	if f.OpID != "" && (f.Op == GroupCreate || f.Op == GroupMembers) {
+		return Group{}, Problemf(CodeBadRequest, "opId is for add, remove, leave and role (a create is named by its conversationId)")
+	}
+	if f.OpID != "" && !im.ValidClientMsgID(f.OpID) {
+		return Group{}, Problemf(CodeBadRequest, "opId must be 1-64 printable ASCII characters")
 	}
 	if f.Op != GroupCreate && !im.ConversationID(f.ConversationID).ValidGroup() {
 		return Group{}, Problemf(CodeBadRequest, "conversationId is required: g:<id>")

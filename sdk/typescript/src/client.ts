@@ -454,20 +454,25 @@ export class SignetClient {
     return this.group({ action: "group", op: "create", name, users: members, conversationId: conversationId ?? newGroupId() });
   }
 
+  // The group changes below carry an op id made here: the SDK asks an unanswered query again (its connection
+  // was lost, or API Gateway answered a frame with its error), and a change asked again is answered as the
+  // first time — `changed` lists the users it changed, and they are told again — though its first invocation
+  // stored it and failed after.
+
   addMembers(conversationId: string, users: string[], role?: Role): Promise<GroupInfoFrame> {
-    return this.group({ action: "group", op: "add", conversationId, users, ...(role ? { role } : {}) });
+    return this.group({ action: "group", op: "add", conversationId, users, ...(role ? { role } : {}), opId: newClientMsgId() });
   }
 
   removeMembers(conversationId: string, users: string[]): Promise<GroupInfoFrame> {
-    return this.group({ action: "group", op: "remove", conversationId, users });
+    return this.group({ action: "group", op: "remove", conversationId, users, opId: newClientMsgId() });
   }
 
   leaveGroup(conversationId: string): Promise<GroupInfoFrame> {
-    return this.group({ action: "group", op: "leave", conversationId });
+    return this.group({ action: "group", op: "leave", conversationId, opId: newClientMsgId() });
   }
 
   setRole(conversationId: string, users: string[], role: Role): Promise<GroupInfoFrame> {
-    return this.group({ action: "group", op: "role", conversationId, users, role });
+    return this.group({ action: "group", op: "role", conversationId, users, role, opId: newClientMsgId() });
   }
 
   members(conversationId: string): Promise<GroupInfoFrame> {

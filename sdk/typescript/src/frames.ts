@@ -144,6 +144,8 @@ export interface GroupFrame {
   name?: string;
   users?: UserId[];
   role?: Role;
+  /** The client's id for this change (add, remove, leave, role): the same change sent again with it is answered as the first. */
+  opId?: ClientMsgId;
 }
 
 export interface ReceiptsFrame {

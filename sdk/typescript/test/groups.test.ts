@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, type ClientOptions, type DeviceStore, type StoredMessage } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
+import { dialStack, eventually, failsInPlaceOfAnswer, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -209,4 +209,25 @@ test("a group sync that API Gateway answers with its error frame (a throttled in
   const gap = asks[1].at - asks[0].at;
   assert.ok(gap < 8000, `asked again ${gap} ms after the throttled ask, want well under the 10 s retry`);
   await Promise.all([alice.close(), bob.close()]);
+});
+
+test("a group change whose invocation failed after storing it is asked again and answered as the first (the SDK gives it an op id)", async () => {
+  const alice = await dial("alice-g7", new MemoryStore());
+  const g = await alice.createGroup("Ops", ["bob-g7", "carol-g7"]);
+  const conv = g.conversationId;
+  for (const [who, op] of [["alice-g7", "remove"], ["carol-g7", "leave"]] as const) {
+    const sent: Record<string, unknown>[] = [];
+    const answer = (d: string) => d.includes(`"type":"group"`) && d.includes(`"op":"${op}"`);
+    const c = await dial(who, new MemoryStore(), { device: "failing", WebSocket: failsInPlaceOfAnswer(answer, sent) });
+    const got = op === "remove" ? await c.removeMembers(conv, ["bob-g7"]) : await c.leaveGroup(conv);
+    const asks = sent.filter((f) => f.action === "group" && f.op === op);
+    assert.equal(asks.length, 2, `the ${op} was asked again after the error frame`);
+    assert.ok(typeof asks[0].opId === "string" && asks[1].opId === asks[0].opId, `asked again with its op id: ${JSON.stringify(asks)}`);
+    assert.deepEqual(got.changed, [op === "remove" ? "bob-g7" : "carol-g7"], `the ${op} asked again names whom it changed`);
+    await c.close();
+  }
+  const members = await alice.members(conv);
+  assert.equal(members.count, 1, "alice is the one member left");
+  assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
+  await alice.close();
 });

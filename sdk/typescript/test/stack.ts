@@ -273,6 +273,27 @@ export function dropsFirstIncoming(match: (data: string) => boolean): WebSocketC
   };
 }
 
+/** A WebSocket that reads API Gateway's error frame in place of the first incoming frame `match` matches (its
+ * text): as if the invocation answering had failed after storing what it did. Every outgoing frame is recorded in
+ * `sent`. */
+export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Record<string, unknown>[]): WebSocketConstructor {
+  let failed = false;
+  return class FailsInPlace extends PassThrough {
+    override send(data: string) {
+      sent.push(JSON.parse(data) as Record<string, unknown>);
+      super.send(data);
+    }
+    protected override received(data: unknown): void {
+      if (!failed && typeof data === "string" && match(data)) {
+        failed = true;
+        super.received(`{"message": "Internal server error", "connectionId":"test", "requestId":"failed-after-store"}`);
+        return;
+      }
+      super.received(data);
+    }
+  };
+}
+
 /** A WebSocket that loses the first frame with `action` it is given: not sent, and the connection closed (as a
  * connection that dies with the frame in its buffers). `sent` records every frame with that action offered. */
 export function losesFirst(action: string, sent: Record<string, unknown>[]): WebSocketConstructor {
