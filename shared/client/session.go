@@ -121,13 +121,11 @@ type session struct {
 	// "sent" carried and nothing re-pushes).
 	needAck  int64
 	forceAck bool
-	// againAt is when the unanswered queries and the recent reads are
-	// written again after a gateway error (zero: not due).
+	// againAt is when, after an error frame that may be any of them, what
+	// went out and may have failed is written again (zero: not due): the
+	// acks (the inbox's, and every group's acked within errorWindow), the
+	// recent reads and the unanswered queries (writeAgain).
 	againAt time.Time
-	// ackAgainAt is when the acks are written again after a gateway error
-	// or an error answer to an ack (zero: not due): the inbox's, and every
-	// group's acked within errorWindow.
-	ackAgainAt time.Time
 	// own holds this device's own 1:1 entries from "sent" that are ahead of
 	// the cursor, by seq, until the entries before them arrive.
 	own map[int64]wire.Entry
@@ -255,8 +253,9 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 			s.lastRecv, s.pingSent = time.Now(), time.Time{}
 			err = s.handle(sctx, f.data)
 		case <-ackTick.C:
-			if !s.ackAgainAt.IsZero() && time.Now().After(s.ackAgainAt) {
-				s.ackAgainAt = time.Time{}
+			again := !s.againAt.IsZero() && time.Now().After(s.againAt)
+			if again {
+				s.againAt = time.Time{}
 				s.forceAcks(time.Now())
 			}
 			if s.ackDue(time.Now()) {
@@ -269,8 +268,7 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 				s.syncAt = time.Time{}
 				err = s.requestSync(sctx, s.cursor)
 			}
-			if err == nil && !s.againAt.IsZero() && time.Now().After(s.againAt) {
-				s.againAt = time.Time{}
+			if err == nil && again {
 				if err = s.readAgain(sctx, s.c.recentReads(time.Now())); err == nil {
 					err = s.askAgain(sctx)
 				}
@@ -533,9 +531,9 @@ type gatewayError struct {
 // gatewayError retries whatever may have been lost: every send in flight
 // (after a second, with the same clientMsgId: idempotent), an unanswered
 // sync and the unanswered group syncs (a throttled one would otherwise
-// wait out groupSyncRetry), and, a second later, the acks (cumulative:
-// ackAgain), the unanswered queries (askAgain) and the recent reads
-// (readAgain). The second gathers every error frame in it into one round:
+// wait out groupSyncRetry), and, a second later, the acks (cumulative),
+// the unanswered queries (askAgain) and the recent reads (readAgain): one
+// round (writeAgain). The second gathers every error frame in it into it:
 // written again at each, k frames failing under a throttle would come back
 // as k error frames and k² frames (and an ack written again at each would
 // be ten a second for as long as the throttle lasts).
@@ -547,7 +545,6 @@ func (s *session) gatewayError(g gatewayError) {
 			s.sentAt[id] = retry
 		}
 	}
-	s.ackAgain(time.Second)
 	if s.syncing && s.syncAt.IsZero() {
 		s.syncAt = time.Now().Add(time.Second)
 	}
@@ -560,25 +557,16 @@ func (s *session) gatewayError(g gatewayError) {
 	s.writeAgain(time.Second)
 }
 
-// writeAgain has the recent reads (readAgain) and the unanswered queries
-// (askAgain) written again after wait, with the same rule as ackAgain for
-// a round already due.
+// writeAgain has written again after wait what went out and may be the
+// frame that failed: the acks (forceAcks: the inbox's and the groups'
+// acked within errorWindow), the recent reads (readAgain) and the
+// unanswered queries (askAgain). A round already due stays as it is
+// unless wait is later (a rate limit's): error frames arriving every
+// second must not keep putting it off.
 func (s *session) writeAgain(wait time.Duration) {
 	at := time.Now().Add(wait)
 	if s.againAt.IsZero() || wait > time.Second && at.After(s.againAt) {
 		s.againAt = at
-	}
-}
-
-// ackAgain has the acks written again after wait: the inbox's and the
-// groups' acked within errorWindow (any of them may be the frame that
-// failed). A round already due stays as it is unless wait is later (a
-// rate limit's): error frames arriving every second must not keep
-// putting it off.
-func (s *session) ackAgain(wait time.Duration) {
-	at := time.Now().Add(wait)
-	if s.ackAgainAt.IsZero() || wait > time.Second && at.After(s.ackAgainAt) {
-		s.ackAgainAt = at
 	}
 }
 
@@ -981,7 +969,6 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		// session only the acks: a read whose invocation failed was
 		// written again only after a reconnect, if no pong had come.)
 		wait := max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond)
-		s.ackAgain(wait)
 		s.writeAgain(wait)
 	}
 	s.c.log.Warn("server error", "code", e.Code, "message", e.Message, "requestId", e.RequestID)

@@ -157,10 +157,12 @@ interface Session {
   syncing: boolean;
   syncAt: number;
   syncSent: number;
-  /** When the unanswered queries and the recent reads are written again after a gateway error (0: not due). */
+  /**
+   * When, after an error frame that may be any of them, what went out and may have failed is written again (0: not
+   * due): the acks (the inbox's, and every group's acked within errorWindowMs), the recent reads and the unanswered
+   * queries (writeAgain).
+   */
   againAt: number;
-  /** When the acks are written again after a gateway error or an error answer to an ack (0: not due): the inbox's, and every group's acked within errorWindowMs. */
-  ackAgainAt: number;
   lastRecv: number;
   pingSent: number;
   /** When the unanswered pings were written, oldest first (a pong confirms the reads written before one). */
@@ -646,7 +648,7 @@ export class SignetClient {
     const now = Date.now();
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, ackAgainAt: 0, lastRecv: now, pingSent: 0, pings: [],
+      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
       groups: new Map(),
     };
@@ -843,12 +845,11 @@ export class SignetClient {
     }
   }
 
-  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later). */
+  /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later, in one round). */
   private gatewayError(s: Session, message: string): void {
     this.log("warn", "gateway error; retrying what is in flight", { message });
     const retry = Date.now() + 1000 - this.o.resendAfterMs;
     for (const [id, at] of s.sentAt) if (at > retry) s.sentAt.set(id, retry);
-    this.ackAgain(s, 1000);
     if (s.syncing && !s.syncAt) s.syncAt = Date.now() + 1000;
     // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
     const soon = Date.now() + 1000 - groupSyncRetryMs;
@@ -858,21 +859,16 @@ export class SignetClient {
     this.writeAgain(s, 1000);
   }
 
-  /** Has the recent reads and the unanswered queries written again after waitMs (the rule of ackAgain for a round already due). */
+  /**
+   * Has written again after waitMs what went out and may be the frame that failed: the acks (the inbox's and the
+   * groups' acked within errorWindowMs), the recent reads and the unanswered queries (askAgain). Written again at
+   * every error frame, an ack would go ten times a second for as long as a throttle lasts: a round already due
+   * stays as it is unless waitMs is later (a rate limit's), so error frames arriving every second do not keep
+   * putting it off.
+   */
   private writeAgain(s: Session, waitMs: number): void {
     const at = Date.now() + waitMs;
     if (!s.againAt || (waitMs > 1000 && at > s.againAt)) s.againAt = at;
-  }
-
-  /**
-   * Has the acks written again after waitMs: the inbox's and the groups' acked within errorWindowMs (any of them
-   * may be the frame that failed; written again at every error frame, an ack would go ten times a second for as
-   * long as a throttle lasts). A round already due stays as it is unless waitMs is later (a rate limit's): error
-   * frames arriving every second must not keep putting it off.
-   */
-  private ackAgain(s: Session, waitMs: number): void {
-    const at = Date.now() + waitMs;
-    if (!s.ackAgainAt || (waitMs > 1000 && at > s.ackAgainAt)) s.ackAgainAt = at;
   }
 
   /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
@@ -1176,8 +1172,9 @@ export class SignetClient {
 
   private async housekeeping(s: Session): Promise<void> {
     const now = Date.now();
-    if (s.ackAgainAt && now > s.ackAgainAt) {
-      s.ackAgainAt = 0;
+    const again = s.againAt > 0 && now > s.againAt;
+    if (again) {
+      s.againAt = 0;
       s.forceAck = true;
       for (const g of s.groups.values()) if (g.ackedAt && now - g.ackedAt < errorWindowMs) g.forceAck = true;
     }
@@ -1187,10 +1184,7 @@ export class SignetClient {
       s.syncAt = 0;
       this.requestSync(s, s.cursor);
     }
-    if (s.againAt && now > s.againAt) {
-      s.againAt = 0;
-      this.askAgain(s);
-    }
+    if (again) this.askAgain(s);
     this.retryGroupSyncs(s);
     if (s.behindAt && now - s.behindAt >= catchUpGraceMs) {
       s.behindAt = 0;
@@ -1306,13 +1300,11 @@ export class SignetClient {
           s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
           return;
         }
-        this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
         this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
         return;
       case "internal":
         // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
         // again is harmless (forward-only).
-        this.ackAgain(s, 1000);
         this.writeAgain(s, 1000);
         return;
     }

@@ -448,7 +448,7 @@ export class SignetClient {
         const now = Date.now();
         const s = {
             ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, ackAgainAt: 0, lastRecv: now, pingSent: 0, pings: [],
+            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
             ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
             groups: new Map(),
         };
@@ -651,14 +651,13 @@ export class SignetClient {
                 return this.serverError(s, f);
         }
     }
-    /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later). */
+    /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later, in one round). */
     gatewayError(s, message) {
         this.log("warn", "gateway error; retrying what is in flight", { message });
         const retry = Date.now() + 1000 - this.o.resendAfterMs;
         for (const [id, at] of s.sentAt)
             if (at > retry)
                 s.sentAt.set(id, retry);
-        this.ackAgain(s, 1000);
         if (s.syncing && !s.syncAt)
             s.syncAt = Date.now() + 1000;
         // Unanswered group syncs are asked for again in a second, not after groupSyncRetryMs.
@@ -670,22 +669,17 @@ export class SignetClient {
         // throttle would come back as k error frames and k² frames.
         this.writeAgain(s, 1000);
     }
-    /** Has the recent reads and the unanswered queries written again after waitMs (the rule of ackAgain for a round already due). */
+    /**
+     * Has written again after waitMs what went out and may be the frame that failed: the acks (the inbox's and the
+     * groups' acked within errorWindowMs), the recent reads and the unanswered queries (askAgain). Written again at
+     * every error frame, an ack would go ten times a second for as long as a throttle lasts: a round already due
+     * stays as it is unless waitMs is later (a rate limit's), so error frames arriving every second do not keep
+     * putting it off.
+     */
     writeAgain(s, waitMs) {
         const at = Date.now() + waitMs;
         if (!s.againAt || (waitMs > 1000 && at > s.againAt))
             s.againAt = at;
-    }
-    /**
-     * Has the acks written again after waitMs: the inbox's and the groups' acked within errorWindowMs (any of them
-     * may be the frame that failed; written again at every error frame, an ack would go ten times a second for as
-     * long as a throttle lasts). A round already due stays as it is unless waitMs is later (a rate limit's): error
-     * frames arriving every second must not keep putting it off.
-     */
-    ackAgain(s, waitMs) {
-        const at = Date.now() + waitMs;
-        if (!s.ackAgainAt || (waitMs > 1000 && at > s.ackAgainAt))
-            s.ackAgainAt = at;
     }
     /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
     askAgain(s) {
@@ -1003,8 +997,9 @@ export class SignetClient {
     }
     async housekeeping(s) {
         const now = Date.now();
-        if (s.ackAgainAt && now > s.ackAgainAt) {
-            s.ackAgainAt = 0;
+        const again = s.againAt > 0 && now > s.againAt;
+        if (again) {
+            s.againAt = 0;
             s.forceAck = true;
             for (const g of s.groups.values())
                 if (g.ackedAt && now - g.ackedAt < errorWindowMs)
@@ -1017,10 +1012,8 @@ export class SignetClient {
             s.syncAt = 0;
             this.requestSync(s, s.cursor);
         }
-        if (s.againAt && now > s.againAt) {
-            s.againAt = 0;
+        if (again)
             this.askAgain(s);
-        }
         this.retryGroupSyncs(s);
         if (s.behindAt && now - s.behindAt >= catchUpGraceMs) {
             s.behindAt = 0;
@@ -1140,13 +1133,11 @@ export class SignetClient {
                     s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
                     return;
                 }
-                this.ackAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
                 this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
                 return;
             case "internal":
                 // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
                 // again is harmless (forward-only).
-                this.ackAgain(s, 1000);
                 this.writeAgain(s, 1000);
                 return;
         }
