@@ -52,8 +52,9 @@ delayed queue messages). Then it reconciles every ACKed message against every
 device's journal and the server's inboxes: lost, shown twice, out of order,
 unACKed, idempotency violations, group messages held by a user who was not a
 member when they were sent, refusals the run cannot explain (only group
-sends by users who were not members may be refused), and traces of 1:1
-messages that name a device that did not ack or miss one whose cursor
+sends by users who were not members may be refused), group change
+answers that do not name exactly the member they changed, and traces of
+1:1 messages that name a device that did not ack or miss one whose cursor
 covers the message. Exit status 1 if anything is found.
 
 Examples:

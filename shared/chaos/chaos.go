@@ -73,6 +73,10 @@ type Config struct {
 	GroupReads bool
 	// Converge bounds the final catch-up (default 10 min).
 	Converge time.Duration
+	// Churn is the share of a device's actions that change a group its
+	// user owns, besides the 6 % every run makes (0: none more), for runs
+	// that need many group changes.
+	Churn float64
 	// MemProfile, when set, is where a heap profile is written after the
 	// verification, with the stack still up.
 	MemProfile string
@@ -88,7 +92,11 @@ type Result struct {
 	Deliveries                         int // entries shown on devices
 	Crashes, Offline, Storms, GroupOps int
 	// AddedBack counts the group changes that added a removed member back.
-	AddedBack                            int
+	AddedBack int
+	// GroupAnswers counts the group changes whose answer was held to what
+	// the run knew of the member before (changed names them exactly when
+	// the change was theirs: also when it was asked again after a fault).
+	GroupAnswers                         int
 	ServerFaults                         int64
 	Network                              netem.Snapshot
 	Lost, Duplicated, Reordered, Unacked int
@@ -137,14 +145,14 @@ func (r Result) String() string {
   %d users, %d devices, %d groups
   sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once, %d to a group (%d checked)
   deliveries: %d shown on devices
-  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back), %d server-side faults
+  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back; %d answers checked), %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
   status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
-		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.ServerFaults, r.Network,
+		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.GroupAnswers, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
@@ -232,15 +240,23 @@ type runner struct {
 	// (churn adds such members back half the time: a member removed and
 	// added again keeps what was sent to them before).
 	removed map[string]bool
-	drafts  []*draft
-	mine    map[string][]*draft // user → their drafts (retries pick from these)
-	alerts  []*alert
-	appKey  string
-	hooks   *hooks // the app's webhook
-	dmu     sync.Mutex
-	res     Result
-	rmu     sync.Mutex
-	next    atomic.Int64 // next message number
+	// groupMu serializes the run's changes of each group, so that what it
+	// knew of a member before a change still holds when it is answered;
+	// unsure holds "group/user" once a change of theirs went unanswered
+	// (it may still be made later), and their answers are no longer held
+	// to what the run knew; answerFaults are the answers that were not.
+	groupMu      map[string]*sync.Mutex
+	unsure       map[string]bool
+	answerFaults []string
+	drafts       []*draft
+	mine         map[string][]*draft // user → their drafts (retries pick from these)
+	alerts       []*alert
+	appKey       string
+	hooks        *hooks // the app's webhook
+	dmu          sync.Mutex
+	res          Result
+	rmu          sync.Mutex
+	next         atomic.Int64 // next message number
 }
 
 func (r *runner) float() float64 {
@@ -272,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
-		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}}
+		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -681,6 +697,10 @@ func (r *runner) storm(ctx context.Context) {
 // send, an offline period, a reconnect storm or a group change.
 func (r *runner) act(ctx context.Context, d *device) {
 	for ctx.Err() == nil {
+		if r.cfg.Churn > 0 && r.float() < r.cfg.Churn {
+			r.churn(ctx, d)
+			continue
+		}
 		switch p := r.float(); {
 		case p < 0.80:
 			n := r.next.Add(1)
@@ -808,18 +828,54 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	key := g + "/" + peer
 	r.dmu.Lock()
-	r.changed[g+"/"+peer] = true
+	mu := r.groupMu[g]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		r.groupMu[g] = mu
+	}
 	r.dmu.Unlock()
-	var err error
+	mu.Lock()
+	defer mu.Unlock()
+	r.dmu.Lock()
+	sure, wasMember := !r.unsure[key], r.members[g][peer]
+	if r.changed[key] {
+		wasMember = !r.removed[key] // every earlier change of theirs was answered
+	}
+	r.changed[key] = true
+	r.dmu.Unlock()
+	var (
+		ans client.GroupInfo
+		err error
+	)
 	if add {
-		_, err = c.AddMembers(cctx, g, "member", peer)
+		ans, err = c.AddMembers(cctx, g, "member", peer)
 	} else {
-		_, err = c.RemoveMembers(cctx, g, peer)
+		ans, err = c.RemoveMembers(cctx, g, peer)
+	}
+	// Refused (forbidden, bad_request), the change was not made; failed
+	// (internal, rate_limited after the SDK's retries) or unanswered, it
+	// may have been.
+	var se *client.ServerError
+	refused := errors.As(err, &se) && se.Code != wire.CodeInternal && se.Code != wire.CodeRateLimited
+	if err != nil && !refused {
+		r.dmu.Lock()
+		r.unsure[key] = true
+		r.dmu.Unlock()
+	}
+	if err == nil && sure {
+		want := add != wasMember
+		if got := slices.Contains(ans.Changed, peer); got != want {
+			r.dmu.Lock()
+			r.answerFaults = append(r.answerFaults, fmt.Sprintf("group change answer: %s of %s in %s answered changed %v; %s was a member before: %v", map[bool]string{true: "add", false: "remove"}[add], peer, g, ans.Changed, peer, wasMember))
+			r.dmu.Unlock()
+		}
+		r.count(func(res *Result) { res.GroupAnswers++ })
 	}
 	if err == nil {
 		r.dmu.Lock()
-		back := add && r.removed[g+"/"+peer]
+		back := add && r.removed[key]
 		if add {
 			delete(r.removed, g+"/"+peer)
 		} else {
@@ -1062,6 +1118,11 @@ func (r *runner) verify(ctx context.Context) {
 			r.res.Problems = append(r.res.Problems, fmt.Sprintf(format, a...))
 		}
 	}
+	r.dmu.Lock()
+	for _, f := range r.answerFaults {
+		problem("%s", f)
+	}
+	r.dmu.Unlock()
 	for _, b := range r.fanoutBehind(ctx) {
 		problem("fan-out incomplete: %s", b)
 	}

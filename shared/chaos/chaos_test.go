@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -330,5 +331,34 @@ func TestChaosRunCatchesAGroupMessageHeldOutsideAMembership(t *testing.T) {
 	t.Log(res)
 	if res.OK() || res.Leaked == 0 || !slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "was not a member") }) {
 		t.Fatalf("the leak went unnoticed (%d group changes): %s", res.GroupOps, res)
+	}
+}
+
+// Every group change of the run fails once after it was stored: with op
+// ids each asked again is answered as the first and the run is clean;
+// stored without them, the run catches the answers that name nobody.
+func TestChaosRunHoldsGroupChangeAnswersToWhomTheyChanged(t *testing.T) {
+	t.Parallel()
+	for _, withoutOpID := range []bool{false, true} {
+		var failed sync.Map
+		res, err := runSmall(context.Background(), Config{Seed: 5, Users: 4, MaxDevices: 1, Groups: 4, Messages: 60, Churn: 0.3, Network: netem.Profiles["perfect"],
+			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
+				if fn == "GroupFunction" {
+					h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed, WithoutOpID: withoutOpID}
+				}
+			}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(res)
+		caught := slices.ContainsFunc(res.Problems, func(p string) bool { return strings.Contains(p, "group change answer") })
+		switch {
+		case res.GroupAnswers == 0:
+			t.Fatalf("no group change answer was checked (%d changes): %s", res.GroupOps, res)
+		case !withoutOpID && !res.OK():
+			t.Fatalf("with op ids: %s\n%v", res, res.Problems)
+		case withoutOpID && !caught:
+			t.Fatalf("answers of changes stored without their op id went unnoticed: %s\n%v", res, res.Problems)
+		}
 	}
 }

@@ -517,6 +517,40 @@ func TestAGroupChangeWhoseAnswerIsLostIsAnsweredAsTheFirst(t *testing.T) {
 	}
 }
 
+// A group change the server answers internal — its invocation failed
+// after storing it — is asked again by the SDK a second later, with its
+// op id, and answered as the first: the caller gets whom it changed, not
+// the error (and not "changed nobody" from a retry of its own).
+func TestAGroupChangeAnsweredInternalIsAskedAgainAndAnsweredAsTheFirst(t *testing.T) {
+	t.Parallel()
+	var failed sync.Map
+	st := startStackWith(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		if fn == "GroupFunction" {
+			h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed}
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	g, err := alice.CreateGroup(ctx, "Ops", "bob", "carol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := alice.AddMembers(ctx, g.ConversationID, "", "dave", "bob")
+	if err != nil || !slices.Equal(got.Changed, []string{"dave"}) || got.Count != 4 {
+		t.Fatalf("an add that failed after storing answered %+v, %v; want dave changed", got, err)
+	}
+	got, err = alice.RemoveMembers(ctx, g.ConversationID, "carol")
+	if err != nil || !slices.Equal(got.Changed, []string{"carol"}) || got.Count != 3 {
+		t.Fatalf("a remove that failed after storing answered %+v, %v; want carol changed", got, err)
+	}
+	n := 0
+	failed.Range(func(any, any) bool { n++; return true })
+	if n != 2 {
+		t.Fatalf("%d changes failed after storing, want both", n)
+	}
+}
+
 // In an app's alert conversation the SDK marks alerts read by inbox seq
 // (an alert can reach the inbox after a later one, below the convSeq
 // watermark): MarkAlertsRead reads exactly the alerts up to the inbox seq

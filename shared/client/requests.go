@@ -18,9 +18,16 @@ import (
 // when there is none; ctx bounds the wait. They are not persisted, but a
 // query still unanswered when its connection is lost is asked again on
 // the next one, and every unanswered query again when API Gateway answers
-// a frame with its own error (which names no request): every query is
-// safe to repeat (a group create names its id: a create sent again is
-// answered as the first).
+// a frame with its own error (which names no request), and one the server
+// answers internal or rate_limited again after a second (or the wait it
+// names), up to queryRetries times: every query is safe to repeat (a
+// group create names its id and a group change carries an op id: either
+// sent again is answered as the first, though the failed invocation had
+// stored it).
+
+// queryRetries is how many times a query answered internal or
+// rate_limited is asked again before its error is returned.
+const queryRetries = 3
 
 // GroupInfo answers group operations (see wire.GroupInfo).
 type GroupInfo = wire.GroupInfo
@@ -72,23 +79,37 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		delete(c.answers, ref)
 		c.mu.Unlock()
 	}()
-	if err := c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), ref: ref}); err != nil {
-		return err
-	}
-	select {
-	case raw := <-q.answer:
+	for retries := 0; ; retries++ {
+		if err := c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), ref: ref}); err != nil {
+			return err
+		}
+		var raw json.RawMessage
+		select {
+		case raw = <-q.answer:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return errClosed
+		}
 		var e wire.Error
-		if json.Unmarshal(raw, &e) == nil && e.Type == wire.TypeError {
+		if json.Unmarshal(raw, &e) != nil || e.Type != wire.TypeError {
+			if err := json.Unmarshal(raw, out); err != nil {
+				return fmt.Errorf("answer to %T: %w", frame, err)
+			}
+			return nil
+		}
+		if (e.Code != wire.CodeInternal && e.Code != wire.CodeRateLimited) || retries == queryRetries {
 			return &ServerError{Code: e.Code, Message: e.Message, RequestID: e.RequestID}
 		}
-		if err := json.Unmarshal(raw, out); err != nil {
-			return fmt.Errorf("answer to %T: %w", frame, err)
+		wait := max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond)
+		c.log.Info("query failed; asking again", "code", e.Code, "wait", wait, "requestId", e.RequestID)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return errClosed
 		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		return errClosed
 	}
 }
 

@@ -542,24 +542,6 @@ func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 	}
 }
 
-// crashOncePerOpID fails the first invocation of each group change with
-// an op id after the change was stored: the invocation crashed before
-// answering, indexing and telling anyone.
-type crashOncePerOpID struct {
-	handler.Groups
-	crashed *sync.Map // op id -> true
-}
-
-func (g crashOncePerOpID) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
-	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, opID)
-	if err == nil && opID != "" && len(changed) > 0 {
-		if _, again := g.crashed.LoadOrStore(opID, true); !again {
-			return nil, errors.New("the invocation crashed after storing the change")
-		}
-	}
-	return changed, err
-}
-
 // A group change with an op id whose invocation failed after storing it,
 // sent again as a client does on the error, is answered as the first:
 // changed names the users it changed, a removed member is told, an added
@@ -571,7 +553,7 @@ func TestAGroupChangeSentAgainWithItsOpIDAnswersAndTellsAsTheFirst(t *testing.T)
 	var crashed sync.Map
 	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
 		if fn == "GroupFunction" {
-			h.Groups = crashOncePerOpID{h.Groups, &crashed}
+			h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &crashed}
 		}
 	}})
 	alice, bob, carol, dave, erin := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone"), dial(t, st, "dave", "phone"), dial(t, st, "erin", "phone")

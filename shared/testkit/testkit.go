@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +90,32 @@ func (a AckStoredThenFailed) Ack(ctx context.Context, r im.AckRange) (im.AckResu
 		return im.AckResult{}, errors.New("the invocation failed after moving the cursor")
 	}
 	return res, err
+}
+
+// GroupChangeStoredThenFailed fails the first invocation of each group
+// change with an op id once the change is stored (the group function
+// answers "internal"), as an invocation that stopped after its write,
+// before its answer, index and notices. Failed holds the op ids failed.
+// WithoutOpID stores the changes without their op ids, as a server that
+// knows none: a change sent again then answers that it changed nobody.
+type GroupChangeStoredThenFailed struct {
+	handler.Groups
+	Failed      *sync.Map
+	WithoutOpID bool
+}
+
+// ChangeMembers is the store's, failing each op id's first change that
+// changed someone.
+func (g GroupChangeStoredThenFailed) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
+	stored := opID
+	if g.WithoutOpID {
+		stored = ""
+	}
+	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, stored)
+	if err == nil && opID != "" && len(changed) > 0 {
+		if _, again := g.Failed.LoadOrStore(opID, true); !again {
+			return nil, errors.New("the invocation failed after storing the change")
+		}
+	}
+	return changed, err
 }

@@ -273,10 +273,10 @@ export function dropsFirstIncoming(match: (data: string) => boolean): WebSocketC
   };
 }
 
-/** A WebSocket that reads API Gateway's error frame in place of the first incoming frame `match` matches (its
- * text): as if the invocation answering had failed after storing what it did. Every outgoing frame is recorded in
- * `sent`. */
-export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Record<string, unknown>[]): WebSocketConstructor {
+/** A WebSocket that reads an error in place of the first incoming frame `match` matches (its text), as if the
+ * invocation answering had failed after storing what it did: API Gateway's error frame ("gateway"), or the
+ * server's `internal` error frame with the answer's ref ("internal"). Every outgoing frame is recorded in `sent`. */
+export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Record<string, unknown>[], how: "gateway" | "internal" = "gateway"): WebSocketConstructor {
   let failed = false;
   return class FailsInPlace extends PassThrough {
     override send(data: string) {
@@ -286,7 +286,12 @@ export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Rec
     protected override received(data: unknown): void {
       if (!failed && typeof data === "string" && match(data)) {
         failed = true;
-        super.received(`{"message": "Internal server error", "connectionId":"test", "requestId":"failed-after-store"}`);
+        const ref = (JSON.parse(data) as { ref?: string }).ref;
+        super.received(
+          how === "gateway"
+            ? `{"message": "Internal server error", "connectionId":"test", "requestId":"failed-after-store"}`
+            : JSON.stringify({ type: "error", code: "internal", message: "injected: failed after storing", requestId: "failed-after-store", ref }),
+        );
         return;
       }
       super.received(data);

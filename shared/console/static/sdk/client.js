@@ -24,6 +24,9 @@ const catchUpGraceMs = 2000;
 const housekeepingMs = 100;
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
+/** How many times a query the server answers internal or rate_limited is asked again (a second later, or after
+ * the wait it names) before the promise rejects with the error. */
+const queryRetries = 3;
 /**
  * How long a frame may still turn out to have failed: a pong shows the server received it, but its invocation may
  * still fail, and API Gateway's error frame for it (which names no frame) comes within its 29 s integration
@@ -54,6 +57,7 @@ export class SignetClient {
     reconnectTimer;
     first;
     sendWaiters = new Map();
+    /** The queries waiting for their answer, by ref; retries counts those answered internal or rate_limited. */
     queries = new Map();
     /**
      * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
@@ -542,7 +546,7 @@ export class SignetClient {
         const ref = `q${++this.refs}`;
         const frame = { ...f, ref };
         return new Promise((resolve, reject) => {
-            const q = { frame, waiter: { resolve: resolve, reject }, written: false };
+            const q = { frame, waiter: { resolve: resolve, reject }, written: false, retries: 0 };
             this.queries.set(ref, q);
             void this.run(async (s) => {
                 if (!q.written) {
@@ -568,13 +572,27 @@ export class SignetClient {
         const ref = "ref" in f ? f.ref : undefined;
         const q = ref ? this.queries.get(ref) : undefined;
         if (ref && q) {
-            this.queries.delete(ref);
             if ("type" in f && f.type === "error") {
                 const e = f;
+                if ((e.code === "internal" || e.code === "rate_limited") && q.retries < queryRetries) {
+                    // Every query is safe to repeat (a group create names its id, a group change carries an op id: sent
+                    // again, either is answered as the first though the failed invocation had stored it).
+                    q.retries++;
+                    const waitMs = Math.max(1000, e.retryAfterMs ?? 0);
+                    this.log("info", "query failed; asking again", { code: e.code, waitMs, requestId: e.requestId });
+                    setTimeout(() => {
+                        if (this.queries.get(ref) === q)
+                            void this.run(async (s2) => this.writeFrame(s2, q.frame));
+                    }, waitMs);
+                    return;
+                }
+                this.queries.delete(ref);
                 q.waiter.reject(new ServerError(e.code, e.message, e.requestId, e.retryAfterMs));
             }
-            else
+            else {
+                this.queries.delete(ref);
                 q.waiter.resolve(f);
+            }
             return;
         }
         if (!("type" in f)) {
