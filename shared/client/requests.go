@@ -196,11 +196,12 @@ func (c *Client) CreateGroup(ctx context.Context, name string, members ...string
 	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: "g:" + newID()[:18], Name: name, Users: members})
 }
 
-// The group changes below carry an op id made here: the SDK asks an
-// unanswered query again (its connection was lost, or API Gateway
-// answered a frame with its error), and a change asked again is answered
-// as the first time — Changed lists the users it changed, and they are
-// told again — though its first invocation stored it and failed after.
+// The group changes below carry an op id made here: the SDK asks a query
+// again (its connection was lost, API Gateway answered a frame with its
+// error, or the server answered it internal or rate_limited), and a
+// change asked again is answered as the first time — Changed lists the
+// users it changed, and they are told again — though its first
+// invocation stored it and failed after.
 
 // AddMembers adds users to a group with role (owner, admin or member; "" is member).
 func (c *Client) AddMembers(ctx context.Context, conversationID, role string, users ...string) (GroupInfo, error) {

@@ -264,10 +264,10 @@ export class SignetClient {
     createGroup(name, members, conversationId) {
         return this.group({ action: "group", op: "create", name, users: members, conversationId: conversationId ?? newGroupId() });
     }
-    // The group changes below carry an op id made here: the SDK asks an unanswered query again (its connection
-    // was lost, or API Gateway answered a frame with its error), and a change asked again is answered as the
-    // first time — `changed` lists the users it changed, and they are told again — though its first invocation
-    // stored it and failed after.
+    // The group changes below carry an op id made here: the SDK asks a query again (its connection was lost, API
+    // Gateway answered a frame with its error, or the server answered it internal or rate_limited), and a change
+    // asked again is answered as the first time — `changed` lists the users it changed, and they are told again —
+    // though its first invocation stored it and failed after.
     addMembers(conversationId, users, role) {
         return this.group({ action: "group", op: "add", conversationId, users, ...(role ? { role } : {}), opId: newClientMsgId() });
     }
