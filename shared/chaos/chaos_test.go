@@ -23,18 +23,33 @@ var network = netem.Profile{Loss: 0.05, Duplicate: 0.02, Reorder: 0.05, Delay: 5
 // runSmall is Run on testkit.LargeTableEmulator (memdyn unless the
 // environment names one) when the config names no emulator: a run's tables
 // grow to thousands of items, and minidyn scans its table for every Query
-// (this package took 175 s of make test on it, about 100 on memdyn).
-func runSmall(ctx context.Context, cfg Config) (Result, error) {
+// (this package took 175 s of make test on it, about 100 on memdyn). The
+// run's progress goes to the test log, and its final catch-up is bounded
+// by smallConverge unless the config says otherwise: a run that does not
+// converge then fails listing what it waited for and what verify found,
+// instead of the test binary's timeout (a small run converges in seconds;
+// CI once saw one wait out the 10-minute default and the binary panic,
+// saying nothing of why).
+func runSmall(t *testing.T, cfg Config) (Result, error) {
 	if cfg.Stack.Emulator == "" {
 		cfg.Stack.Emulator = testkit.LargeTableEmulator()
 	}
-	return Run(ctx, cfg)
+	if cfg.Converge == 0 {
+		cfg.Converge = smallConverge
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = func(format string, a ...any) { t.Logf(format, a...) }
+	}
+	return Run(context.Background(), cfg)
 }
+
+// smallConverge bounds a small run's final catch-up.
+const smallConverge = 4 * time.Minute
 
 // A small run (make chaos runs a bigger one) ends clean.
 func TestSmallChaosRunReconcilesClean(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 11, Users: 5, MaxDevices: 2, Groups: 1, Messages: 60, Network: network,
+	res, err := runSmall(t, Config{Seed: 11, Users: 5, MaxDevices: 2, Groups: 1, Messages: 60, Network: network,
 		ServerFaults: 0.02, Crashes: 0.02})
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +80,7 @@ func (l *lossyInbox) Send(ctx context.Context, d im.Draft, now time.Time) (im.St
 
 func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "SendFunction" {
 				h.Inbox = &lossyInbox{Inbox: h.Inbox}
@@ -111,7 +126,7 @@ func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
 	for seed := uint64(5); seed < 10; seed++ {
 		var refused atomic.Bool
 		var victim atomic.Pointer[string]
-		res, err := runSmall(context.Background(), Config{Seed: seed, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
+		res, err := runSmall(t, Config{Seed: seed, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
 			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 				if fn == "SendFunction" {
 					h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused, victim: &victim}
@@ -151,7 +166,7 @@ func (g ghostAcks) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
 
 func TestChaosRunCatchesATraceThatMisnamesWhoAcked(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "AckFunction" {
 				h.Inbox = ghostAcks{Inbox: h.Inbox}
@@ -171,7 +186,7 @@ func TestChaosRunCatchesATraceThatMisnamesWhoAcked(t *testing.T) {
 // in order.
 func TestSmallChaosRunWithReadDiffusedGroupsReconcilesClean(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 12, Users: 5, MaxDevices: 2, Groups: 2, Messages: 80, Network: network,
+	res, err := runSmall(t, Config{Seed: 12, Users: 5, MaxDevices: 2, Groups: 2, Messages: 80, Network: network,
 		ServerFaults: 0.02, Crashes: 0.02, GroupReads: true})
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +215,7 @@ func TestChaosRunCatchesAlertsReadThatWereNot(t *testing.T) {
 	t.Parallel()
 	// Two users and four alerts: one of them has two or more, and reads
 	// fewer than all.
-	res, err := runSmall(context.Background(), Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "ReadFunction" {
 				h.Reads = greedyReads{Reads: h.Reads}
@@ -245,7 +260,7 @@ func TestChaosRunCatchesAGroupAlertTheFanoutSkipped(t *testing.T) {
 	// answer and is put in inboxes by the alerts function itself. The
 	// skipped recipient stays queued: a short converge ends the wait.
 	var skipped atomic.Bool
-	res, err := runSmall(context.Background(), Config{Seed: 3, Users: 3, MaxDevices: 1, Groups: 1, Messages: 40, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 3, Users: 3, MaxDevices: 1, Groups: 1, Messages: 40, Network: netem.Profiles["perfect"],
 		Converge: 15 * time.Second,
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if fn == "FanoutFunction" {
@@ -284,7 +299,7 @@ func (s silentReceipts) Enqueue(ctx context.Context, delay time.Duration, jobs .
 
 func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
 		Converge: 15 * time.Second,
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if (fn == "AckFunction" || fn == "ReadFunction") && h.FanoutQueue != nil {
@@ -319,7 +334,7 @@ func (m everyoneAMember) Members(ctx context.Context, c im.ConversationID) ([]im
 
 func TestChaosRunCatchesAGroupMessageHeldOutsideAMembership(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(context.Background(), Config{Seed: 4, Users: 4, MaxDevices: 1, Groups: 2, Messages: 80, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 4, Users: 4, MaxDevices: 1, Groups: 2, Messages: 80, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Parameters: map[string]string{"GroupDelivery": "write"}, Configure: func(fn string, h *handler.Deps) {
 			if fn == "FanoutFunction" {
 				h.Fanouts = everyoneAMember{h.Fanouts}
@@ -341,7 +356,7 @@ func TestChaosRunHoldsGroupChangeAnswersToWhomTheyChanged(t *testing.T) {
 	t.Parallel()
 	for _, withoutOpID := range []bool{false, true} {
 		var failed sync.Map
-		res, err := runSmall(context.Background(), Config{Seed: 5, Users: 4, MaxDevices: 1, Groups: 4, Messages: 60, Churn: 0.3, Network: netem.Profiles["perfect"],
+		res, err := runSmall(t, Config{Seed: 5, Users: 4, MaxDevices: 1, Groups: 4, Messages: 60, Churn: 0.3, Network: netem.Profiles["perfect"],
 			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 				if fn == "GroupFunction" {
 					h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed, WithoutOpID: withoutOpID}

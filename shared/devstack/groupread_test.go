@@ -763,3 +763,74 @@ func TestACreateOrAddSentAgainAfterAFailedInvocationIndexesAndTellsItsMembers(t 
 		}
 	}
 }
+
+// indexFailsOnce fails the group function's next IndexOnline once failed
+// is false: the join was stored, the member's connections are not indexed.
+type indexFailsOnce struct {
+	handler.OnlineIndex
+	failed *atomic.Bool
+}
+
+func (o indexFailsOnce) IndexOnline(ctx context.Context, conn im.Connection, groups []im.ConversationID) (bool, error) {
+	if o.failed.CompareAndSwap(false, true) {
+		return false, errors.New("injected: the index write failed")
+	}
+	return o.OnlineIndex.IndexOnline(ctx, conn, groups)
+}
+
+// An add whose online index write failed — the join is stored — answers
+// internal instead of succeeding with the member's connected device left
+// out of the group's pushes until it reconnected; sent again with its op
+// id it indexes them and is answered as the first. An add naming a
+// member already (another op id: the app's own retry) indexes them too,
+// without telling them again.
+func TestAnAddWhoseIndexWriteFailedAnswersInternalAndIndexesWhenSentAgain(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
+		if fn == "GroupFunction" {
+			h.Online = indexFailsOnce{h.Online, &failed}
+		}
+	}})
+	alice, bob, carol := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone")
+	failed.Store(true) // not the create's
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:idx", "name": "Idx"}, nil)
+	failed.Store(false)
+	add := map[string]any{"action": "group", "op": "add", "conversationId": "g:idx", "users": []string{"bob"}, "opId": "add-bob"}
+	alice.request(add, nil, wire.CodeInternal)
+	if got := onlineIn(t, st, "g:idx"); !slices.Equal(got, []string{"alice/laptop"}) {
+		t.Fatalf("online in g:idx = %v after the failed index write, want alice's alone", got)
+	}
+	var g wire.GroupInfo
+	alice.request(add, &g)
+	if !slices.Equal(g.Changed, []string{"bob"}) || g.Count != 2 {
+		t.Fatalf("the add sent again answered %+v, want bob changed", g)
+	}
+	// Carol's add fails the same way, and the app, not the SDK, adds her
+	// again: another op id, a member already — indexed all the same.
+	failed.Store(false)
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:idx", "users": []string{"carol"}, "opId": "add-carol"}, nil, wire.CodeInternal)
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:idx", "users": []string{"carol", "bob"}, "opId": "add-carol-2"}, &g)
+	if len(g.Changed) != 0 || g.Count != 3 {
+		t.Fatalf("the app's add of members already answered %+v, want nobody changed", g)
+	}
+	if got := onlineIn(t, st, "g:idx"); !slices.Equal(got, []string{"alice/laptop", "bob/phone", "carol/phone"}) {
+		t.Fatalf("online in g:idx = %v, want every member's connection", got)
+	}
+	alice.sendTo("a1", "g:idx", "one")
+	for _, c := range []*wsClient{bob, carol} {
+		var push wire.GroupPush
+		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 1 {
+			t.Fatalf("push: %+v, %v", push, err)
+		}
+	}
+	// Bob was told once (by the add sent again), not by the add naming him
+	// a member already. (Carol was told by neither: the add that joined
+	// her failed before its notices, and the app's own retry did not join
+	// her. A notice is not a delivery: her summary lists the group.)
+	bob.request(map[string]any{"action": "group", "op": "members", "conversationId": "g:idx"}, nil)
+	if f := bob.next(wire.TypeMembership, 10*time.Second); f.Change != "added" {
+		t.Fatalf("bob's notice: %+v", f)
+	}
+	bob.quiet(wire.TypeMembership, time.Second)
+}

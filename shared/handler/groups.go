@@ -94,16 +94,27 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	// joined in a failed invocation would get no push of the group's
 	// messages until it reconnected, and one removed would not learn it.
 	// A create sent again and a change with an op id find what they did
-	// the first time (changed); an add without one cannot tell it from
-	// someone else's, and tells every user it names.
-	joined := changed
-	if f.Op == wire.GroupAdd && f.OpID == "" {
-		joined = make([]im.Member, len(users))
+	// the first time (changed). An add indexes every user it names (all
+	// are members now: one already may be a member whose index write
+	// failed before), and one without an op id, which cannot tell its own
+	// earlier work from someone else's, tells them all too.
+	told, indexed := changed, changed
+	if f.Op == wire.GroupAdd {
+		indexed = make([]im.Member, len(users))
 		for i, u := range users {
-			joined[i] = im.Member{User: u}
+			indexed[i] = im.Member{User: u}
+		}
+		if f.OpID == "" {
+			told = indexed
 		}
 	}
-	reads := h.indexJoined(ctx, f.Op, conv, joined)
+	reads, err := h.indexJoined(ctx, f.Op, conv, indexed)
+	if err != nil {
+		// Stored, not indexed: a connected device of a member who joined
+		// would get no push of the group until it reconnected. The change
+		// sent again (the SDKs ask again, with its op id) indexes them.
+		return h.fail(ctx, c, wire.ActionGroup, fmt.Errorf("%s %s stored, its members not indexed online: %w", f.Op, conv, err), "")
+	}
 	name, head, count, err := h.Groups.GroupInfo(ctx, conv)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
@@ -124,8 +135,8 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	if len(changed) > 0 && !replayed {
 		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
 	}
-	if len(joined) > 0 {
-		h.noticeMembership(ctx, f.Op, conv, name, c.User, joined, reads, head)
+	if len(told) > 0 {
+		h.noticeMembership(ctx, f.Op, conv, name, c.User, told, reads, head)
 	}
 	return reply(out)
 }
@@ -136,19 +147,16 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 // group when its $connect lists the user's groups. It reports whether the
 // group is read-diffused. A message stored between the join and this
 // index is not pushed to those connections: the membership notice, sent
-// after, names the head to pull up to. A failure is logged; the joined
-// devices then learn of messages only by pulling (their syncs name the
-// group) until they reconnect.
-func (h *GroupRoutes) indexJoined(ctx context.Context, op string, conv im.ConversationID, joined []im.Member) bool {
+// after, names the head to pull up to. An error means some are not
+// indexed: their devices would learn of the group's messages only when
+// they reconnect.
+func (h *GroupRoutes) indexJoined(ctx context.Context, op string, conv im.ConversationID, joined []im.Member) (bool, error) {
 	if h.Online == nil || len(joined) == 0 || (op != wire.GroupCreate && op != wire.GroupAdd) {
-		return false
+		return false, nil
 	}
 	reads, err := h.Online.GroupReadDiffused(ctx, conv)
 	if err != nil || !reads {
-		if err != nil {
-			h.log().ErrorContext(ctx, "joined members not indexed online", "err", err.Error(), "conversationId", conv)
-		}
-		return reads
+		return reads, err
 	}
 	work := make([]memberMessages, len(joined))
 	for i, m := range joined {
@@ -166,10 +174,7 @@ func (h *GroupRoutes) indexJoined(ctx context.Context, op string, conv im.Conver
 		}
 		return nil
 	})
-	if err != nil {
-		h.log().ErrorContext(ctx, "joined members not indexed online", "err", err.Error(), "conversationId", conv)
-	}
-	return true
+	return true, err
 }
 
 // noticeMembership tells the users someone else added (or created the
