@@ -713,9 +713,9 @@ func (g crashAfterCreateOrAdd) CreateGroup(ctx context.Context, c im.Conversatio
 	return changed, err
 }
 
-func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
-	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, opID)
-	if err == nil && op == im.OpAdd && g.crashed.CompareAndSwap(1, 2) {
+func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
+	changed, err := g.Groups.ChangeMembers(ctx, ch)
+	if err == nil && ch.Op == im.OpAdd && g.crashed.CompareAndSwap(1, 2) {
 		return nil, errors.New("the invocation crashed after storing the add")
 	}
 	return changed, err

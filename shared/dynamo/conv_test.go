@@ -149,7 +149,7 @@ func TestGroupDeliveredIsDerivedFromTheDeviceCursors(t *testing.T) {
 	if _, err := st.CreateGroup(ctx, g, "Ops", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob", "dave"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob", "dave"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	// bob's inbox: 1 g#1, 2 g#2, 3 carol's 1:1 message, 4 g#3.

@@ -251,7 +251,7 @@ func TestAMemberWithoutAnIndexItemStillSends(t *testing.T) {
 		t.Fatalf("log = %+v, %v", log, err)
 	}
 	// Removed, he is refused by either path.
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpRemove, Targets: []im.UserID{"bob"}, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := st.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "y", Conversation: g, Body: []byte(`"out"`)}, now); err == nil {

@@ -38,7 +38,7 @@ func sendToGroup(t *testing.T, st *dynamo.Store, c im.ConversationID, n int, now
 
 func removeMember(t *testing.T, st *dynamo.Store, c im.ConversationID, u im.UserID, now time.Time) {
 	t.Helper()
-	if _, err := st.ChangeMembers(context.Background(), c, "alice", im.OpRemove, []im.UserID{u}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(context.Background(), im.MemberChange{Group: c, Actor: "alice", Op: im.OpRemove, Targets: []im.UserID{u}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -108,7 +108,7 @@ func TestGroupPagesServeTheMembersRangeInOrder(t *testing.T) {
 	st, ctx, now := newStore(t), context.Background(), time.Now()
 	g := im.Group("eng")
 	groupWith(t, st, g, nil, 5, now)
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	sendToGroup(t, st, g, 115, now) // bob gets 6–120
@@ -185,7 +185,7 @@ func TestARejoinedMembersPullsSkipOnlyWhatWasSentWhileOut(t *testing.T) {
 	removeMember(t, st, g, "bob", now)
 	sendToGroup(t, st, g, 2, now) // 4, 5: sent while bob is out
 	for range 2 {                 // added twice: the second changes nothing
-		if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+		if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -279,7 +279,7 @@ func TestReadGroupsSayWhereADeviceStandsInEachGroup(t *testing.T) {
 	}
 	// A member added later starts where they joined: not behind, and a
 	// pull from 0 finds nothing and continues from there.
-	if _, err := st.ChangeMembers(ctx, g1, "alice", im.OpAdd, []im.UserID{"dave"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g1, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"dave"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := st.ReadGroups(ctx, "dave", "phone"); err != nil || len(got) != 1 || got[0] != (im.GroupPosition{Conversation: g1, Head: 3, Acked: 3}) {
@@ -367,7 +367,7 @@ func TestTheTraceOfAReadDiffusedGroupMessageIsDerived(t *testing.T) {
 		t.Fatalf("a group message's id %s locates %s #%d (%v), want %s #1", first.Message.ID, c, seq, ok, g)
 	}
 	sendToGroup(t, st, g, 1, t0)
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"dave"}, im.RoleMember, 500, t0, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"dave"}, Role: im.RoleMember, Limit: 500, At: t0}); err != nil {
 		t.Fatal(err)
 	}
 	acks := []struct {

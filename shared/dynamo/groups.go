@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -260,29 +259,30 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 	return out, nil
 }
 
-// ChangeMembers applies op (add, remove or role) by actor to targets,
-// giving them role (add, role). Each transaction moves at most 45 members
-// and is conditional on the conversation head, so it is ordered against
-// every send. The limit bounds active members. It returns the members whose
-// record changed; targets already in the wanted state are skipped (a retry
-// changes nothing). A change with an op id (opID, "" for none) marks the
-// records it writes (im.ChangeKey), and the same change sent again returns
+// ChangeMembers applies ch's op (add, remove or role) by its actor to its
+// targets, giving them its role (add, role). Each transaction moves at most
+// 45 members and is conditional on the conversation head, so it is ordered
+// against every send. The limit bounds active members. It returns the
+// members whose record changed; targets already in the wanted state are
+// skipped (a retry changes nothing). A change with an op id marks the
+// records it writes (im.MemberChange.Key), and the same change sent again returns
 // the records still marked by it as changed, without writing them again
 // or asking again whether the actor may: its first invocation may have
 // stored it and failed before answering, and the actor who left the group
 // by it is no member any more.
-func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
+func (st *Store) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
 	// A transaction may not touch an item twice: a target named twice is one.
-	seen := make(map[im.UserID]bool, len(targets))
-	targets = slices.DeleteFunc(slices.Clone(targets), func(u im.UserID) bool {
+	seen := make(map[im.UserID]bool, len(ch.Targets))
+	targets := slices.DeleteFunc(slices.Clone(ch.Targets), func(u im.UserID) bool {
 		dup := seen[u]
 		seen[u] = true
 		return dup
 	})
 	var changed []im.Member
 	for start := 0; start < len(targets); start += maxMembersPerChange {
-		chunk := targets[start:min(start+maxMembersPerChange, len(targets))]
-		done, err := st.changeChunk(ctx, c, actor, op, chunk, role, limit, now, im.ChangeKey(actor, opID))
+		chunk := ch
+		chunk.Targets = targets[start:min(start+maxMembersPerChange, len(targets))]
+		done, err := st.changeChunk(ctx, chunk)
 		changed = append(changed, done...)
 		if err != nil {
 			return changed, err
@@ -294,8 +294,9 @@ func (st *Store) ChangeMembers(ctx context.Context, c im.ConversationID, actor i
 // changeChunk applies one membership change to at most
 // maxMembersPerChange targets in one transaction ordered against the
 // group's messages (the head advanced on its value read), retrying a
-// lost race with the state read again. Key is the change's im.ChangeKey.
-func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, key string) ([]im.Member, error) {
+// lost race with the state read again.
+func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
+	c, actor, op, targets, role, key := ch.Group, ch.Actor, ch.Op, ch.Targets, ch.Role, ch.Key()
 	for attempt := range st.MaxAttempts {
 		h, members, err := st.groupState(ctx, c, append([]im.UserID{actor}, targets...))
 		if err != nil {
@@ -333,7 +334,7 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 					ownersDelta++
 				}
 				item := map[string]types.AttributeValue{
-					attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(now.UnixMilli()), "by": s(string(actor)),
+					attrConv: s(string(c)), attrSK: s(memberSK(u)), "role": s(string(role)), "joined": n(h.seq), "at": n(ch.At.UnixMilli()), "by": s(string(actor)),
 				}
 				if len(t.Past) > 0 {
 					item[attrPast] = pastValue(t.Past)
@@ -395,8 +396,8 @@ func (st *Store) changeChunk(ctx context.Context, c im.ConversationID, actor im.
 		if len(items) == 0 {
 			return changed, nil // nothing, or only what this change did before
 		}
-		if h.count+countDelta > int64(limit) {
-			return nil, fmt.Errorf("group %s: %d members + %d > limit %d: %w", c, h.count, countDelta, limit, im.ErrGroupFull)
+		if h.count+countDelta > int64(ch.Limit) {
+			return nil, fmt.Errorf("group %s: %d members + %d > limit %d: %w", c, h.count, countDelta, ch.Limit, im.ErrGroupFull)
 		}
 		if h.owners+ownersDelta < 1 {
 			return nil, fmt.Errorf("group %s: %w", c, im.ErrLastOwner)

@@ -24,7 +24,7 @@ func TestAppendGroupIsExactlyOnceAndInOrder(t *testing.T) {
 	if _, err := st.CreateGroup(ctx, g, "Ops", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 100; i++ {
@@ -88,10 +88,10 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 	if _, err := st.CreateGroup(ctx, g, "Early", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpRemove, Targets: []im.UserID{"bob"}, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	m, err := st.Member(ctx, g, "bob")
@@ -102,7 +102,7 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 		t.Fatalf("removed member's send: %v", err)
 	}
 	// Added again, he is in from the current head on.
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
 	if m, _ := st.Member(ctx, g, "bob"); !m.Active() {
@@ -112,10 +112,10 @@ func TestRemovedBeforeAnyMessageIsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The member limit counts current members only.
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"c1", "c2"}, im.RoleMember, 3, now, ""); !errors.Is(err, im.ErrGroupFull) {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"c1", "c2"}, Role: im.RoleMember, Limit: 3, At: now}); !errors.Is(err, im.ErrGroupFull) {
 		t.Fatalf("over the limit: %v", err)
 	}
-	if _, err := st.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"alice"}, "", 500, now, ""); !errors.Is(err, im.ErrLastOwner) {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpRemove, Targets: []im.UserID{"alice"}, Limit: 500, At: now}); !errors.Is(err, im.ErrLastOwner) {
 		t.Fatalf("last owner leaving: %v", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok {
 			// Bob read his admin role; before his add commits, alice demotes him.
 			once.Do(func() {
-				if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpRole, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+				if _, err := plain.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpRole, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 					t.Errorf("demote: %v", err)
 				}
 			})
@@ -166,10 +166,10 @@ func TestAdminDemotedDuringAddCannotCompleteIt(t *testing.T) {
 	if _, err := plain.CreateGroup(ctx, g, "Race", "alice", nil, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleAdmin, 500, now, ""); err != nil {
+	if _, err := plain.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleAdmin, Limit: 500, At: now}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bobs.ChangeMembers(ctx, g, "bob", im.OpAdd, []im.UserID{"carol"}, im.RoleMember, 500, now, ""); !errors.Is(err, im.ErrForbidden) {
+	if _, err := bobs.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "bob", Op: im.OpAdd, Targets: []im.UserID{"carol"}, Role: im.RoleMember, Limit: 500, At: now}); !errors.Is(err, im.ErrForbidden) {
 		t.Fatalf("add by a just-demoted admin: %v, want forbidden", err)
 	}
 	if m, err := plain.Member(ctx, g, "carol"); err != nil || m.Role.Valid() {
@@ -191,7 +191,7 @@ func TestGroupChangesCountAUserNamedTwiceOnce(t *testing.T) {
 		if op == im.OpRemove {
 			role = ""
 		}
-		changed, err := st.ChangeMembers(ctx, g, "alice", op, []im.UserID{"dave", "dave", "bob", "bob"}, role, 500, now, "")
+		changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: op, Targets: []im.UserID{"dave", "dave", "bob", "bob"}, Role: role, Limit: 500, At: now})
 		if err != nil {
 			t.Fatalf("%s with duplicates: %v", op, err)
 		}
@@ -263,7 +263,7 @@ func groupIsNowhere(t *testing.T, st *dynamo.Store, g im.ConversationID, owner, 
 	if _, err := st.SendGroup(ctx, im.Draft{From: owner, ClientMsgID: "m1", Conversation: g, Body: []byte(`{"text":"hi"}`)}, time.Now()); err == nil {
 		t.Error("the owner could send into it")
 	}
-	if _, err := st.ChangeMembers(ctx, g, owner, im.OpAdd, []im.UserID{"zed"}, im.RoleMember, 500, time.Now(), ""); !errors.Is(err, im.ErrNoSuchGroup) {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: owner, Op: im.OpAdd, Targets: []im.UserID{"zed"}, Role: im.RoleMember, Limit: 500, At: time.Now()}); !errors.Is(err, im.ErrNoSuchGroup) {
 		t.Errorf("add: %v, want no such group", err)
 	}
 }
@@ -358,7 +358,7 @@ func TestConcurrentMemberChangesAllLand(t *testing.T) {
 	errs := make(chan error, 12)
 	for i := range 12 {
 		wg.Go(func() {
-			if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{im.UserID(fmt.Sprintf("m%02d", i))}, im.RoleMember, 500, now, ""); err != nil {
+			if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{im.UserID(fmt.Sprintf("m%02d", i))}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 				errs <- err
 			}
 		})
@@ -386,7 +386,7 @@ func TestARemovalBetweenTheSendsReadAndItsWriteRefusesTheSend(t *testing.T) {
 	g := im.Group("race")
 	plain, hooked := newStores(t, func(ctx context.Context, in any) error {
 		if _, ok := in.(*dynamodb.TransactWriteItemsInput); ok && removed.CompareAndSwap(false, true) {
-			_, err := plain.ChangeMembers(ctx, g, "alice", im.OpRemove, []im.UserID{"bob"}, "", 500, now, "")
+			_, err := plain.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpRemove, Targets: []im.UserID{"bob"}, Limit: 500, At: now})
 			return err
 		}
 		return nil
@@ -459,7 +459,7 @@ func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
 	}
 	change := func(actor im.UserID, op im.GroupOp, role im.Role, opID string, targets ...im.UserID) []im.UserID {
 		t.Helper()
-		changed, err := st.ChangeMembers(ctx, g, actor, op, targets, role, 500, now, opID)
+		changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: actor, Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
 		if err != nil {
 			t.Fatalf("%s %s %v (op id %q): %v", actor, op, targets, opID, err)
 		}
@@ -499,7 +499,7 @@ func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
 			}
 		}
 	}
-	if _, err := st.ChangeMembers(ctx, g, "erin", im.OpRemove, []im.UserID{"erin"}, "", 500, now, ""); !errors.Is(err, im.ErrNotMember) {
+	if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "erin", Op: im.OpRemove, Targets: []im.UserID{"erin"}, Limit: 500, At: now}); !errors.Is(err, im.ErrNotMember) {
 		t.Errorf("a leave sent again without its op id: %v, want %v", err, im.ErrNotMember)
 	}
 	// Another actor's change with the same op id is another change.

@@ -74,7 +74,7 @@ func TestGroupViewsAgreeWithAModelOfTheMemberships(t *testing.T) {
 				log = append(log, fmt.Sprintf("remove@%d", head))
 			case k < 15 && !active:
 				for range 1 + r.IntN(2) { // added twice: the second changes nothing
-					if _, err := st.ChangeMembers(ctx, g, "alice", im.OpAdd, []im.UserID{"bob"}, im.RoleMember, 500, now, ""); err != nil {
+					if _, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"bob"}, Role: im.RoleMember, Limit: 500, At: now}); err != nil {
 						t.Fatal(err)
 					}
 				}

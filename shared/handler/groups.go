@@ -20,7 +20,7 @@ import (
 // Groups is the storage of groups: membership, the group log and fan-out.
 type Groups interface {
 	CreateGroup(ctx context.Context, c im.ConversationID, name string, owner im.UserID, members []im.UserID, now time.Time) ([]im.Member, error)
-	ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error)
+	ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Member, error)
 	Members(ctx context.Context, c im.ConversationID) ([]im.Member, error)
 	Member(ctx context.Context, c im.ConversationID, u im.UserID) (im.Member, error)
 	GroupInfo(ctx context.Context, c im.ConversationID) (name string, head, count int64, err error)
@@ -70,14 +70,19 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 			// time; the members are indexed and told again below.
 			replayed, err = true, nil
 		}
-	case wire.GroupAdd:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpAdd, users, im.Role(f.Role), h.memberLimit(), now, f.OpID)
-	case wire.GroupRemove:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, users, "", h.memberLimit(), now, f.OpID)
-	case wire.GroupLeave:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRemove, []im.UserID{c.User}, "", h.memberLimit(), now, f.OpID)
-	case wire.GroupRole:
-		changed, err = h.Groups.ChangeMembers(ctx, conv, c.User, im.OpRole, users, im.Role(f.Role), h.memberLimit(), now, f.OpID)
+	case wire.GroupAdd, wire.GroupRemove, wire.GroupLeave, wire.GroupRole:
+		ch := im.MemberChange{Group: conv, Actor: c.User, Targets: users, Role: im.Role(f.Role), Limit: h.memberLimit(), At: now, OpID: f.OpID}
+		switch f.Op {
+		case wire.GroupAdd:
+			ch.Op = im.OpAdd
+		case wire.GroupRemove:
+			ch.Op, ch.Role = im.OpRemove, ""
+		case wire.GroupLeave:
+			ch.Op, ch.Role, ch.Targets = im.OpRemove, "", []im.UserID{c.User}
+		case wire.GroupRole:
+			ch.Op = im.OpRole
+		}
+		changed, err = h.Groups.ChangeMembers(ctx, ch)
 	case wire.GroupMembers:
 		var me im.Member
 		if me, err = h.Groups.Member(ctx, conv, c.User); err == nil && !me.Role.Valid() {
@@ -133,7 +138,9 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 		}
 	}
 	if len(changed) > 0 && !replayed {
-		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "requestId", c.RequestID)
+		// A change with an op id sent again logs again (the store answers
+		// it as the first, without saying so): the op id names both lines.
+		h.log().InfoContext(ctx, "group changed", "op", f.Op, "conversationId", conv, "userId", c.User, "changed", len(changed), "opId", f.OpID, "requestId", c.RequestID)
 	}
 	if len(told) > 0 {
 		h.noticeMembership(ctx, f.Op, conv, name, c.User, told, reads, head)

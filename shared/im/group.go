@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -93,18 +94,35 @@ type Member struct {
 	// oldest first (at most MaxPastSpans).
 	Past []Span
 	// Change names the change that last wrote the record when it came with
-	// an op id (ChangeKey); empty otherwise.
+	// an op id (MemberChange.Key); empty otherwise.
 	Change string
 }
 
-// ChangeKey is what a membership change by actor with op id opID leaves on
-// the records it writes (Member.Change): the same change sent again finds
-// the records it wrote. Empty without an op id.
-func ChangeKey(actor UserID, opID string) string {
-	if opID == "" {
+// A MemberChange is one change of a group's membership or roles that an
+// actor asks for.
+type MemberChange struct {
+	Group   ConversationID
+	Actor   UserID
+	Op      GroupOp
+	Targets []UserID
+	// Role is what an add gives its targets and a role change makes them.
+	Role Role
+	// Limit bounds the group's active members after the change.
+	Limit int
+	At    time.Time
+	// OpID is the client's id of the change ("" for none): the same change
+	// sent again is answered as the first (Key).
+	OpID string
+}
+
+// Key is what the change leaves on the records it writes (Member.Change):
+// the same change sent again (same actor, same op id) finds the records it
+// wrote. Empty without an op id.
+func (ch MemberChange) Key() string {
+	if ch.OpID == "" {
 		return ""
 	}
-	return string(actor) + " " + opID
+	return string(ch.Actor) + " " + ch.OpID
 }
 
 // Span is an earlier membership of a group: the member received the

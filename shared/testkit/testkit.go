@@ -106,12 +106,12 @@ type GroupChangeStoredThenFailed struct {
 
 // ChangeMembers is the store's, failing each op id's first change that
 // changed someone.
-func (g GroupChangeStoredThenFailed) ChangeMembers(ctx context.Context, c im.ConversationID, actor im.UserID, op im.GroupOp, targets []im.UserID, role im.Role, limit int, now time.Time, opID string) ([]im.Member, error) {
-	stored := opID
+func (g GroupChangeStoredThenFailed) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
+	opID := ch.OpID
 	if g.WithoutOpID {
-		stored = ""
+		ch.OpID = ""
 	}
-	changed, err := g.Groups.ChangeMembers(ctx, c, actor, op, targets, role, limit, now, stored)
+	changed, err := g.Groups.ChangeMembers(ctx, ch)
 	if err == nil && opID != "" && len(changed) > 0 {
 		if _, again := g.Failed.LoadOrStore(opID, true); !again {
 			return nil, errors.New("the invocation failed after storing the change")
