@@ -45,7 +45,8 @@ Runs the whole system under chaos on an in-process local stack (DynamoDB and
 SQS from AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS when set): SDK
 devices behind signet netem's weak network, offline periods, crashes between
 persisting and acking, retried sends (before and after the ACK, from other
-devices), reconnect storms, group membership churn, alerts an app posts over
+devices), reconnect storms, group churn (owners add, remove and re-role
+members, members leave), alerts an app posts over
 HTTPS (every 20th send; retried with its Idempotency-Key), and server-side faults
 (AWS calls failing mid-handler, lost, 410 and failing pushes, duplicated and
 delayed queue messages). Then it reconciles every ACKed message against every
@@ -53,7 +54,8 @@ device's journal and the server's inboxes: lost, shown twice, out of order,
 unACKed, idempotency violations, group messages held by a user who was not a
 member when they were sent, refusals the run cannot explain (only group
 sends by users who were not members may be refused), group change
-answers that do not name exactly the member they changed, and traces of
+answers that do not name exactly the member they changed (a leave of a
+member refused counts too), and traces of
 1:1 messages that name a device that did not ack or miss one whose cursor
 covers the message. Exit status 1 if anything is found.
 

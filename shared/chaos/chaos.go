@@ -91,8 +91,9 @@ type Result struct {
 	Sent, Acked, Refused, Retries      int
 	Deliveries                         int // entries shown on devices
 	Crashes, Offline, Storms, GroupOps int
-	// AddedBack counts the group changes that added a removed member back.
-	AddedBack int
+	// AddedBack counts the group changes that added a removed member back,
+	// Leaves those by which a member left, RoleChanges those of a role.
+	AddedBack, Leaves, RoleChanges int
 	// GroupAnswers counts the group changes whose answer was held to what
 	// the run knew of the member before (changed names them exactly when
 	// the change was theirs: also when it was asked again after a fault).
@@ -145,14 +146,14 @@ func (r Result) String() string {
   %d users, %d devices, %d groups
   sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once, %d to a group (%d checked)
   deliveries: %d shown on devices
-  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back; %d answers checked), %d server-side faults
+  faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back, %d leaves, %d role changes; %d answers checked), %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
   status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
-		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.GroupAnswers, r.ServerFaults, r.Network,
+		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.Leaves, r.RoleChanges, r.GroupAnswers, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
@@ -240,6 +241,12 @@ type runner struct {
 	// (churn adds such members back half the time: a member removed and
 	// added again keeps what was sent to them before).
 	removed map[string]bool
+	// member holds "group/user" → whether they are a member, as the
+	// server's answers to the run's changes of them say (none: as at the
+	// group's creation); roles the role the run last gave them (none:
+	// member).
+	member map[string]bool
+	roles  map[string]string
 	// groupMu serializes the run's changes of each group, so that what it
 	// knew of a member before a change still holds when it is answered;
 	// unsure holds "group/user" once a change of theirs went unanswered
@@ -288,7 +295,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
-		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
+		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}, member: map[string]bool{}, roles: map[string]string{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -793,20 +800,61 @@ func (r *runner) send(ctx context.Context, d *device, dr *draft) error {
 	return err
 }
 
-// churn adds or removes a member of a group this user owns.
+// isMember reports whether u is a member of g as far as the run knows:
+// as the answer to its last change of them said, or as at the group's
+// creation. The caller holds dmu.
+func (r *runner) isMember(g, u string) bool {
+	if m, ok := r.member[g+"/"+u]; ok {
+		return m
+	}
+	return r.members[g][u]
+}
+
+// A groupChange is one kind of change churn asks for.
+type groupChange string
+
+const (
+	churnAdd    groupChange = "add"
+	churnRemove groupChange = "remove"
+	churnLeave  groupChange = "leave"
+	churnRole   groupChange = "role"
+)
+
+// churn changes a group: mostly its owner adds or removes a member, now
+// and then makes a member an admin or a member again, or a member who does
+// not own it leaves it.
 func (r *runner) churn(ctx context.Context, d *device) {
-	var mine []string
+	var mine, others []string // others: groups d's user is a member of and does not own
+	r.dmu.Lock()
 	for _, g := range r.groups {
-		if r.owners[g] == d.user {
+		switch {
+		case r.owners[g] == d.user:
 			mine = append(mine, g)
+		case r.isMember(g, d.user):
+			others = append(others, g)
 		}
+	}
+	r.dmu.Unlock()
+	kind := churnRemove
+	switch p := r.intn(8); {
+	case p == 0:
+		kind = churnLeave
+	case p == 1:
+		kind = churnRole
+	case p < 5:
+		kind = churnAdd
+	}
+	if kind == churnLeave {
+		if len(others) > 0 {
+			r.changeGroup(ctx, d, others[r.intn(len(others))], d.user, kind, "")
+		}
+		return
 	}
 	if len(mine) == 0 {
 		return
 	}
 	g := mine[r.intn(len(mine))]
 	peer := fmt.Sprintf("u%03d", r.intn(r.cfg.Users))
-	add := r.intn(2) == 0
 	r.dmu.Lock()
 	var gone []string
 	for k := range r.removed {
@@ -815,13 +863,41 @@ func (r *runner) churn(ctx context.Context, d *device) {
 		}
 	}
 	r.dmu.Unlock()
-	if add && len(gone) > 0 && r.intn(2) == 0 {
+	if kind == churnAdd && len(gone) > 0 && r.intn(2) == 0 {
 		slices.Sort(gone)
 		peer = gone[r.intn(len(gone))] // back again
 	}
 	if peer == d.user {
 		return
 	}
+	role := ""
+	if kind == churnRole {
+		// Of a member, as far as the run knows: a role change of anyone
+		// else is refused.
+		r.dmu.Lock()
+		var now []string
+		for i := range r.cfg.Users {
+			if u := fmt.Sprintf("u%03d", i); u != d.user && r.isMember(g, u) {
+				now = append(now, u)
+			}
+		}
+		r.dmu.Unlock()
+		if len(now) == 0 {
+			return
+		}
+		slices.Sort(now)
+		peer, role = now[r.intn(len(now))], []string{"admin", "member"}[r.intn(2)]
+	}
+	r.changeGroup(ctx, d, g, peer, kind, role)
+}
+
+// changeGroup asks for one change of peer's membership of g from device d
+// (role: the role a role change gives) and holds its answer to what the
+// run knew of peer before: changed names peer exactly when the change was
+// theirs to make (an add of a non-member, a removal or leave of a member,
+// a role change of a member who had another role), also when the SDK
+// asked again after a fault; a leave of a member is not refused.
+func (r *runner) changeGroup(ctx context.Context, d *device, g, peer string, kind groupChange, role string) {
 	c := d.client()
 	if c == nil {
 		return
@@ -839,24 +915,29 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	mu.Lock()
 	defer mu.Unlock()
 	r.dmu.Lock()
-	sure, wasMember := !r.unsure[key], r.members[g][peer]
-	if r.changed[key] {
-		wasMember = !r.removed[key] // every earlier change of theirs was answered
+	sure, wasMember := !r.unsure[key], r.isMember(g, peer)
+	wasRole := cmp.Or(r.roles[key], "member")
+	if kind != churnRole {
+		r.changed[key] = true // a role change leaves membership as it was
 	}
-	r.changed[key] = true
 	r.dmu.Unlock()
 	var (
 		ans client.GroupInfo
 		err error
 	)
-	if add {
+	switch kind {
+	case churnAdd:
 		ans, err = c.AddMembers(cctx, g, "member", peer)
-	} else {
+	case churnRemove:
 		ans, err = c.RemoveMembers(cctx, g, peer)
+	case churnLeave:
+		ans, err = c.LeaveGroup(cctx, g)
+	case churnRole:
+		ans, err = c.SetRole(cctx, g, role, peer)
 	}
-	// Refused (forbidden, bad_request), the change was not made; failed
-	// (internal, rate_limited after the SDK's retries) or unanswered, it
-	// may have been.
+	// Refused (forbidden, not_member, bad_request), the change was not
+	// made; failed (internal, rate_limited after the SDK's retries) or
+	// unanswered, it may have been.
 	var se *client.ServerError
 	refused := errors.As(err, &se) && se.Code != wire.CodeInternal && se.Code != wire.CodeRateLimited
 	if err != nil && !refused {
@@ -864,31 +945,59 @@ func (r *runner) churn(ctx context.Context, d *device) {
 		r.unsure[key] = true
 		r.dmu.Unlock()
 	}
-	if err == nil && sure {
-		want := add != wasMember
-		if got := slices.Contains(ans.Changed, peer); got != want {
-			r.dmu.Lock()
-			r.answerFaults = append(r.answerFaults, fmt.Sprintf("group change answer: %s of %s in %s answered changed %v; %s was a member before: %v", map[bool]string{true: "add", false: "remove"}[add], peer, g, ans.Changed, peer, wasMember))
-			r.dmu.Unlock()
-		}
-		r.count(func(res *Result) { res.GroupAnswers++ })
-	}
-	if err == nil {
+	fault := func(format string, a ...any) {
 		r.dmu.Lock()
-		back := add && r.removed[key]
-		if add {
-			delete(r.removed, g+"/"+peer)
-		} else {
-			r.removed[g+"/"+peer] = true
-		}
+		r.answerFaults = append(r.answerFaults, fmt.Sprintf("group change answer: %s of %s in %s ", kind, peer, g)+fmt.Sprintf(format, a...))
 		r.dmu.Unlock()
-		r.count(func(res *Result) {
-			res.GroupOps++
-			if back {
-				res.AddedBack++
-			}
-		})
 	}
+	if sure {
+		var want bool
+		switch kind {
+		case churnAdd:
+			want = !wasMember
+		case churnRemove, churnLeave:
+			want = wasMember
+		case churnRole:
+			want = wasMember && wasRole != role
+		}
+		switch {
+		case err == nil:
+			if got := slices.Contains(ans.Changed, peer); got != want {
+				fault("answered changed %v; %s was a member before: %v (role %s)", ans.Changed, peer, wasMember, wasRole)
+			}
+			r.count(func(res *Result) { res.GroupAnswers++ })
+		case refused && kind == churnLeave && wasMember:
+			fault("refused (%v) although %s was a member", err, peer)
+		}
+	}
+	if err != nil {
+		return
+	}
+	r.dmu.Lock()
+	back := kind == churnAdd && r.removed[key]
+	switch kind {
+	case churnAdd:
+		delete(r.removed, key)
+		r.member[key], r.roles[key] = true, "member"
+	case churnRemove, churnLeave:
+		r.removed[key], r.member[key] = true, false
+	case churnRole:
+		if slices.Contains(ans.Changed, peer) {
+			r.roles[key] = role
+		}
+	}
+	r.dmu.Unlock()
+	r.count(func(res *Result) {
+		res.GroupOps++
+		switch {
+		case back:
+			res.AddedBack++
+		case kind == churnLeave:
+			res.Leaves++
+		case kind == churnRole:
+			res.RoleChanges++
+		}
+	})
 }
 
 // converge brings every device online, settles every send and waits until
