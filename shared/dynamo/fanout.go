@@ -25,9 +25,16 @@ import (
 func (st *Store) SendGroup(ctx context.Context, d im.Draft, now time.Time) (im.Stored, error) {
 	stored, err := st.groupSend(ctx, d, now)
 	if errors.Is(err, im.ErrNotMember) {
-		// A retry of a send accepted before the sender left is still answered.
-		if replayed, rerr := st.replay(ctx, d); rerr == nil {
+		// A retry of a send accepted before the sender left is still
+		// answered; one whose look-up failed is that failure (asked again,
+		// it may find the send), never "not a member" for a message the
+		// sender's device may hold an ACK of.
+		replayed, rerr := st.replay(ctx, d)
+		switch {
+		case rerr == nil:
 			return replayed, nil
+		case !errors.Is(rerr, im.ErrNotFound):
+			return im.Stored{}, rerr
 		}
 	}
 	return stored, err

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
@@ -142,6 +144,48 @@ func TestGroupSendIsIdempotentPerSenderAndClientMsgID(t *testing.T) {
 	}
 	if _, head, _, err := st.GroupInfo(ctx, g); err != nil || head != 1 {
 		t.Fatalf("head = %d, %v", head, err)
+	}
+}
+
+// A group send retried after its sender left the group is answered as
+// the first (the sender's device may have lost the ACK); a retry whose
+// look-up of the earlier send fails is an error to ask again with, not
+// forbidden — which would tell the device that an ACKed message was
+// refused (the chaos run's hell profile found one).
+func TestAGroupSendRetriedAfterItsSenderLeftIsAnsweredAsTheFirst(t *testing.T) {
+	t.Parallel()
+	ctx, now, g := context.Background(), time.Now(), im.Group("left")
+	var fail atomic.Bool
+	plain, hooked := newStores(t, func(_ context.Context, in any) error {
+		if get, ok := in.(*dynamodb.GetItemInput); ok && fail.Load() {
+			if sk, _ := get.Key["sk"].(*types.AttributeValueMemberS); sk != nil && strings.HasPrefix(sk.Value, "i#") {
+				return errors.New("the look-up of the earlier send failed")
+			}
+		}
+		return nil
+	})
+	if _, err := plain.CreateGroup(ctx, g, "Left", "alice", []im.UserID{"bob"}, now); err != nil {
+		t.Fatal(err)
+	}
+	d := im.Draft{From: "bob", ClientMsgID: "c1", Conversation: g, Body: []byte(`"bye"`)}
+	first, err := plain.SendGroup(ctx, d, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "bob", Op: im.OpRemove, Targets: []im.UserID{"bob"}, Limit: 500, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := hooked.SendGroup(ctx, d, now.Add(time.Second))
+	if err != nil || !again.Replayed || again.Message.ID != first.Message.ID {
+		t.Fatalf("retry after leaving: %+v, %v; want a replay of %s", again, err, first.Message.ID)
+	}
+	fail.Store(true)
+	if _, err := hooked.SendGroup(ctx, d, now.Add(time.Second)); err == nil || errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("retry whose look-up failed: %v; want the failure, not not-a-member", err)
+	}
+	fail.Store(false)
+	if _, err := hooked.SendGroup(ctx, im.Draft{From: "bob", ClientMsgID: "c2", Conversation: g, Body: []byte(`"late"`)}, now); !errors.Is(err, im.ErrNotMember) {
+		t.Fatalf("a new send after leaving: %v; want not a member", err)
 	}
 }
 
