@@ -40,7 +40,14 @@ const maxMembersPerChange = 45
 // memberFrom reads a member item.
 func memberFrom(it map[string]types.AttributeValue) im.Member {
 	return im.Member{User: im.UserID(getS(it, attrSK)[2:]), Role: im.Role(getS(it, "role")), Joined: getN(it, "joined"),
-		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it), Change: getS(it, attrChange)}
+		Removed: getN(it, attrRemoved) == 1, Left: getN(it, attrLeft), Past: pastFrom(it)}
+}
+
+// memberRecord is a member item as a change reads it: the member and the
+// change that last wrote it (attrChange).
+type memberRecord struct {
+	im.Member
+	change string
 }
 
 // markChange makes member item update u record change key (attrChange):
@@ -53,8 +60,8 @@ func markChange(u *types.Update, key string) {
 	u.ExpressionAttributeValues[":change"] = s(key)
 }
 
-// attrChange is the member item's im.Member.Change: the actor and op id of
-// the change that last wrote it ("" when that change had no op id).
+// attrChange is the im.MemberChange.Key of the change that last wrote a
+// member item ("" when that change had no op id).
 const attrChange = "change"
 
 // attrPast holds a re-added member's earlier memberships (im.Member.Past)
@@ -148,20 +155,20 @@ func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string
 
 // groupState reads the head item and the member items of users, strongly
 // consistent (batchGet).
-func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im.UserID) (groupHead, map[im.UserID]im.Member, error) {
+func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im.UserID) (groupHead, map[im.UserID]memberRecord, error) {
 	keys := []map[string]types.AttributeValue{convKey(c, skHead)}
 	for _, u := range users {
 		keys = append(keys, convKey(c, memberSK(u)))
 	}
 	var h groupHead
-	members := map[im.UserID]im.Member{}
+	members := map[im.UserID]memberRecord{}
 	err := st.batchGet(ctx, st.tables.Messages, keys, true, func(it map[string]types.AttributeValue) {
 		if getS(it, attrSK) == skHead {
 			h = headFrom(it)
 			return
 		}
 		m := memberFrom(it)
-		members[m.User] = m
+		members[m.User] = memberRecord{Member: m, change: getS(it, attrChange)}
 	})
 	if err != nil {
 		return groupHead{}, nil, fmt.Errorf("group %s: %w", c, err)
@@ -206,7 +213,7 @@ func (st *Store) headAndMember(ctx context.Context, c im.ConversationID, u im.Us
 	if h.pending != "" {
 		return 0, im.Member{}, nil // staged members are nobody's yet
 	}
-	return h.seq, members[u], nil
+	return h.seq, members[u].Member, nil
 }
 
 // GroupInfo returns a group's name, head and active member count;
@@ -305,15 +312,15 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 		if !h.live() {
 			return nil, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
 		}
-		by := members[actor]
+		by := members[actor].Member
 		var items []types.TransactWriteItem
 		actorItem := -1 // index of the item that changes the actor's own record
 		var changed []im.Member
 		countDelta, ownersDelta := int64(0), int64(0)
 		for _, u := range targets {
-			t := members[u]
+			t := members[u].Member
 			t.User = u
-			if key != "" && t.Change == key {
+			if key != "" && members[u].change == key {
 				changed = append(changed, t) // by this change, sent before
 				continue
 			}
@@ -328,7 +335,6 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 				// Added again, a removed member keeps what was sent to them
 				// before (im.Member.Rejoined).
 				t = t.Rejoined(h.seq, role)
-				t.Change = key
 				countDelta++
 				if role == im.RoleOwner {
 					ownersDelta++
@@ -353,7 +359,7 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 				if t.Role == im.RoleOwner {
 					ownersDelta--
 				}
-				t.Removed, t.Left, t.Change = true, h.seq, key
+				t.Removed, t.Left = true, h.seq
 				if u == actor {
 					actorItem = len(items)
 				}
@@ -378,7 +384,7 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 				if role == im.RoleOwner {
 					ownersDelta++
 				}
-				t.Role, t.Change = role, key
+				t.Role = role
 				if u == actor {
 					actorItem = len(items)
 				}

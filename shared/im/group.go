@@ -93,9 +93,6 @@ type Member struct {
 	// Past are the member's earlier memberships that held a message,
 	// oldest first (at most MaxPastSpans).
 	Past []Span
-	// Change names the change that last wrote the record when it came with
-	// an op id (MemberChange.Key); empty otherwise.
-	Change string
 }
 
 // A MemberChange is one change of a group's membership or roles that an
@@ -115,7 +112,7 @@ type MemberChange struct {
 	OpID string
 }
 
-// Key is what the change leaves on the records it writes (Member.Change):
+// Key is what the change leaves on the member records it writes:
 // the same change sent again (same actor, same op id) finds the records it
 // wrote. Empty without an op id.
 func (ch MemberChange) Key() string {
