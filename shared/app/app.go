@@ -51,7 +51,7 @@ func New(cfg signetcfg.Config, c Clients, log *slog.Logger) *handler.Deps {
 	store.SendMode = cfg.SendMode
 	store.GroupReads = cfg.GroupReads
 	h := sdkfree.Deps(cfg, log)
-	h.Inbox, h.Connections, h.Tracer, h.Reads, h.Histories = store, store, store, store, store
+	h.Inbox, h.Connections, h.Tracer, h.Traces, h.Reads, h.Histories = store, store, store, store, store, store
 	h.Groups, h.Fanouts, h.Index, h.Presences, h.Wakes, h.GroupLogs = store, store, store, store, store, store
 	if cfg.GroupReads {
 		h.Online = store

@@ -81,11 +81,9 @@ func (l *lossyInbox) Send(ctx context.Context, d im.Draft, now time.Time) (im.St
 func TestChaosRunCatchesAnAckedMessageThatWasNeverStored(t *testing.T) {
 	t.Parallel()
 	res, err := runSmall(t, Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-			if fn == "SendFunction" {
-				h.Inbox = &lossyInbox{Inbox: h.Inbox}
-			}
-		}}})
+		Stack: devstack.Options{Configure: testkit.On("SendFunction", func(h *handler.Deps) {
+			h.Inbox = &lossyInbox{Inbox: h.Inbox}
+		})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,11 +125,9 @@ func TestChaosRunCatchesAMemberRefusedAsANonMember(t *testing.T) {
 		var refused atomic.Bool
 		var victim atomic.Pointer[string]
 		res, err := runSmall(t, Config{Seed: seed, Users: 3, MaxDevices: 1, Groups: 1, Messages: 80, Network: netem.Profiles["perfect"],
-			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-				if fn == "SendFunction" {
-					h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused, victim: &victim}
-				}
-			}}})
+			Stack: devstack.Options{Configure: testkit.On("SendFunction", func(h *handler.Deps) {
+				h.Groups = &wrongGroups{Groups: h.Groups, refused: &refused, victim: &victim}
+			})}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,11 +163,9 @@ func (g ghostAcks) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
 func TestChaosRunCatchesATraceThatMisnamesWhoAcked(t *testing.T) {
 	t.Parallel()
 	res, err := runSmall(t, Config{Seed: 3, Users: 3, MaxDevices: 1, Messages: 15, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-			if fn == "AckFunction" {
-				h.Inbox = ghostAcks{Inbox: h.Inbox}
-			}
-		}}})
+		Stack: devstack.Options{Configure: testkit.On("AckFunction", func(h *handler.Deps) {
+			h.Inbox = ghostAcks{Inbox: h.Inbox}
+		})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,11 +210,9 @@ func TestChaosRunCatchesAlertsReadThatWereNot(t *testing.T) {
 	// Two users and four alerts: one of them has two or more, and reads
 	// fewer than all.
 	res, err := runSmall(t, Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-			if fn == "ReadFunction" {
-				h.Reads = greedyReads{Reads: h.Reads}
-			}
-		}}})
+		Stack: devstack.Options{Configure: testkit.On("ReadFunction", func(h *handler.Deps) {
+			h.Reads = greedyReads{Reads: h.Reads}
+		})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,11 +327,9 @@ func (m everyoneAMember) Members(ctx context.Context, c im.ConversationID) ([]im
 func TestChaosRunCatchesAGroupMessageHeldOutsideAMembership(t *testing.T) {
 	t.Parallel()
 	res, err := runSmall(t, Config{Seed: 4, Users: 4, MaxDevices: 1, Groups: 2, Messages: 80, Network: netem.Profiles["perfect"],
-		Stack: devstack.Options{Parameters: map[string]string{"GroupDelivery": "write"}, Configure: func(fn string, h *handler.Deps) {
-			if fn == "FanoutFunction" {
-				h.Fanouts = everyoneAMember{h.Fanouts}
-			}
-		}}})
+		Stack: devstack.Options{Parameters: map[string]string{"GroupDelivery": "write"}, Configure: testkit.On("FanoutFunction", func(h *handler.Deps) {
+			h.Fanouts = everyoneAMember{h.Fanouts}
+		})}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,11 +347,9 @@ func TestChaosRunHoldsGroupChangeAnswersToWhomTheyChanged(t *testing.T) {
 	for _, withoutOpID := range []bool{false, true} {
 		var failed sync.Map
 		res, err := runSmall(t, Config{Seed: 5, Users: 4, MaxDevices: 1, Groups: 4, Messages: 60, Churn: 0.3, Network: netem.Profiles["perfect"],
-			Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
-				if fn == "GroupFunction" {
-					h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed, WithoutOpID: withoutOpID}
-				}
-			}}})
+			Stack: devstack.Options{Configure: testkit.On("GroupFunction", func(h *handler.Deps) {
+				h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed, WithoutOpID: withoutOpID}
+			})}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -827,11 +827,9 @@ func TestThrottledSendIsRetriedBySDKAndStoredOnce(t *testing.T) {
 	st, err := devstack.Start(context.Background(), devstack.Options{
 		Prefix: fmt.Sprintf("th%d", time.Now().UnixNano()), Redelivery: &quick, SyncInterval: time.Millisecond, PollWait: 200 * time.Millisecond,
 		Concurrency: 3, RateLimits: "off",
-		Configure: func(fn string, h *handler.Deps) {
-			if fn == "SendFunction" {
-				h.Inbox = holdInbox{Inbox: h.Inbox, release: release}
-			}
-		},
+		Configure: testkit.On("SendFunction", func(h *handler.Deps) {
+			h.Inbox = holdInbox{Inbox: h.Inbox, release: release}
+		}),
 	})
 	if err != nil {
 		t.Fatal(err)

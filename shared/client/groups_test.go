@@ -524,11 +524,9 @@ func TestAGroupChangeWhoseAnswerIsLostIsAnsweredAsTheFirst(t *testing.T) {
 func TestAGroupChangeAnsweredInternalIsAskedAgainAndAnsweredAsTheFirst(t *testing.T) {
 	t.Parallel()
 	var failed sync.Map
-	st := startStackWith(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "GroupFunction" {
-			h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed}
-		}
-	}})
+	st := startStackWith(t, devstack.Options{Configure: testkit.On("GroupFunction", func(h *handler.Deps) {
+		h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &failed}
+	})})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	alice := newDevice(t, st, "alice", "laptop").dial(t)

@@ -20,6 +20,7 @@ import (
 	"github.com/signet-im/signet/shared/devstack"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/wire"
 )
 
@@ -681,11 +682,9 @@ func (failingScheduler) Schedule(context.Context, []im.Check, time.Duration) err
 // notify: the connection is marked, and its next pong names the group.
 func TestAGroupPushWithoutItsRedeliveryCheckIsNamedByTheNextPong(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
-		if fn == "FanoutFunction" {
-			h.Pusher, h.Scheduler = lostGroupPushes{h.Pusher}, failingScheduler{}
-		}
-	}})
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: testkit.On("FanoutFunction", func(h *handler.Deps) {
+		h.Pusher, h.Scheduler = lostGroupPushes{h.Pusher}, failingScheduler{}
+	})})
 	alice, bob := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone")
 	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:lost", "name": "Lost", "users": []string{"bob"}}, nil)
 	alice.sendTo("l1", "g:lost", "anyone?")
@@ -730,11 +729,9 @@ func (g crashAfterCreateOrAdd) ChangeMembers(ctx context.Context, ch im.MemberCh
 func TestACreateOrAddSentAgainAfterAFailedInvocationIndexesAndTellsItsMembers(t *testing.T) {
 	t.Parallel()
 	var crashed atomic.Int32
-	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
-		if fn == "GroupFunction" {
-			h.Groups = crashAfterCreateOrAdd{h.Groups, &crashed}
-		}
-	}})
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: testkit.On("GroupFunction", func(h *handler.Deps) {
+		h.Groups = crashAfterCreateOrAdd{h.Groups, &crashed}
+	})})
 	alice, bob, carol := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone")
 	create := map[string]any{"action": "group", "op": "create", "conversationId": "g:again", "name": "Again", "users": []string{"bob"}}
 	alice.request(create, nil, wire.CodeInternal)
@@ -787,11 +784,9 @@ func (o indexFailsOnce) IndexOnline(ctx context.Context, conn im.Connection, gro
 func TestAnAddWhoseIndexWriteFailedAnswersInternalAndIndexesWhenSentAgain(t *testing.T) {
 	t.Parallel()
 	var failed atomic.Bool
-	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
-		if fn == "GroupFunction" {
-			h.Online = indexFailsOnce{h.Online, &failed}
-		}
-	}})
+	st := startStack(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: testkit.On("GroupFunction", func(h *handler.Deps) {
+		h.Online = indexFailsOnce{h.Online, &failed}
+	})})
 	alice, bob, carol := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone")
 	failed.Store(true) // not the create's
 	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:idx", "name": "Idx"}, nil)

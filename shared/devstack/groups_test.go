@@ -402,11 +402,9 @@ func TestGroupReadsCostOneWatermarkWritePerMemberPerReadAction(t *testing.T) {
 	// On testkit.LargeTableEmulator (memdyn unless the environment names
 	// one): on minidyn 200 members' $connect and reads took 90 s.
 	released := make(chan struct{})
-	st := startStack(t, devstack.Options{Emulator: testkit.LargeTableEmulator(), Parameters: map[string]string{"GroupDelivery": "read"}, Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: func(fn string, h *handler.Deps) {
-		if fn == "FanoutFunction" {
-			h.Fanouts = heldFanout{h.Fanouts, released}
-		}
-	}})
+	st := startStack(t, devstack.Options{Emulator: testkit.LargeTableEmulator(), Parameters: map[string]string{"GroupDelivery": "read"}, Concurrency: 1000, APIOptions: counter.APIOptions(), Configure: testkit.On("FanoutFunction", func(h *handler.Deps) {
+		h.Fanouts = heldFanout{h.Fanouts, released}
+	})})
 	// Before the stack closes, which waits for its invocations (a held
 	// job until the function's timeout).
 	t.Cleanup(func() { close(released) })
@@ -551,11 +549,9 @@ func TestGroupAcksWriteOnlyTheCursorAndReceiptsDeriveFromIt(t *testing.T) {
 func TestAGroupChangeSentAgainWithItsOpIDAnswersAndTellsAsTheFirst(t *testing.T) {
 	t.Parallel()
 	var crashed sync.Map
-	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "GroupFunction" {
-			h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &crashed}
-		}
-	}})
+	st := startStack(t, devstack.Options{Configure: testkit.On("GroupFunction", func(h *handler.Deps) {
+		h.Groups = testkit.GroupChangeStoredThenFailed{Groups: h.Groups, Failed: &crashed}
+	})})
 	alice, bob, carol, dave, erin := dial(t, st, "alice", "laptop"), dial(t, st, "bob", "phone"), dial(t, st, "carol", "phone"), dial(t, st, "dave", "phone"), dial(t, st, "erin", "phone")
 	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:ops", "name": "Ops", "users": []string{"bob", "carol", "erin"}}, nil)
 	for _, c := range []*wsClient{bob, carol, erin} {

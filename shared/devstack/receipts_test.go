@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -282,11 +283,9 @@ func TestHistoryPagesBackThroughTheConversation(t *testing.T) {
 func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t *testing.T) {
 	t.Parallel()
 	var crashed atomic.Bool
-	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "ReadFunction" {
-			h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: &crashed}
-		}
-	}})
+	st := startStack(t, devstack.Options{Configure: testkit.On("ReadFunction", func(h *handler.Deps) {
+		h.Reads = testkit.ReadStoredThenFailed{Reads: h.Reads, Failed: &crashed}
+	})})
 	alice := dial(t, st, "alice", "laptop")
 	bob, bobTablet := dial(t, st, "bob", "phone"), dial(t, st, "bob", "tablet")
 	alice.send("r-1", "bob", "approve?")
@@ -333,22 +332,15 @@ func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t *testing.T) {
 	t.Parallel()
 	var failed atomic.Bool
-	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
-		if fn == "AckFunction" {
-			h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
-		}
-	}})
+	st := startStack(t, devstack.Options{Configure: testkit.On("AckFunction", func(h *handler.Deps) {
+		h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
+	})})
 	alice := dial(t, st, "alice", "laptop")
 	bob := dial(t, st, "bob", "phone")
 	alice.send("a-1", "bob", "approve?")
 	alice.next("sent", 10*time.Second)
 	m := bob.next("message", 10*time.Second)
-	ack := map[string]any{"action": "ack", "upTo": m.Seq}
-	bob.write(ack)
-	bob.next("error", 10*time.Second) // the failed invocation's answer
-	if !failed.Load() {
-		t.Fatal("the ack's invocation did not fail")
-	}
+	ack := ackThatFails(t, bob, m.Seq, &failed)
 	if acked, err := st.Store.AckedUpTo(context.Background(), "bob", "phone"); err != nil || acked != m.Seq {
 		t.Fatalf("bob's cursor after the failed invocation: %d, %v; want %d (moved before the failure)", acked, err, m.Seq)
 	}
@@ -374,4 +366,63 @@ func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 	}
 	bob.write(map[string]any{"action": "ack", "upTo": m2.Seq, "again": true})
 	alice.quiet("receipt", time.Second)
+}
+
+// The same for an alert: the ack whose first invocation failed after
+// moving the cursor wrote no "acked" event to the alert's trace; written
+// again with "again" it writes it, once — an ack written again after that
+// finds it there and writes none.
+func TestAnAckWrittenAgainWritesTheAlertsAckedEventOnce(t *testing.T) {
+	t.Parallel()
+	var failed atomic.Bool
+	st := startStack(t, devstack.Options{Configure: testkit.On("AckFunction", func(h *handler.Deps) {
+		h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
+	})})
+	key := createApp(t, st, "monitoring", []string{"ann"}, 100)
+	ann := dial(t, st, "ann", "phone")
+	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": "disk-1"}, `{"to":["ann"],"title":"disk full","body":"clean up"}`)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("post: %d %s", r.status, r.raw)
+	}
+	id := im.MessageID(r.body["messageId"].(string))
+	push := ann.next("message", 10*time.Second)
+	ack := ackThatFails(t, ann, push.Seq, &failed)
+	acked := func() int {
+		evs, err := st.Store.Events(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Type == im.EventAcked && e.User == "ann" && e.Device == "phone" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := acked(); n != 0 {
+		t.Fatalf("%d acked events after the failed invocation, want none", n)
+	}
+	ack["again"] = true
+	ann.write(ack)
+	waitFor(t, "ann's acked event", func() bool { return acked() == 1 })
+	ann.write(ack)
+	ann.quiet("error", time.Second)
+	if n := acked(); n != 1 {
+		t.Fatalf("%d acked events after the ack was written again twice, want 1", n)
+	}
+}
+
+// ackThatFails acks c's inbox up to seq in an invocation that fails after
+// moving the cursor (testkit.AckStoredThenFailed, which sets failed), and
+// returns the ack to write again.
+func ackThatFails(t *testing.T, c *wsClient, seq int64, failed *atomic.Bool) map[string]any {
+	t.Helper()
+	ack := map[string]any{"action": "ack", "upTo": seq}
+	c.write(ack)
+	c.next("error", 10*time.Second) // the failed invocation's answer
+	if !failed.Load() {
+		t.Fatal("the ack's invocation did not fail")
+	}
+	return ack
 }

@@ -102,6 +102,11 @@ type Tracer interface {
 	AppendEvents(ctx context.Context, events []im.Event) error
 }
 
+// TraceReader reads a message's trace.
+type TraceReader interface {
+	Events(ctx context.Context, id im.MessageID) ([]im.Event, error)
+}
+
 // Retrier brings an SQS batch's failed messages back to their queue
 // sooner than its visibility timeout (queue.Backoff).
 type Retrier interface {
@@ -120,6 +125,10 @@ type Deps struct {
 	Scheduler   Scheduler
 	// Tracer records each message's path (nil: no trace).
 	Tracer Tracer
+	// Traces reads them: an ack written again ("again") writes the
+	// "acked" events of the alerts whose first invocation failed before
+	// writing them (nil: it does not).
+	Traces TraceReader
 	// Reads stores read watermarks.
 	Reads Reads
 	// Histories reads conversation logs.

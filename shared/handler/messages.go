@@ -403,9 +403,11 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 // deliveredAgain sends again the delivered receipts of the ack that moved
 // the device's cursor to upTo: an ack at the cursor says "again" (the
 // client writes it again after an error), and the first one's invocation
-// may have failed after its write, before the receipts. A cursor moved
-// past upTo since was moved by a later ack, whose receipts cover these.
-// A consistent read of the cursor item and of the entries it covered, for
+// may have failed after its write, before the receipts and the "acked"
+// events of the alerts it covered — those are written now unless the
+// alert's trace has them. A cursor moved past upTo since was moved by a
+// later ack, whose receipts cover these. A consistent read of the cursor
+// item and of the entries it covered (and of each alert's trace), for
 // acks written again only.
 func (h *Messages) deliveredAgain(ctx context.Context, c caller, upTo int64) {
 	last, ok, err := h.Inbox.LastAck(ctx, c.User, c.Device)
@@ -424,6 +426,36 @@ func (h *Messages) deliveredAgain(ctx context.Context, c caller, upTo int64) {
 	for conv, cseq := range peerMessages(c.User, refs, func(int64) bool { return true }) {
 		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 	}
+	h.alertsAckedAgain(ctx, c, refs)
+}
+
+// alertsAckedAgain writes the "acked" event of this device for each alert
+// among refs whose trace lacks it, and queues their status callbacks.
+func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.EntryRef) {
+	if h.Traces == nil {
+		return
+	}
+	tr := h.trail("ack", c.RequestID)
+	var alerts []im.MessageID
+	for _, r := range refs {
+		if !r.Conversation.AppConversation() {
+			continue
+		}
+		evs, err := h.Traces.Events(ctx, r.ID)
+		if err != nil {
+			h.log().WarnContext(ctx, "alert trace not read: its acked event not written again", "err", err.Error(), "messageId", r.ID)
+			continue
+		}
+		if slices.ContainsFunc(evs, func(e im.Event) bool {
+			return e.Type == im.EventAcked && e.User == c.User && e.Device == c.Device
+		}) {
+			continue
+		}
+		tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
+		alerts = append(alerts, r.ID)
+	}
+	tr.flush(ctx)
+	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...)
 }
 
 // peerMessages returns, per 1:1 conversation, the highest convSeq of the

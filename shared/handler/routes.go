@@ -60,6 +60,7 @@ type Messages struct {
 	SyncInterval time.Duration
 	// TraceSample is Deps.TraceSample.
 	TraceSample int
+	Traces      TraceReader
 }
 
 // GroupRoutes serves group (create, add, remove, role, leave, members).
@@ -212,7 +213,7 @@ func (d *Deps) Sessions() *Sessions {
 
 // Messages is the send, ack and sync routes' use case.
 func (d *Deps) Messages() *Messages {
-	return &Messages{delivery: d.delivery(), Groups: d.Groups, FanoutQueue: d.FanoutQueue, SyncInterval: d.SyncInterval, TraceSample: d.TraceSample}
+	return &Messages{delivery: d.delivery(), Groups: d.Groups, FanoutQueue: d.FanoutQueue, SyncInterval: d.SyncInterval, TraceSample: d.TraceSample, Traces: d.Traces}
 }
 
 // GroupRoutes is the group route's use case.

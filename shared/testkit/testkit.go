@@ -119,3 +119,13 @@ func (g GroupChangeStoredThenFailed) ChangeMembers(ctx context.Context, ch im.Me
 	}
 	return changed, err
 }
+
+// On is a devstack Configure hook that applies set to the dependencies of
+// function fn only (the fakes above replace one function's store).
+func On(fn string, set func(h *handler.Deps)) func(string, *handler.Deps) {
+	return func(name string, h *handler.Deps) {
+		if name == fn {
+			set(h)
+		}
+	}
+}
