@@ -753,12 +753,7 @@ func TestACreateOrAddSentAgainAfterAFailedInvocationIndexesAndTellsItsMembers(t 
 		t.Fatalf("online in g:again = %v, want every member's connection", got)
 	}
 	alice.sendTo("a1", "g:again", "one")
-	for _, c := range []*wsClient{bob, carol} {
-		var push wire.GroupPush
-		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 1 {
-			t.Fatalf("push: %+v, %v", push, err)
-		}
-	}
+	pushedGroupMessage(t, 1, bob, carol)
 }
 
 // indexFailsOnce fails the group function's next IndexOnline once failed
@@ -813,12 +808,7 @@ func TestAnAddWhoseIndexWriteFailedAnswersInternalAndIndexesWhenSentAgain(t *tes
 		t.Fatalf("online in g:idx = %v, want every member's connection", got)
 	}
 	alice.sendTo("a1", "g:idx", "one")
-	for _, c := range []*wsClient{bob, carol} {
-		var push wire.GroupPush
-		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != 1 {
-			t.Fatalf("push: %+v, %v", push, err)
-		}
-	}
+	pushedGroupMessage(t, 1, bob, carol)
 	// Bob was told once (by the add sent again), not by the add naming him
 	// a member already. (Carol was told by neither: the add that joined
 	// her failed before its notices, and the app's own retry did not join
@@ -828,4 +818,16 @@ func TestAnAddWhoseIndexWriteFailedAnswersInternalAndIndexesWhenSentAgain(t *tes
 		t.Fatalf("bob's notice: %+v", f)
 	}
 	bob.quiet(wire.TypeMembership, time.Second)
+}
+
+// pushedGroupMessage waits for each of clients to be pushed the group
+// message at convSeq.
+func pushedGroupMessage(t *testing.T, convSeq int64, clients ...*wsClient) {
+	t.Helper()
+	for _, c := range clients {
+		var push wire.GroupPush
+		if err := json.Unmarshal([]byte(c.rawOf(wire.TypeGroupMessage, 10*time.Second)), &push); err != nil || push.Message.ConvSeq != convSeq {
+			t.Fatalf("push: %+v, %v; want convSeq %d", push, err, convSeq)
+		}
+	}
 }
