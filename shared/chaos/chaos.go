@@ -73,9 +73,10 @@ type Config struct {
 	GroupReads bool
 	// Converge bounds the final catch-up (default 10 min).
 	Converge time.Duration
-	// Churn is the share of a device's actions that change a group its
-	// user owns, besides the 6 % every run makes (0: none more), for runs
-	// that need many group changes.
+	// Churn is the share of a device's actions that change a group (an
+	// owner's add, removal or role change, a member's leave), besides the
+	// 6 % every run makes (0: none more), for runs that need many group
+	// changes.
 	Churn float64
 	// MemProfile, when set, is where a heap profile is written after the
 	// verification, with the stack still up.
@@ -237,13 +238,11 @@ type runner struct {
 	// or not: an answer lost on the network may hide one that was made).
 	members map[string]map[string]bool
 	changed map[string]bool
-	// removed holds "group/user" for each removal the server answered
-	// (churn adds such members back half the time: a member removed and
-	// added again keeps what was sent to them before).
-	removed map[string]bool
 	// member holds "group/user" → whether they are a member, as the
 	// server's answers to the run's changes of them say (none: as at the
-	// group's creation); roles the role the run last gave them (none:
+	// group's creation; false: removed, or left — churn adds such members
+	// back half the time: a member removed and added again keeps what was
+	// sent to them before); roles the role the run last gave them (none:
 	// member).
 	member map[string]bool
 	roles  map[string]string
@@ -295,7 +294,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
 	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
-		members: map[string]map[string]bool{}, changed: map[string]bool{}, removed: map[string]bool{}, member: map[string]bool{}, roles: map[string]string{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
+		members: map[string]map[string]bool{}, changed: map[string]bool{}, member: map[string]bool{}, roles: map[string]string{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
@@ -857,8 +856,8 @@ func (r *runner) churn(ctx context.Context, d *device) {
 	peer := fmt.Sprintf("u%03d", r.intn(r.cfg.Users))
 	r.dmu.Lock()
 	var gone []string
-	for k := range r.removed {
-		if u, ok := strings.CutPrefix(k, g+"/"); ok {
+	for k, m := range r.member {
+		if u, ok := strings.CutPrefix(k, g+"/"); ok && !m {
 			gone = append(gone, u)
 		}
 	}
@@ -974,13 +973,13 @@ func (r *runner) changeGroup(ctx context.Context, d *device, g, peer string, kin
 		return
 	}
 	r.dmu.Lock()
-	back := kind == churnAdd && r.removed[key]
+	m, known := r.member[key]
+	back := kind == churnAdd && known && !m
 	switch kind {
 	case churnAdd:
-		delete(r.removed, key)
 		r.member[key], r.roles[key] = true, "member"
 	case churnRemove, churnLeave:
-		r.removed[key], r.member[key] = true, false
+		r.member[key] = false
 	case churnRole:
 		if slices.Contains(ans.Changed, peer) {
 			r.roles[key] = role
