@@ -5,9 +5,11 @@ package testkit
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,15 +20,50 @@ import (
 )
 
 // FreeAddr is a loopback address ("127.0.0.1:port") nothing listens on
-// right now, for a process or server a test starts.
+// right now, for a process or server a test starts. The port is drawn at
+// random from below the system's ephemeral range: a port in that range can
+// be handed to another process's outgoing connection or ":0" listener
+// between this check and the test's bind (a clean-clone CI run lost a
+// stack's port so, with two test groups at once); one below it is taken
+// only by a process that names it. Where the range cannot be read, or
+// none of a few draws is free, the system picks one.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	if low := ephemeralLow(); low > minDrawnPort+1000 {
+		for range 20 {
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(minDrawnPort+rand.IntN(low-minDrawnPort)))
+			if err == nil {
+				defer ln.Close()
+				return ln.Addr().String()
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// minDrawnPort is the lowest port FreeAddr draws: above the ports services
+// on a developer's machine commonly name (LocalStack's 4566, moto's 5000,
+// 8000 and 8080).
+const minDrawnPort = 20000
+
+// ephemeralLow is the first port of the system's ephemeral range (0 when
+// it cannot be read: not Linux).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	low, _ := strconv.Atoi(f[0])
+	return low
 }
 
 // BurstSize is how many messages the crash/kill burst tests send: 300, or
