@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -327,8 +328,9 @@ func TestAReadWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 
 // The same for an ack: one whose first invocation failed after moving the
 // cursor sent no delivered receipt; written again it moves nothing and
-// tells no one unless it says "again" — then the sender gets the receipt.
-// Not for an ack below the cursor: a later ack moved it, and told them.
+// tells no one unless it says "again" — then the sender gets the receipt,
+// once: written again after that, it tells no one again. Not for an ack
+// below the cursor: a later ack moved it, and told them.
 func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t *testing.T) {
 	t.Parallel()
 	var failed atomic.Bool
@@ -352,6 +354,12 @@ func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 	if rc := alice.next("receipt", 10*time.Second); rc.Kind != wire.ReceiptDelivered || rc.UpTo != 1 || rc.UserID != "bob" || rc.Conversation != conv {
 		t.Fatalf("alice's receipt: %+v; want bob's delivered up to 1", rc)
 	}
+	waitFor(t, "bob's ack marked retold", func() bool {
+		last, err := st.Store.LastAck(context.Background(), "bob", "phone")
+		return err == nil && last.Retold
+	})
+	bob.write(ack)
+	alice.quiet("receipt", time.Second)
 	// Below the cursor, "again" tells no one, even inside the range of
 	// the ack that moved it there.
 	alice.send("a-2", "bob", "and this?")
@@ -370,13 +378,19 @@ func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 
 // The same for an alert: the ack whose first invocation failed after
 // moving the cursor wrote no "acked" event to the alert's trace; written
-// again with "again" it writes it, once — an ack written again after that
-// finds it there and writes none.
+// again with "again" it writes it, once. Written again after its trace
+// write failed, it writes it then. Should the cursor item not say it was
+// told again (that write failed), the ack written again next reads the
+// trace, finds the event and writes none; once the cursor item says so,
+// an ack written again reads no trace at all.
 func TestAnAckWrittenAgainWritesTheAlertsAckedEventOnce(t *testing.T) {
 	t.Parallel()
-	var failed atomic.Bool
+	var failed, traceFailed, markFailed atomic.Bool
+	var traceReads atomic.Int32
 	st := startStack(t, devstack.Options{Configure: testkit.On("AckFunction", func(h *handler.Deps) {
-		h.Inbox = testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}
+		h.Inbox = retoldNotMarked{Inbox: testkit.AckStoredThenFailed{Inbox: h.Inbox, Failed: &failed}, failed: &markFailed}
+		h.Traces = countedTraces{TraceReader: h.Traces, reads: &traceReads}
+		h.Tracer = traceFailsOnce{Tracer: h.Tracer, failed: &traceFailed}
 	})})
 	key := createApp(t, st, "monitoring", []string{"ann"}, 100)
 	ann := dial(t, st, "ann", "phone")
@@ -405,12 +419,62 @@ func TestAnAckWrittenAgainWritesTheAlertsAckedEventOnce(t *testing.T) {
 	}
 	ack["again"] = true
 	ann.write(ack)
-	waitFor(t, "ann's acked event", func() bool { return acked() == 1 })
+	waitFor(t, "the acked event's failed write", traceFailed.Load)
 	ann.write(ack)
+	waitFor(t, "ann's acked event", func() bool { return acked() == 1 })
+	waitFor(t, "the retold mark's failed write", markFailed.Load)
+	ann.write(ack)
+	waitFor(t, "the trace read again", func() bool { return traceReads.Load() == 3 })
 	ann.quiet("error", time.Second)
 	if n := acked(); n != 1 {
-		t.Fatalf("%d acked events after the ack was written again twice, want 1", n)
+		t.Fatalf("%d acked events after the ack was written again three times, want 1", n)
 	}
+	ann.write(ack)
+	ann.quiet("error", time.Second)
+	if n, reads := acked(), traceReads.Load(); n != 1 || reads != 3 {
+		t.Fatalf("written again a fourth time: %d acked events, %d trace reads; want 1 and 3 (the third marked it retold)", n, reads)
+	}
+}
+
+// traceFailsOnce is a tracer whose first write fails (setting failed).
+type traceFailsOnce struct {
+	handler.Tracer
+	failed *atomic.Bool
+}
+
+// AppendEvents is the store's, failing the first.
+func (f traceFailsOnce) AppendEvents(ctx context.Context, events []im.Event) error {
+	if f.failed.CompareAndSwap(false, true) {
+		return errors.New("the trace table refused the write")
+	}
+	return f.Tracer.AppendEvents(ctx, events)
+}
+
+// retoldNotMarked is an inbox whose first MarkRetold fails (setting
+// failed), as an invocation that stopped after telling again.
+type retoldNotMarked struct {
+	handler.Inbox
+	failed *atomic.Bool
+}
+
+// MarkRetold is the store's, failing the first.
+func (r retoldNotMarked) MarkRetold(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64) error {
+	if r.failed.CompareAndSwap(false, true) {
+		return errors.New("the invocation failed before marking the ack retold")
+	}
+	return r.Inbox.MarkRetold(ctx, u, d, upTo)
+}
+
+// countedTraces counts the traces read.
+type countedTraces struct {
+	handler.TraceReader
+	reads *atomic.Int32
+}
+
+// Events is the store's, counted.
+func (c countedTraces) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
+	c.reads.Add(1)
+	return c.TraceReader.Events(ctx, id)
 }
 
 // ackThatFails acks c's inbox up to seq in an invocation that fails after

@@ -80,13 +80,14 @@ func TestAckRangesRideOnTheCursorItemAndMoveToTheTraceEightAtATime(t *testing.T)
 // is — also just after the ranges before it moved to the trace (the 9th
 // and 17th acks) — and says so only while that range ends at the cursor:
 // an ack written again after a failed invocation sends its delivered
-// receipts from it.
+// receipts from it. It is retold once marked so at the cursor, until an
+// ack moves the cursor on.
 func TestLastAckIsTheRangeThatMovedTheCursorThere(t *testing.T) {
 	t.Parallel()
 	st, _ := newStores(t, nil)
 	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
-	if _, ok, err := st.LastAck(ctx, "bob", "phone"); err != nil || ok {
-		t.Fatalf("a device that never acked: %v, %v", ok, err)
+	if last, err := st.LastAck(ctx, "bob", "phone"); err != nil || last.Current {
+		t.Fatalf("a device that never acked: %+v, %v", last, err)
 	}
 	sent := aliceToBob(t, st, 18, t0)
 	prev := int64(0)
@@ -95,9 +96,17 @@ func TestLastAckIsTheRangeThatMovedTheCursorThere(t *testing.T) {
 		if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", RequestID: fmt.Sprintf("req-%d", i), UpTo: seq, At: t0.Add(time.Duration(i+1) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
-		last, ok, err := st.LastAck(ctx, "bob", "phone")
-		if err != nil || !ok || last.From != prev || last.UpTo != seq || last.RequestID != fmt.Sprintf("req-%d", i) {
-			t.Fatalf("after ack %d (#%d): %+v, %v, %v; want req-%d from %d to %d", i, seq, last, ok, err, i, prev, seq)
+		last, err := st.LastAck(ctx, "bob", "phone")
+		if err != nil || !last.Current || last.Retold || last.From != prev || last.UpTo != seq || last.RequestID != fmt.Sprintf("req-%d", i) {
+			t.Fatalf("after ack %d (#%d): %+v, %v; want req-%d from %d to %d, not retold", i, seq, last, err, i, prev, seq)
+		}
+		if i%5 == 0 {
+			if err := st.MarkRetold(ctx, "bob", "phone", seq); err != nil {
+				t.Fatal(err)
+			}
+			if last, err := st.LastAck(ctx, "bob", "phone"); err != nil || !last.Retold || last.UpTo != seq {
+				t.Fatalf("marked retold at #%d: %+v, %v", seq, last, err)
+			}
 		}
 		prev = seq
 	}
@@ -105,8 +114,8 @@ func TestLastAckIsTheRangeThatMovedTheCursorThere(t *testing.T) {
 	if _, err := st.Ack(ctx, im.AckRange{User: "bob", Device: "phone", RequestID: "again", UpTo: prev, At: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if last, ok, err := st.LastAck(ctx, "bob", "phone"); err != nil || !ok || last.RequestID != "req-17" {
-		t.Fatalf("after a repeated ack: %+v, %v, %v; want req-17's", last, ok, err)
+	if last, err := st.LastAck(ctx, "bob", "phone"); err != nil || !last.Current || last.Retold || last.RequestID != "req-17" {
+		t.Fatalf("after a repeated ack: %+v, %v; want req-17's, not retold", last, err)
 	}
 }
 

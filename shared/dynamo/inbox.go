@@ -357,21 +357,44 @@ func (st *Store) Ack(ctx context.Context, a im.AckRange) (im.AckResult, error) {
 
 // LastAck returns the range of the ack that last moved device d's cursor,
 // read strongly consistent from its cursor item (where ack ranges wait to
-// move to the trace; the newest stays), and whether it is known: a range
-// recorded that ends at the cursor.
-func (st *Store) LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.AckRange, bool, error) {
+// move to the trace; the newest stays), whether it is current (a range
+// recorded that ends at the cursor) and whether it was retold.
+func (st *Store) LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.LastAck, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, deviceSK(d)), ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return im.AckRange{}, false, fmt.Errorf("device %s/%s: %w", u, d, err)
+		return im.LastAck{}, fmt.Errorf("device %s/%s: %w", u, d, err)
 	}
 	rs := ackRanges(u, d, getN(out.Item, attrAckBase), out.Item[attrAcks])
 	if len(rs) == 0 {
-		return im.AckRange{}, false, nil
+		return im.LastAck{}, nil
 	}
 	last := rs[len(rs)-1]
-	return last, last.UpTo == getN(out.Item, "acked"), nil
+	acked := getN(out.Item, "acked")
+	return im.LastAck{AckRange: last, Current: last.UpTo == acked, Retold: last.UpTo == acked && getN(out.Item, attrRetold) == acked}, nil
+}
+
+// attrRetold, on a device's cursor item, is the cursor at which an ack
+// written again last sent its receipts and events again.
+const attrRetold = "retold"
+
+// MarkRetold records on device d's cursor item that an ack written again
+// at upTo has sent its receipts and events again — if the cursor is still
+// there (past it, a later ack told them: nothing to record).
+func (st *Store) MarkRetold(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64) error {
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(st.tables.Inbox),
+		Key:                       inboxKey(u, deviceSK(d)),
+		UpdateExpression:          aws.String("SET #r = :u"),
+		ConditionExpression:       aws.String("#w = :u"),
+		ExpressionAttributeNames:  map[string]string{"#r": attrRetold, "#w": "acked"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":u": n(upTo)},
+	})
+	if err != nil && !isConditionFailed(err) {
+		return fmt.Errorf("device %s/%s retold at %d: %w", u, d, upTo, err)
+	}
+	return nil
 }
 
 // advance moves the watermark attribute attr of an inbox item forward to

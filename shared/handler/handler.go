@@ -30,9 +30,12 @@ type Inbox interface {
 	Device(ctx context.Context, u im.UserID, d im.DeviceID) (im.DeviceCursor, error)
 	AckedUpTo(ctx context.Context, u im.UserID, d im.DeviceID) (int64, error)
 	Ack(ctx context.Context, a im.AckRange) (im.AckResult, error)
-	// LastAck is the range of the ack that last moved device d's cursor,
-	// if it is known (false: no range recorded up to the cursor).
-	LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.AckRange, bool, error)
+	// LastAck is the range of the ack that last moved device d's cursor
+	// and what an ack written again has done at it.
+	LastAck(ctx context.Context, u im.UserID, d im.DeviceID) (im.LastAck, error)
+	// MarkRetold records that an ack written again at upTo, d's cursor,
+	// has sent its receipts and events again.
+	MarkRetold(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64) error
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error
@@ -483,8 +486,9 @@ func (t *trail) add(e im.Event) {
 }
 
 // flush writes the events recorded so far in one batch; a failure is
-// logged (the trace is diagnostic), never returned.
-func (t *trail) flush(ctx context.Context) {
+// logged (the trace is diagnostic), never returned: flush says only
+// whether the events are written (true when there were none).
+func (t *trail) flush(ctx context.Context) bool {
 	t.mu.Lock()
 	events := t.events
 	t.events = nil
@@ -498,9 +502,11 @@ func (t *trail) flush(ctx context.Context) {
 		})
 	}
 	if t.h.Tracer == nil || len(events) == 0 {
-		return
+		return true
 	}
 	if err := t.h.Tracer.AppendEvents(ctx, events); err != nil {
 		t.h.log().WarnContext(ctx, "trace not recorded", "err", err.Error(), "events", len(events), "requestId", t.request)
+		return false
 	}
+	return true
 }

@@ -406,16 +406,21 @@ func (h *Messages) Ack(ctx context.Context, req events.APIGatewayWebsocketProxyR
 // may have failed after its write, before the receipts and the "acked"
 // events of the alerts it covered — those are written now unless the
 // alert's trace has them. A cursor moved past upTo since was moved by a
-// later ack, whose receipts cover these. A consistent read of the cursor
-// item and of the entries it covered (and of each alert's trace), for
-// acks written again only.
+// later ack, whose receipts cover these. Once that is done, the cursor
+// item says so (MarkRetold) and acks written again at the same cursor
+// tell no one again: a client that writes its ack again after every error
+// frame, or one that repeats it on purpose, costs a read of the cursor
+// item per frame, not the reads of up to maxAckTrace entries and alert
+// traces. A consistent read of the cursor item, and until it is marked of
+// the entries it covered (and of each alert's trace), for acks written
+// again only.
 func (h *Messages) deliveredAgain(ctx context.Context, c caller, upTo int64) {
-	last, ok, err := h.Inbox.LastAck(ctx, c.User, c.Device)
+	last, err := h.Inbox.LastAck(ctx, c.User, c.Device)
 	if err != nil {
 		h.log().WarnContext(ctx, "last ack not read: an ack written again not told again", "err", err.Error(), "userId", c.User, "deviceId", c.Device)
 		return
 	}
-	if !ok || last.UpTo != upTo {
+	if !last.Current || last.UpTo != upTo || last.Retold {
 		return
 	}
 	refs, err := h.Inbox.EntryRefs(ctx, c.User, max(last.From, upTo-maxAckTrace), upTo, maxAckTrace)
@@ -426,17 +431,24 @@ func (h *Messages) deliveredAgain(ctx context.Context, c caller, upTo int64) {
 	for conv, cseq := range peerMessages(c.User, refs, func(int64) bool { return true }) {
 		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)
 	}
-	h.alertsAckedAgain(ctx, c, refs)
+	if !h.alertsAckedAgain(ctx, c, refs) {
+		return // told again by the next ack written again
+	}
+	if err := h.Inbox.MarkRetold(ctx, c.User, c.Device, upTo); err != nil {
+		h.log().WarnContext(ctx, "ack written again not marked told: the next one tells again", "err", err.Error(), "userId", c.User, "deviceId", c.Device)
+	}
 }
 
 // alertsAckedAgain writes the "acked" event of this device for each alert
-// among refs whose trace lacks it, and queues their status callbacks.
-func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.EntryRef) {
+// among refs whose trace lacks it, and queues their status callbacks:
+// whether all of it was done (false: logged).
+func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.EntryRef) bool {
 	if h.Traces == nil {
-		return
+		return true
 	}
 	tr := h.trail("ack", c.RequestID)
 	var alerts []im.MessageID
+	done := true
 	for _, r := range refs {
 		if !r.Conversation.AppConversation() {
 			continue
@@ -444,6 +456,7 @@ func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.Ent
 		evs, err := h.Traces.Events(ctx, r.ID)
 		if err != nil {
 			h.log().WarnContext(ctx, "alert trace not read: its acked event not written again", "err", err.Error(), "messageId", r.ID)
+			done = false
 			continue
 		}
 		if slices.ContainsFunc(evs, func(e im.Event) bool {
@@ -454,8 +467,10 @@ func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.Ent
 		tr.add(im.Event{Message: r.ID, Type: im.EventAcked, User: c.User, Device: c.Device, Connection: c.Connection, Seq: r.Seq})
 		alerts = append(alerts, r.ID)
 	}
-	tr.flush(ctx)
-	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...)
+	if !tr.flush(ctx) {
+		done = false
+	}
+	return callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) == nil && done
 }
 
 // peerMessages returns, per 1:1 conversation, the highest convSeq of the

@@ -55,6 +55,16 @@ type AckRange struct {
 	Proven bool
 }
 
+// LastAck is what a device's cursor item keeps of the ack that last moved
+// the cursor: its range; whether the cursor is still at its upTo (false:
+// no range recorded up to the cursor); and whether an ack written again
+// at it has since sent its receipts and events again (Inbox.MarkRetold),
+// so that later ones need not.
+type LastAck struct {
+	AckRange
+	Current, Retold bool
+}
+
 // AckResult is what one ack did: the device's previous cursor and whether
 // it moved. TraceErr, when set, says the device's pending ack ranges could
 // not be moved to the trace: the ack itself is stored, and its range with
