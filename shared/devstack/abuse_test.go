@@ -346,6 +346,35 @@ func TestAConnectionThatIgnoresItsRateLimitIsClosedAndMayNotReconnect(t *testing
 	bob.next("sent", 10*time.Second)
 }
 
+// A user's other device, online after the first was refused, sends its
+// outbox: its sends are refused (rate_limited) and it is not closed — it
+// is told in its turn, and counts as ignoring the limit only if it keeps
+// sending past its own grace, not past the first device's.
+func TestAnotherDeviceOfARefusedUserIsToldInItsTurn(t *testing.T) {
+	t.Parallel()
+	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < time.Minute {
+		time.Sleep(left + time.Second)
+	}
+	st := startStack(t, devstack.Options{RateLimits: "send=3/1h"})
+	laptop := dial(t, st, "mallory", "laptop")
+	for i := 0; ; i++ { // until one is refused
+		laptop.send(fmt.Sprintf("l%d", i), "alice", i)
+		if f := laptop.nextOf(10*time.Second, "sent", "error"); f.Type == "error" {
+			break
+		}
+	}
+	time.Sleep(ratelimit.Grace + time.Second)
+	phone := dial(t, st, "mallory", "phone")
+	for i := range ratelimit.EjectAfter + 2 {
+		phone.send(fmt.Sprintf("p%d", i), fmt.Sprintf("u%d", i), i)
+		if f := phone.nextOf(10*time.Second, "sent", "error"); f.Type == "error" && f.Code != string(wire.CodeRateLimited) {
+			t.Fatalf("the phone's send %d: %+v; want rate_limited (or sent, by a container that had not counted the laptop's)", i, f)
+		}
+	}
+	phone.write(`{"action":"ping"}`)
+	phone.next("pong", 10*time.Second)
+}
+
 // answerTo writes frame with a fresh ref and returns its answer.
 func (c *wsClient) answerTo(frame map[string]any) (string, map[string]any) {
 	c.t.Helper()

@@ -289,7 +289,7 @@ func (h *core) limit(ctx context.Context, c caller, action ratelimit.Action) err
 		return nil
 	}
 	l := h.Limits.Limits[action]
-	if h.Limits.Ignoring(c.User, action, now) {
+	if h.Limits.Refused(c.User, string(c.Connection), action, now) {
 		h.ejectIgnoring(ctx, c, action, now)
 	}
 	return wire.RateLimited(fmt.Sprintf("at most %d %s frames per user every %s", l.Per, action, l.Window), wait.Milliseconds()+1)

@@ -11,12 +11,14 @@
 // Flush−1 extra frames per warm container (and at once, without any call,
 // once one container alone has counted more than the limit).
 //
-// A refusal tells the client how long to wait. A client that keeps sending
-// the refused action regardless (EjectAfter frames more than Grace after
-// its first refusal) is ignoring the limit: Ignoring reports it, and the
-// handler closes that connection and uses Penalize to refuse the user's new
-// connections (action Connect) for the rest of the connect window, so that a
-// flood of refusals cannot spend the capacity everyone shares either.
+// A refusal tells the client how long to wait. A connection that keeps
+// sending the refused action regardless (EjectAfter frames more than Grace
+// after its own first refusal), or a user whose connections together do
+// (UserEjectAfter frames more than Grace after the user's first refusal),
+// is ignoring the limit: Refused reports it, and the handler closes that
+// connection and uses Penalize to refuse the user's new connections
+// (action Connect) for the rest of the connect window, so that a flood of
+// refusals cannot spend the capacity everyone shares either.
 package ratelimit
 
 import (
@@ -42,14 +44,24 @@ const (
 	Connect  Action = "connect"  // new WebSocket connections ($connect)
 )
 
-// Grace is how long after a user's first refusal in a window frames of the
-// refused action still count as in flight (sent before the refusal
-// arrived) rather than as ignoring it.
+// Grace is how long after a connection's first refusal in a window its
+// frames of the refused action still count as in flight (sent before the
+// refusal arrived) rather than as ignoring it.
 const Grace = 5 * time.Second
 
-// EjectAfter is how many frames of a refused action, sent after Grace,
-// make a user one who ignores the limit.
+// EjectAfter is how many frames of a refused action a connection sends
+// more than Grace after its own first refusal that make it one that
+// ignores the limit. Each connection is told in its turn: a user's other
+// device, which comes online after the first was refused and sends its
+// outbox (a frame per conversation at once), is not ignoring anything.
 const EjectAfter = 10
+
+// UserEjectAfter is how many frames of a refused action all of a user's
+// connections together send, more than Grace after the user's first
+// refusal, that make the user one who ignores the limit: a client that
+// opens a new connection every few frames, each with a grace of its own,
+// is caught too.
+const UserEjectAfter = 100
 
 // everyCall names the actions whose every call consults the global counter
 // (no container allowance): a $connect already costs DynamoDB writes, and a
@@ -139,12 +151,29 @@ type key struct {
 }
 
 type count struct {
-	local     int       // frames this container admitted in the window
-	unflushed int       // of those, not yet added to the global counter
-	blocked   bool      // the user is beyond the limit for the rest of the window
-	refused   time.Time // the first refusal in the window
-	ignored   int       // frames refused more than Grace after it
-	penalized bool      // Penalize has spent the budget globally
+	local     int                 // frames this container admitted in the window
+	unflushed int                 // of those, not yet added to the global counter
+	blocked   bool                // the user is beyond the limit for the rest of the window
+	user      refusals            // the user's refusals in the window
+	conns     map[string]refusals // each connection's
+	penalized bool                // Penalize has spent the budget globally
+}
+
+// refusals are the frames refused in a window: when the first was, and
+// how many came more than Grace after it.
+type refusals struct {
+	first   time.Time
+	ignored int
+}
+
+// add records a refusal at now.
+func (r *refusals) add(now time.Time) {
+	switch {
+	case r.first.IsZero():
+		r.first = now
+	case now.Sub(r.first) > Grace:
+		r.ignored++
+	}
 }
 
 // Allow admits one frame of action by u at now, or returns how long until
@@ -163,18 +192,12 @@ func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now tim
 	}
 
 	l.mu.Lock()
-	if l.counts == nil {
-		l.counts = map[key]*count{}
-	}
-	c := l.counts[k]
-	if c == nil {
+	if l.counts[k] == nil {
 		l.sweep(now)
-		c = &count{}
-		l.counts[k] = c
 	}
+	c := l.countOf(k)
 	if c.blocked || c.local >= lim.Per {
 		c.blocked = true
-		c.refuse(now)
 		l.mu.Unlock()
 		return end.Sub(now), false
 	}
@@ -200,36 +223,34 @@ func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now tim
 	if total > int64(lim.Per) {
 		l.mu.Lock()
 		c.blocked = true
-		c.refuse(now)
 		l.mu.Unlock()
 		return end.Sub(now), false
 	}
 	return 0, true
 }
 
-// refuse records a refusal at now (called with l.mu held).
-func (c *count) refuse(now time.Time) {
-	switch {
-	case c.refused.IsZero():
-		c.refused = now
-	case now.Sub(c.refused) > Grace:
-		c.ignored++
-	}
-}
-
-// Ignoring reports whether u, refused action in the current window, has
-// kept sending it: EjectAfter or more frames refused more than Grace after
-// the first refusal, in this container. A client that waits as it is told
-// (retryAfterMs) never is.
-func (l *Limiter) Ignoring(u im.UserID, action Action, now time.Time) bool {
+// Refused records that a frame of action that Allow refused u at now came
+// on connection conn, and reports whether conn, or u across its
+// connections, has kept sending it regardless (EjectAfter and
+// UserEjectAfter), in this container. A client that waits as it is told
+// (retryAfterMs) never has.
+func (l *Limiter) Refused(u im.UserID, conn string, action Action, now time.Time) (ignoring bool) {
 	lim, limited := l.Limits[action]
 	if !limited || lim.Window <= 0 {
 		return false
 	}
+	k := key{u, action, now.Truncate(lim.Window).UnixMilli()}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.counts[key{u, action, now.Truncate(lim.Window).UnixMilli()}]
-	return c != nil && c.ignored >= EjectAfter
+	c := l.countOf(k)
+	if c.conns == nil {
+		c.conns = map[string]refusals{}
+	}
+	r := c.conns[conn]
+	r.add(now)
+	c.conns[conn] = r
+	c.user.add(now)
+	return r.ignored >= EjectAfter || c.user.ignored >= UserEjectAfter
 }
 
 // Penalize spends u's whole budget of action for the current window, in
@@ -245,14 +266,7 @@ func (l *Limiter) Penalize(ctx context.Context, u im.UserID, action Action, now 
 	start := now.Truncate(lim.Window)
 	k := key{u, action, start.UnixMilli()}
 	l.mu.Lock()
-	if l.counts == nil {
-		l.counts = map[key]*count{}
-	}
-	c := l.counts[k]
-	if c == nil {
-		c = &count{}
-		l.counts[k] = c
-	}
+	c := l.countOf(k)
 	c.blocked = true
 	again := c.penalized
 	c.penalized = true
@@ -264,6 +278,19 @@ func (l *Limiter) Penalize(ctx context.Context, u im.UserID, action Action, now 
 	}
 	_, err := l.Counter.AddUsage(ctx, u, fmt.Sprintf("%s#%d", action, k.window), int64(lim.Per), start.Add(lim.Window).Add(time.Minute))
 	return err
+}
+
+// countOf returns k's count, created if absent (called with l.mu held).
+func (l *Limiter) countOf(k key) *count {
+	if l.counts == nil {
+		l.counts = map[key]*count{}
+	}
+	c := l.counts[k]
+	if c == nil {
+		c = &count{}
+		l.counts[k] = c
+	}
+	return c
 }
 
 // sweep drops counts of windows that have ended, at most once a second

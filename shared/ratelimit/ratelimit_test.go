@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -146,6 +147,27 @@ func TestAClientThatKeepsSendingAfterItsRefusalIsIgnoringTheLimit(t *testing.T) 
 	t.Parallel()
 	lim := map[Action]Limit{Send: {Per: 5, Window: time.Minute}}
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	// refuse sends frames more frames of mallory's on conn at at, each
+	// refused: whether the last made it (or her) one ignoring the limit.
+	refuse := func(l *Limiter, conn string, at time.Time, frames int) (ignoring bool) {
+		for range frames {
+			if _, ok := l.Allow(context.Background(), "mallory", Send, at); ok {
+				t.Fatal("a frame beyond the limit was admitted")
+			}
+			ignoring = l.Refused("mallory", conn, Send, at)
+		}
+		return ignoring
+	}
+	full := func() *Limiter {
+		l := &Limiter{Limits: lim}
+		for range 5 {
+			l.Allow(context.Background(), "mallory", Send, now)
+		}
+		if refuse(l, "laptop", now, 1) {
+			t.Fatal("the first refusal is ignoring")
+		}
+		return l
+	}
 	for _, tc := range []struct {
 		name     string
 		after    time.Duration // when the frames beyond the limit are sent, after the first refusal
@@ -157,26 +179,47 @@ func TestAClientThatKeepsSendingAfterItsRefusalIsIgnoringTheLimit(t *testing.T) 
 		{"a few late", Grace + time.Second, EjectAfter - 1, false},
 		{"ignoring", Grace + time.Second, EjectAfter, true},
 	} {
-		l := &Limiter{Limits: lim}
-		for range 5 {
-			l.Allow(context.Background(), "mallory", Send, now)
+		l := full()
+		if got := refuse(l, "laptop", now.Add(tc.after), tc.frames); got != tc.ignoring {
+			t.Errorf("%s: ignoring = %v, want %v", tc.name, got, tc.ignoring)
 		}
-		if _, ok := l.Allow(context.Background(), "mallory", Send, now); ok {
-			t.Fatal("the sixth frame was admitted")
-		}
-		for range tc.frames {
-			l.Allow(context.Background(), "mallory", Send, now.Add(tc.after))
-		}
-		if got := l.Ignoring("mallory", Send, now.Add(tc.after)); got != tc.ignoring {
-			t.Errorf("%s: Ignoring = %v, want %v", tc.name, got, tc.ignoring)
-		}
-		if l.Ignoring("alice", Send, now) || l.Ignoring("mallory", Query, now) {
+		if l.Refused("alice", "a", Send, now) || l.Refused("mallory", "laptop", Query, now) {
 			t.Errorf("%s: another user or action counted as ignoring", tc.name)
 		}
 		// A new window starts clean.
-		if l.Ignoring("mallory", Send, now.Add(time.Minute)) {
+		if _, ok := l.Allow(context.Background(), "mallory", Send, now.Add(time.Minute)); !ok {
+			t.Errorf("%s: refused in the next window", tc.name)
+		}
+		if l.Refused("mallory", "laptop", Send, now.Add(time.Minute)) {
 			t.Errorf("%s: still ignoring in the next window", tc.name)
 		}
+	}
+
+	// Her phone, online well after the laptop's refusal, sends its outbox
+	// (a frame per conversation, at once): told in its turn, it is not
+	// ignoring; it is once it keeps sending past its own grace.
+	l := full()
+	later := now.Add(2 * Grace)
+	if refuse(l, "phone", later, 3*EjectAfter) {
+		t.Error("the phone's outbox, in flight at its first refusal, counted as ignoring the laptop's")
+	}
+	if !refuse(l, "phone", later.Add(Grace+time.Second), EjectAfter) {
+		t.Error("the phone kept sending past its own grace and is not ignoring")
+	}
+
+	// A client that opens a new connection for every few frames: each
+	// connection's are in its grace, but together, past the user's, they
+	// are ignoring.
+	l = full()
+	ignoring := false
+	for i := range UserEjectAfter {
+		if ignoring {
+			t.Fatalf("ignoring after %d connections, want %d", i, UserEjectAfter)
+		}
+		ignoring = refuse(l, "c"+strconv.Itoa(i), later.Add(time.Duration(i)*100*time.Millisecond), 1)
+	}
+	if !ignoring {
+		t.Errorf("%d connections of one frame each past the user's grace: not ignoring", UserEjectAfter)
 	}
 }
 
