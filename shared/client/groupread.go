@@ -175,6 +175,8 @@ func (s *session) group(conv string) (*groupState, bool, error) {
 }
 
 // requestGroupSync pulls conv above the group's cursor (once at a time).
+// While group syncs are held (holdGroupSyncs) it only marks the group as
+// syncing, to be asked when the hold ends.
 func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupState) error {
 	if g.syncing && time.Since(g.syncSent) < groupSyncRetry {
 		return nil
@@ -183,6 +185,10 @@ func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupSta
 		s.groups = map[string]*groupState{}
 	}
 	s.groups[conv] = g
+	if time.Now().Before(s.groupSyncHold) {
+		g.syncing, g.syncSent = true, s.groupSyncHold.Add(-groupSyncRetry)
+		return nil
+	}
 	g.syncing, g.syncSent = true, time.Now()
 	cursor := g.cursor
 	return s.write(ctx, wire.Sync{Action: wire.ActionSync, ConversationID: conv, Cursor: &cursor, Limit: 100})
@@ -344,6 +350,20 @@ func (s *session) ackGroups(ctx context.Context) error {
 		g.lastAck, g.forceAck, g.ackedAt = upTo, false, time.Now()
 	}
 	return nil
+}
+
+// holdGroupSyncs holds this session's group syncs for wait after one was
+// refused rate_limited (the query limit is the user's: every other sync
+// would be refused too, and a connection that keeps sending is closed):
+// those unanswered are asked again when the hold ends, as are those asked
+// for meanwhile.
+func (s *session) holdGroupSyncs(wait time.Duration) {
+	s.groupSyncHold = time.Now().Add(wait)
+	for _, g := range s.groups {
+		if g.syncing {
+			g.syncSent = s.groupSyncHold.Add(-groupSyncRetry)
+		}
+	}
 }
 
 // retryGroupSyncs asks again for group syncs unanswered for groupSyncRetry.

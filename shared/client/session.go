@@ -168,6 +168,8 @@ type session struct {
 	// rate_limited: the limit is the user's, so every other send would be
 	// refused too, and a client that keeps sending is closed.
 	sendHold time.Time
+	// groupSyncHold is the same for group syncs (holdGroupSyncs).
+	groupSyncHold time.Time
 	// groups are the read-diffused groups this session has touched
 	// (groupread.go).
 	groups map[string]*groupState
@@ -956,8 +958,17 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		s.c.log.Warn("server asks for a resync", "message", e.Message, "cursor", s.cursor, "epoch", e.Epoch)
 		return s.resync(ctx, e.Epoch)
 	}
-	if e.Code == wire.CodeRateLimited && s.syncing {
-		s.syncAt = time.Now().Add(time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond)
+	if e.Code == wire.CodeRateLimited && (s.syncing || s.groupsSyncing()) {
+		// Refused: the inbox's sync (its own slot per SyncInterval) or a
+		// group's (a query). The frame is not named; whichever it was,
+		// waiting with both costs at most the wait.
+		wait := time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond
+		if s.syncing {
+			s.syncAt = time.Now().Add(wait)
+		}
+		if s.groupsSyncing() {
+			s.holdGroupSyncs(wait)
+		}
 		return nil
 	}
 	if e.Code == wire.CodeInternal || e.Code == wire.CodeRateLimited {

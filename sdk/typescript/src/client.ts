@@ -174,6 +174,8 @@ interface Session {
   sentAt: Map<string, number>;
   reconnectAfter: number;
   sendHold: number;
+  /** When group syncs may go again after one was refused rate_limited (holdGroupSyncs). */
+  groupSyncHold: number;
   timers: ReturnType<typeof setInterval>[];
   ended: boolean;
   /** The read-diffused groups this session has touched. */
@@ -654,7 +656,7 @@ export class SignetClient {
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
       pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
-      ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
+      ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, groupSyncHold: 0, timers: [], ended: false,
       groups: new Map(),
     };
     this.session = s;
@@ -1072,13 +1074,26 @@ export class SignetClient {
     return { g, known };
   }
 
-  /** Pulls conv above the group's cursor (one group sync at a time). */
+  /** Pulls conv above the group's cursor (one group sync at a time); while group syncs are held, only marks it
+   * as syncing, to be asked when the hold ends. */
   private requestGroupSync(s: Session, conv: string, g: GroupState): void {
     if (g.syncing && Date.now() - g.syncSent < groupSyncRetryMs) return;
     s.groups.set(conv, g);
     g.syncing = true;
+    if (Date.now() < s.groupSyncHold) {
+      g.syncSent = s.groupSyncHold - groupSyncRetryMs;
+      return;
+    }
     g.syncSent = Date.now();
     this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100 });
+  }
+
+  /** Holds the session's group syncs for waitMs after one was refused rate_limited (the query limit is the
+   * user's: every other sync would be refused too, and a connection that keeps sending is closed): those
+   * unanswered are asked again when the hold ends, as are those asked for meanwhile. */
+  private holdGroupSyncs(s: Session, waitMs: number): void {
+    s.groupSyncHold = Date.now() + waitMs;
+    for (const g of s.groups.values()) if (g.syncing) g.syncSent = s.groupSyncHold - groupSyncRetryMs;
   }
 
   /** Applies a pushed group message next in line; a gap, or a group never
@@ -1314,13 +1329,19 @@ export class SignetClient {
       case "resync":
         this.log("warn", "server asks for a resync", { cursor: s.cursor, epoch: e.epoch });
         return this.resync(s, e.epoch ?? "");
-      case "rate_limited":
-        if (s.syncing) {
-          s.syncAt = Date.now() + Math.max(e.retryAfterMs ?? 0, 100);
+      case "rate_limited": {
+        // Refused: the inbox's sync (its own slot per sync interval) or a group's (a query). The frame is not
+        // named; whichever it was, waiting with both costs at most the wait.
+        const wait = Math.max(e.retryAfterMs ?? 0, 100);
+        const groupsSyncing = [...s.groups.values()].some((g) => g.syncing);
+        if (s.syncing || groupsSyncing) {
+          if (s.syncing) s.syncAt = Date.now() + wait;
+          if (groupsSyncing) this.holdGroupSyncs(s, wait);
           return;
         }
         this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
         return;
+      }
       case "internal":
         // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
         // again is harmless (forward-only).

@@ -239,3 +239,45 @@ test("a group change whose invocation failed after storing it is asked again and
   assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
   await alice.close();
 });
+
+test("a device behind in more groups than its query limit pulls at once holds its group syncs until retryAfterMs: every message arrives, the connection is never closed for it", async () => {
+  // A small query budget in 15 s windows, and bob back at the start of one:
+  // his refused group syncs are told to wait ~15 s, longer than the 10 s
+  // after which an unanswered group sync is asked again.
+  const windowMs = 15000;
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read", `RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
+  const clients: SignetClient[] = [];
+  try {
+    const alice = await dialStack(own, "alice-gl", new MemoryStore());
+    clients.push(alice);
+    const groups = 8;
+    const convs: string[] = [];
+    for (let i = 0; i < groups; i++) {
+      const g = await alice.createGroup(`g${i}`, ["bob-gl"]);
+      convs.push(g.conversationId);
+      await alice.sendDraft({ conversationId: g.conversationId, body: { n: 1 } });
+    }
+    await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+    const frames: { dir: "in" | "out"; f: { action?: string; conversationId?: string; code?: string; retryAfterMs?: number }; at: number }[] = [];
+    const bob = await dialStack(own, "bob-gl", new MemoryStore(), {
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        frames.push({ dir, f: f as (typeof frames)[number]["f"], at: Date.now() });
+      },
+    });
+    clients.push(bob);
+    const got = new Set<string>();
+    bob.onMessage((m) => got.add(m.conversationId));
+    await eventually(`bob's ${groups} group messages`, () => convs.every((c) => got.has(c)), 180000);
+    const refusals = frames.filter((x) => x.dir === "in" && x.f.code === "rate_limited");
+    assert.ok(refusals.length >= 1, "the limit refused some group syncs");
+    for (const r of refusals) {
+      const early = frames.filter((x) => x.dir === "out" && x.f.action === "sync" && x.f.conversationId && x.at > r.at && x.at < r.at + (r.f.retryAfterMs ?? 0) - 50);
+      assert.deepEqual(early.map((x) => x.at - r.at), [], `no group sync within retryAfterMs (${r.f.retryAfterMs} ms) of a refusal`);
+    }
+    assert.ok(!frames.some((x) => x.f.code === "rate_limit_ignored"), "never closed for ignoring the limit");
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await own.stop();
+  }
+});
