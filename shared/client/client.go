@@ -232,6 +232,7 @@ type Client struct {
 	mu      sync.Mutex
 	waiters map[string][]chan sendResult
 	answers map[string]*pendingQuery // query refs → waiting request
+	holds   map[string]time.Time     // limit kind → when its frames may go again (holdUntil)
 	reads   map[string]sentRead      // conversation → its read not yet confirmed
 	refs    atomic.Int64
 	out     chan outgoing // frames of queries for the session to write

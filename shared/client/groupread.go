@@ -185,8 +185,8 @@ func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupSta
 		s.groups = map[string]*groupState{}
 	}
 	s.groups[conv] = g
-	if time.Now().Before(s.groupSyncHold) {
-		g.syncing, g.syncSent = true, s.groupSyncHold.Add(-groupSyncRetry)
+	if hold := s.c.holdUntil(kindQuery); time.Now().Before(hold) {
+		g.syncing, g.syncSent = true, hold.Add(-groupSyncRetry)
 		return nil
 	}
 	g.syncing, g.syncSent = true, time.Now()
@@ -352,16 +352,16 @@ func (s *session) ackGroups(ctx context.Context) error {
 	return nil
 }
 
-// holdGroupSyncs holds this session's group syncs for wait after one was
-// refused rate_limited (the query limit is the user's: every other sync
-// would be refused too, and a connection that keeps sending is closed):
-// those unanswered are asked again when the hold ends, as are those asked
+// holdGroupSyncs holds the client's queries, group syncs among them, for
+// wait after a group sync was refused rate_limited (hold): the
+// unanswered ones are asked again when the hold ends, as are those asked
 // for meanwhile.
 func (s *session) holdGroupSyncs(wait time.Duration) {
-	s.groupSyncHold = time.Now().Add(wait)
+	s.c.hold(kindQuery, time.Now().Add(wait))
+	hold := s.c.holdUntil(kindQuery)
 	for _, g := range s.groups {
 		if g.syncing {
-			g.syncSent = s.groupSyncHold.Add(-groupSyncRetry)
+			g.syncSent = hold.Add(-groupSyncRetry)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -64,10 +65,97 @@ func TestADeviceBehindInManyGroupsWaitsOutItsQueryLimit(t *testing.T) {
 	}
 }
 
-// watchedConn shows seen every frame it reads.
+// Queries an app asks while one of their kind waits out its refusal
+// (rate_limited) are held until its retryAfterMs: none goes out before
+// then, and each is answered once it may.
+func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
+	t.Parallel()
+	const window, inFlight = 10 * time.Second, 250 * time.Millisecond
+	st := startStackWith(t, devstack.Options{RateLimits: fmt.Sprintf("query=3/%s", window)})
+	// The queries written and the refusals read, in order.
+	type seenFrame struct {
+		query bool
+		wait  time.Duration // a refusal's retryAfterMs
+		at    time.Time
+	}
+	var mu sync.Mutex
+	var frames []seenFrame
+	record := func(out bool) func([]byte) {
+		return func(b []byte) {
+			var e wire.Error
+			_ = json.Unmarshal(b, &e)
+			query := out && wire.RefOf(string(b)) != "" && limitKind(b) == kindQuery
+			refusal := !out && e.Code == wire.CodeRateLimited
+			if query || refusal {
+				mu.Lock()
+				frames = append(frames, seenFrame{query: query, wait: time.Duration(e.RetryAfterMs) * time.Millisecond, at: time.Now()})
+				mu.Unlock()
+			}
+		}
+	}
+	// From a window's start: a refusal then asks to wait most of it.
+	time.Sleep(window - time.Duration(time.Now().UnixNano())%window + 300*time.Millisecond)
+	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
+		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
+			c, err := WebSocket(ctx, url, h)
+			if err != nil {
+				return nil, err
+			}
+			return watchedConn{Conn: c, seen: record(false), wrote: record(true)}, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := alice.Summary(ctx); err != nil {
+				errs <- err
+			}
+		}()
+		time.Sleep(200 * time.Millisecond)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a summary: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	refused := 0
+	for i, r := range frames {
+		if r.query {
+			continue
+		}
+		refused++
+		for _, f := range frames[i+1:] {
+			// A query handed to the connection as the refusal came in
+			// is on its way: inFlight later, it was asked after it.
+			if f.query && f.at.After(r.at.Add(inFlight)) && f.at.Before(r.at.Add(r.wait-50*time.Millisecond)) {
+				t.Fatalf("a query went out %s after a refusal that asked to wait %s", f.at.Sub(r.at).Round(time.Millisecond), r.wait)
+			}
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no query was refused: the test did not reach the limit")
+	}
+}
+
+// watchedConn shows seen every frame it reads, and wrote every frame it
+// writes (nil: none).
 type watchedConn struct {
 	Conn
-	seen func([]byte)
+	seen, wrote func([]byte)
+}
+
+func (w watchedConn) Write(ctx context.Context, b []byte) error {
+	if w.wrote != nil {
+		w.wrote(b)
+	}
+	return w.Conn.Write(ctx, b)
 }
 
 func (w watchedConn) Read(ctx context.Context) ([]byte, error) {

@@ -20,7 +20,9 @@ import (
 // the next one, and every unanswered query again when API Gateway answers
 // a frame with its own error (which names no request), and one the server
 // answers internal or rate_limited again after a second (or the wait it
-// names), up to queryRetries times: every query is safe to repeat (a
+// names; a rate_limited one holds every query of its kind, group syncs
+// among them, until then: limitKind), up to queryRetries times: every
+// query is safe to repeat (a
 // group create names its id and a group change carries an op id: either
 // sent again is answered as the first, though the failed invocation had
 // stored it).
@@ -79,7 +81,11 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		delete(c.answers, ref)
 		c.mu.Unlock()
 	}()
+	kind := limitKind(b)
 	for retries := 0; ; retries++ {
+		if err := c.waitHold(ctx, kind); err != nil {
+			return err
+		}
 		if err := c.writeRaw(ctx, outgoing{frame: b, done: make(chan error, 1), ref: ref}); err != nil {
 			return err
 		}
@@ -103,6 +109,9 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		}
 		wait := max(time.Second, time.Duration(e.RetryAfterMs)*time.Millisecond)
 		c.log.Info("query failed; asking again", "code", e.Code, "wait", wait, "requestId", e.RequestID)
+		if e.Code == wire.CodeRateLimited {
+			c.hold(kind, time.Now().Add(wait))
+		}
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
@@ -110,6 +119,64 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		case <-c.done:
 			return errClosed
 		}
+	}
+}
+
+// The limits a frame counts against (docs/protocol.md, "Per-user
+// limits"): each refused frame holds every frame of its kind until its
+// retryAfterMs, since the limit is the user's — every other would be
+// refused too, and a connection that keeps sending is closed.
+const (
+	kindQuery    = "query"    // history, receipts, summary, presence.query, answer, a group's sync
+	kindGroup    = "group"    // group changes and members
+	kindPresence = "presence" // presence status, register
+)
+
+// limitKind is the limit a query frame counts against.
+func limitKind(frame []byte) string {
+	var env wire.Envelope
+	_ = json.Unmarshal(frame, &env)
+	switch env.Action {
+	case wire.ActionGroup:
+		return kindGroup
+	case wire.ActionPresence, wire.ActionRegister:
+		return kindPresence
+	}
+	return kindQuery
+}
+
+// hold holds the frames of kind until until (a later hold stands).
+func (c *Client) hold(kind string, until time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.holds == nil {
+		c.holds = map[string]time.Time{}
+	}
+	if until.After(c.holds[kind]) {
+		c.holds[kind] = until
+	}
+}
+
+// holdUntil is when frames of kind may go again (zero: now).
+func (c *Client) holdUntil(kind string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.holds[kind]
+}
+
+// waitHold returns once frames of kind may go.
+func (c *Client) waitHold(ctx context.Context, kind string) error {
+	wait := time.Until(c.holdUntil(kind))
+	if wait <= 0 {
+		return nil
+	}
+	select {
+	case <-time.After(wait):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errClosed
 	}
 }
 

@@ -168,8 +168,6 @@ type session struct {
 	// rate_limited: the limit is the user's, so every other send would be
 	// refused too, and a client that keeps sending is closed.
 	sendHold time.Time
-	// groupSyncHold is the same for group syncs (holdGroupSyncs).
-	groupSyncHold time.Time
 	// groups are the read-diffused groups this session has touched
 	// (groupread.go).
 	groups map[string]*groupState

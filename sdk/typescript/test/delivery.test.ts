@@ -417,6 +417,43 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
   }
 });
 
+test("queries asked while one waits out its rate_limited refusal are held until its retryAfterMs, then answered", async () => {
+  // A small query budget in 10 s windows, asked from the start of one: a
+  // refusal then asks to wait most of it.
+  const windowMs = 10000;
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, [`RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
+  let a: SignetClient | undefined;
+  try {
+    await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+    const frames: { query: boolean; waitMs: number; at: number }[] = [];
+    a = await dial("alice-ql", new MemoryStore(), {
+      url: own.url,
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        const x = f as { action?: string; ref?: string; code?: string; retryAfterMs?: number };
+        if (dir === "out" && x.ref && x.action !== "group" && x.action !== "presence" && x.action !== "register") frames.push({ query: true, waitMs: 0, at: Date.now() });
+        if (dir === "in" && x.code === "rate_limited") frames.push({ query: false, waitMs: x.retryAfterMs ?? 0, at: Date.now() });
+      },
+    });
+    const asked: Promise<unknown>[] = [];
+    for (let i = 0; i < 8; i++) {
+      asked.push(a.summary());
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    await Promise.all(asked);
+    const refusals = frames.filter((x) => !x.query);
+    assert.ok(refusals.length >= 1, "the limit refused some queries");
+    for (const r of refusals) {
+      // A query written as the refusal came in was on its way: 250 ms later, it was asked after it.
+      const early = frames.filter((x) => x.query && x.at > r.at + 250 && x.at < r.at + r.waitMs - 50);
+      assert.deepEqual(early.map((x) => x.at - r.at), [], `no query within retryAfterMs (${r.waitMs} ms) of a refusal`);
+    }
+  } finally {
+    await a?.close();
+    await own.stop();
+  }
+});
+
 /**
  * The first state after `after` that is connected again following a
  * disconnected one: a state with connected true can also be the first sync

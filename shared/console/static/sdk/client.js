@@ -57,8 +57,13 @@ export class SignetClient {
     reconnectTimer;
     first;
     sendWaiters = new Map();
-    /** The queries waiting for their answer, by ref; retries counts those answered internal or rate_limited. */
+    /**
+     * The queries waiting for their answer, by ref; retries counts those answered internal or rate_limited, and
+     * heldUntil (ms, 0: not held) is when one held by a rate limit goes out (its own timer writes it).
+     */
     queries = new Map();
+    /** Per limit kind (limitKind), when its frames may go again after one was refused rate_limited. */
+    holds = new Map();
     /**
      * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
      * and API Gateway's error frame until errorWindowMs after it was written (its invocation may have failed).
@@ -453,7 +458,7 @@ export class SignetClient {
         const s = {
             ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
             pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
-            ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, groupSyncHold: 0, timers: [], ended: false,
+            ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
             groups: new Map(),
         };
         this.session = s;
@@ -465,8 +470,11 @@ export class SignetClient {
         s.timers.push(setInterval(() => this.run(async (s) => this.housekeeping(s)), housekeepingMs), setInterval(() => this.run(async (s) => this.checkAlive(s).then(() => this.flushOutbox(s))), 1000), setInterval(() => this.run(async (s) => this.keepAlive(s)), this.o.pingIntervalMs));
         this.requestSync(s, s.cursor);
         await this.flushOutbox(s);
-        // Queries that waited for a connection, or whose connection was lost, go out now.
+        // Queries that waited for a connection, or whose connection was lost, go out now (those a rate limit
+        // holds, when it ends).
         for (const q of this.queries.values()) {
+            if (q.heldUntil > Date.now())
+                continue;
             q.written = true;
             this.writeFrame(s, q.frame);
         }
@@ -546,14 +554,30 @@ export class SignetClient {
         const ref = `q${++this.refs}`;
         const frame = { ...f, ref };
         return new Promise((resolve, reject) => {
-            const q = { frame, waiter: { resolve: resolve, reject }, written: false, retries: 0 };
+            const q = { frame, waiter: { resolve: resolve, reject }, written: false, retries: 0, heldUntil: 0 };
             this.queries.set(ref, q);
+            const hold = this.holds.get(limitKind(frame)) ?? 0;
+            if (hold > Date.now()) {
+                q.heldUntil = hold;
+                setTimeout(() => this.writeHeld(ref, q), hold - Date.now());
+                return;
+            }
             void this.run(async (s) => {
                 if (!q.written) {
                     q.written = true;
                     this.writeFrame(s, frame);
                 }
             });
+        });
+    }
+    /** Writes query q (ref) once its rate limit's hold has ended, unless it was answered or dropped meanwhile. */
+    writeHeld(ref, q) {
+        if (this.queries.get(ref) !== q)
+            return;
+        q.heldUntil = 0;
+        void this.run(async (s) => {
+            q.written = true;
+            this.writeFrame(s, q.frame);
         });
     }
     // ---- frames ----
@@ -578,12 +602,13 @@ export class SignetClient {
                     // Every query is safe to repeat (a group create names its id, a group change carries an op id: sent
                     // again, either is answered as the first though the failed invocation had stored it).
                     q.retries++;
-                    const waitMs = Math.max(1000, e.retryAfterMs ?? 0);
+                    const kind = limitKind(q.frame);
+                    if (e.code === "rate_limited")
+                        this.holds.set(kind, Math.max(this.holds.get(kind) ?? 0, Date.now() + (e.retryAfterMs ?? 0)));
+                    const waitMs = Math.max(1000, e.retryAfterMs ?? 0, (this.holds.get(kind) ?? 0) - Date.now());
                     this.log("info", "query failed; asking again", { code: e.code, waitMs, requestId: e.requestId });
-                    setTimeout(() => {
-                        if (this.queries.get(ref) === q)
-                            void this.run(async (s2) => this.writeFrame(s2, q.frame));
-                    }, waitMs);
+                    q.heldUntil = Date.now() + waitMs;
+                    setTimeout(() => this.writeHeld(ref, q), waitMs);
                     return;
                 }
                 this.queries.delete(ref);
@@ -702,7 +727,8 @@ export class SignetClient {
     /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
     askAgain(s) {
         for (const q of this.queries.values())
-            this.writeFrame(s, q.frame);
+            if (q.heldUntil <= Date.now())
+                this.writeFrame(s, q.frame);
         const recent = Date.now() - errorWindowMs;
         this.readAgain(s, (r) => r.at >= recent);
     }
@@ -898,21 +924,23 @@ export class SignetClient {
             return;
         s.groups.set(conv, g);
         g.syncing = true;
-        if (Date.now() < s.groupSyncHold) {
-            g.syncSent = s.groupSyncHold - groupSyncRetryMs;
+        const hold = this.holds.get("query") ?? 0;
+        if (Date.now() < hold) {
+            g.syncSent = hold - groupSyncRetryMs;
             return;
         }
         g.syncSent = Date.now();
         this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100 });
     }
-    /** Holds the session's group syncs for waitMs after one was refused rate_limited (the query limit is the
-     * user's: every other sync would be refused too, and a connection that keeps sending is closed): those
-     * unanswered are asked again when the hold ends, as are those asked for meanwhile. */
+    /** Holds the client's queries, group syncs among them, for waitMs after a group sync was refused
+     * rate_limited (limitKind): the unanswered ones are asked again when the hold ends, as are those asked for
+     * meanwhile. */
     holdGroupSyncs(s, waitMs) {
-        s.groupSyncHold = Date.now() + waitMs;
+        const hold = Math.max(this.holds.get("query") ?? 0, Date.now() + waitMs);
+        this.holds.set("query", hold);
         for (const g of s.groups.values())
             if (g.syncing)
-                g.syncSent = s.groupSyncHold - groupSyncRetryMs;
+                g.syncSent = hold - groupSyncRetryMs;
     }
     /** Applies a pushed group message next in line; a gap, or a group never
      * pulled here, is pulled first; a duplicate asks for an ack. */
@@ -1183,6 +1211,21 @@ export class SignetClient {
         }
         this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });
     }
+}
+/**
+ * The limit a query frame counts against (docs/protocol.md, "Per-user limits"): a refused frame holds every
+ * frame of its kind until its retryAfterMs, since the limit is the user's — every other would be refused too,
+ * and a connection that keeps sending is closed. Group syncs are queries.
+ */
+function limitKind(f) {
+    switch (f.action) {
+        case "group":
+            return "group";
+        case "presence":
+        case "register":
+            return "presence";
+    }
+    return "query";
 }
 /** The send frame of a draft and its fingerprint. */
 async function draftFrame(d) {
