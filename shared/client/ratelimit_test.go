@@ -67,7 +67,9 @@ func TestADeviceBehindInManyGroupsWaitsOutItsQueryLimit(t *testing.T) {
 
 // Queries an app asks while one of their kind waits out its refusal
 // (rate_limited) are held until its retryAfterMs: none goes out before
-// then, and each is answered once it may.
+// then, and each is answered once it may — also when the connection is
+// lost during the wait (the new one does not ask the refused ones again
+// early).
 func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 	t.Parallel()
 	const window, inFlight = 10 * time.Second, 250 * time.Millisecond
@@ -80,6 +82,9 @@ func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var frames []seenFrame
+	var first Conn // the first connection, lost after the first refusal
+	var lost sync.Once
+	var dials atomic.Int64
 	record := func(out bool) func([]byte) {
 		return func(b []byte) {
 			var e wire.Error
@@ -89,7 +94,11 @@ func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 			if query || refusal {
 				mu.Lock()
 				frames = append(frames, seenFrame{query: query, wait: time.Duration(e.RetryAfterMs) * time.Millisecond, at: time.Now()})
+				c := first
 				mu.Unlock()
+				if refusal { // lost when the refusal is no longer in flight
+					lost.Do(func() { time.AfterFunc(2*inFlight, func() { c.Close() }) })
+				}
 			}
 		}
 	}
@@ -101,6 +110,12 @@ func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
+			dials.Add(1)
+			mu.Lock()
+			if first == nil {
+				first = c
+			}
+			mu.Unlock()
 			return watchedConn{Conn: c, seen: record(false), wrote: record(true)}, nil
 		}
 	})
@@ -141,6 +156,9 @@ func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 	}
 	if refused == 0 {
 		t.Fatal("no query was refused: the test did not reach the limit")
+	}
+	if dials.Load() < 2 {
+		t.Fatal("the connection was not lost during the wait")
 	}
 }
 

@@ -112,6 +112,11 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		if e.Code == wire.CodeRateLimited {
 			c.hold(kind, time.Now().Add(wait))
 		}
+		// This loop asks it again after wait; a new connection meanwhile
+		// must not (askAgain).
+		c.mu.Lock()
+		q.written = false
+		c.mu.Unlock()
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, dropsFirstIncoming, eventually, failsAfterItsWrite, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
+import { dialStack, dropsFirstIncoming, eventually, failsAfterItsWrite, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, lostAfter, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -417,7 +417,7 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
   }
 });
 
-test("queries asked while one waits out its rate_limited refusal are held until its retryAfterMs, then answered", async () => {
+test("queries asked while one waits out its rate_limited refusal are held until its retryAfterMs, then answered, also across a reconnect", async () => {
   // A small query budget in 10 s windows, asked from the start of one: a
   // refusal then asks to wait most of it.
   const windowMs = 10000;
@@ -426,8 +426,12 @@ test("queries asked while one waits out its rate_limited refusal are held until 
   try {
     await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
     const frames: { query: boolean; waitMs: number; at: number }[] = [];
+    // The connection is lost half a second after the first refusal: the new one must not ask the refused
+    // queries again before their wait ends.
+    const dials = { n: 0 };
     a = await dial("alice-ql", new MemoryStore(), {
       url: own.url,
+      WebSocket: lostAfter((d) => d.includes(`"rate_limited"`), 500, dials),
       onFrame: (dir, f) => {
         frameCheck(dir, f);
         const x = f as { action?: string; ref?: string; code?: string; retryAfterMs?: number };
@@ -448,6 +452,7 @@ test("queries asked while one waits out its rate_limited refusal are held until 
       const early = frames.filter((x) => x.query && x.at > r.at + 250 && x.at < r.at + r.waitMs - 50);
       assert.deepEqual(early.map((x) => x.at - r.at), [], `no query within retryAfterMs (${r.waitMs} ms) of a refusal`);
     }
+    assert.ok(dials.n >= 2, "the connection was lost during the wait");
   } finally {
     await a?.close();
     await own.stop();

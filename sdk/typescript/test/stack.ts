@@ -259,6 +259,22 @@ export function failsAfterItsWrite(match: (frame: Record<string, unknown>) => bo
   };
 }
 
+/** A WebSocket whose first connection is lost `afterMs` after it reads the first frame `match` matches (its
+ * text); `dials` counts the connections opened. */
+export function lostAfter(match: (data: string) => boolean, afterMs: number, dials: { n: number }): WebSocketConstructor {
+  let seen = false;
+  return class LostAfter extends PassThrough {
+    private readonly first = dials.n++ === 0;
+    protected override received(data: unknown): void {
+      super.received(data);
+      if (this.first && !seen && typeof data === "string" && match(data)) {
+        seen = true;
+        setTimeout(() => this.ws.close(), afterMs);
+      }
+    }
+  };
+}
+
 /** A WebSocket that drops the first incoming frame `match` matches (its text). */
 export function dropsFirstIncoming(match: (data: string) => boolean): WebSocketConstructor {
   let dropped = false;
