@@ -726,7 +726,8 @@ func countFrames(d Dialer, action string, n *atomic.Int64) Dialer {
 // The send limit is the user's: once one send is refused rate_limited, the
 // SDK holds every send (other conversations too) until retryAfterMs, so it
 // never keeps sending into a refusal (which the server answers by closing
-// the connection: rate_limit_ignored).
+// the connection: rate_limit_ignored) — nor does a new connection during
+// the hold send the outbox at once.
 func TestARateLimitedSendHoldsEverySendUntilRetryAfter(t *testing.T) {
 	t.Parallel()
 	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < time.Minute {
@@ -734,11 +735,16 @@ func TestARateLimitedSendHoldsEverySendUntilRetryAfter(t *testing.T) {
 	}
 	st := startStackWith(t, devstack.Options{RateLimits: "send=2/1h"})
 	var sends, dials atomic.Int64
+	var last atomic.Value // the latest connection
 	alice := newDevice(t, st, "alice", "laptop").dial(t, func(o *Options) {
 		counted := countFrames(WebSocket, "send", &sends)
 		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
 			dials.Add(1)
-			return counted(ctx, url, h)
+			c, err := counted(ctx, url, h)
+			if err == nil {
+				last.Store(c)
+			}
+			return c, err
 		}
 		o.ResendAfter = 2 * time.Second // a held send is not resent either
 	})
@@ -767,6 +773,14 @@ func TestARateLimitedSendHoldsEverySendUntilRetryAfter(t *testing.T) {
 	}
 	if n := dials.Load(); n != 1 {
 		t.Fatalf("%d dials, want 1 (the connection was closed)", n)
+	}
+	// The connection is lost during the hold: the new one holds the
+	// outbox too (its sends would be refused, the limit being the user's).
+	last.Load().(Conn).Close()
+	waitFor(t, "a new connection", func() bool { return dials.Load() == 2 && alice.Connected() })
+	time.Sleep(3 * time.Second) // past its first flush and a resend tick
+	if n := sends.Load() - before; n != 0 {
+		t.Fatalf("%d send frames written on a new connection while the user's send limit was spent, want 0", n)
 	}
 }
 

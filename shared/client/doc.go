@@ -23,8 +23,9 @@
 //     is idempotent per clientMsgId, so the peer gets it exactly once.
 //   - Reconnect with capped exponential backoff and full jitter, honouring
 //     retryAfterMs. A send refused rate_limited holds every send (the limit
-//     is the user's) until retryAfterMs, so the server never sees this
-//     client ignore its limit; if it closes the connection anyway
+//     is the user's) until retryAfterMs, on a new connection too, and so
+//     does a refused query every query of its kind, so the server never
+//     sees this client ignore its limit; if it closes the connection anyway
 //     (rate_limit_ignored: the app's own calls kept coming), the client
 //     waits retryAfterMs before reconnecting.
 //

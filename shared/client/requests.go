@@ -132,6 +132,7 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 // retryAfterMs, since the limit is the user's — every other would be
 // refused too, and a connection that keeps sending is closed.
 const (
+	kindSend     = "send"     // sends (the outbox)
 	kindQuery    = "query"    // history, receipts, summary, presence.query, answer, a group's sync
 	kindGroup    = "group"    // group changes and members
 	kindPresence = "presence" // presence status, register

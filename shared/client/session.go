@@ -164,10 +164,6 @@ type session struct {
 	// connection ends (set when the server closes it for the user's
 	// connection limit).
 	reconnectAfter time.Duration
-	// sendHold is when sends may go again after one was refused
-	// rate_limited: the limit is the user's, so every other send would be
-	// refused too, and a client that keeps sending is closed.
-	sendHold time.Time
 	// groups are the read-diffused groups this session has touched
 	// (groupread.go).
 	groups map[string]*groupState
@@ -888,7 +884,7 @@ func (s *session) flushOutbox(ctx context.Context) error {
 		return err
 	}
 	now := time.Now()
-	if now.Before(s.sendHold) {
+	if now.Before(s.c.holdUntil(kindSend)) {
 		return nil
 	}
 	busy := map[string]bool{}
@@ -917,7 +913,10 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 			wait := time.Duration(max(e.RetryAfterMs, 1000)) * time.Millisecond
 			s.sentAt[e.ClientMsgID] = time.Now().Add(wait - s.c.opts.ResendAfter)
 			if e.Code == wire.CodeRateLimited {
-				s.sendHold = time.Now().Add(wait)
+				// The limit is the user's: every other send would be
+				// refused too. The hold is the client's, so a new
+				// connection during it does not send them at once either.
+				s.c.hold(kindSend, time.Now().Add(wait))
 			}
 			return nil
 		}

@@ -173,7 +173,6 @@ interface Session {
   behindHead: number;
   sentAt: Map<string, number>;
   reconnectAfter: number;
-  sendHold: number;
   timers: ReturnType<typeof setInterval>[];
   ended: boolean;
   /** The read-diffused groups this session has touched. */
@@ -247,7 +246,10 @@ export class SignetClient {
    * heldUntil (ms, 0: not held) is when one held by a rate limit goes out (its own timer writes it).
    */
   private readonly queries = new Map<string, { frame: ClientFrame; waiter: Waiter<unknown>; written: boolean; retries: number; heldUntil: number }>();
-  /** Per limit kind (limitKind), when its frames may go again after one was refused rate_limited. */
+  /**
+   * Per limit kind (limitKind; "send" for the outbox), when its frames may go again after one was refused
+   * rate_limited. The client's, not a connection's: a new connection during a hold waits it out too.
+   */
   private readonly holds = new Map<string, number>();
   /**
    * Per conversation the highest read written: a new connection writes it again until a pong confirms it,
@@ -659,7 +661,7 @@ export class SignetClient {
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
       pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
-      ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, sendHold: 0, timers: [], ended: false,
+      ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, timers: [], ended: false,
       groups: new Map(),
     };
     this.session = s;
@@ -806,7 +808,7 @@ export class SignetClient {
           // again, either is answered as the first though the failed invocation had stored it).
           q.retries++;
           const kind = limitKind(q.frame);
-          if (e.code === "rate_limited") this.holds.set(kind, Math.max(this.holds.get(kind) ?? 0, Date.now() + (e.retryAfterMs ?? 0)));
+          if (e.code === "rate_limited") this.hold(kind, Date.now() + (e.retryAfterMs ?? 0));
           const waitMs = Math.max(1000, e.retryAfterMs ?? 0, (this.holds.get(kind) ?? 0) - Date.now());
           this.log("info", "query failed; asking again", { code: e.code, waitMs, requestId: e.requestId });
           q.heldUntil = Date.now() + waitMs;
@@ -1096,6 +1098,13 @@ export class SignetClient {
     return { g, known };
   }
 
+  /** Holds the frames of kind until until (a later hold stands); returns the hold. */
+  private hold(kind: string, until: number): number {
+    const h = Math.max(this.holds.get(kind) ?? 0, until);
+    this.holds.set(kind, h);
+    return h;
+  }
+
   /** Pulls conv above the group's cursor (one group sync at a time); while group syncs are held, only marks it
    * as syncing, to be asked when the hold ends. */
   private requestGroupSync(s: Session, conv: string, g: GroupState): void {
@@ -1115,8 +1124,7 @@ export class SignetClient {
    * rate_limited (limitKind): the unanswered ones are asked again when the hold ends, as are those asked for
    * meanwhile. */
   private holdGroupSyncs(s: Session, waitMs: number): void {
-    const hold = Math.max(this.holds.get("query") ?? 0, Date.now() + waitMs);
-    this.holds.set("query", hold);
+    const hold = this.hold("query", Date.now() + waitMs);
     for (const g of s.groups.values()) if (g.syncing) g.syncSent = hold - groupSyncRetryMs;
   }
 
@@ -1301,7 +1309,7 @@ export class SignetClient {
   /** Sends, per conversation, the oldest pending send unless it went out recently on this connection. */
   private async flushOutbox(s: Session): Promise<void> {
     const now = Date.now();
-    if (now < s.sendHold) return;
+    if (now < (this.holds.get("send") ?? 0)) return;
     const busy = new Set<string>();
     for (const it of await this.store.outbox()) {
       const conv = conversationOf(it);
@@ -1329,7 +1337,9 @@ export class SignetClient {
         // Retry with the same id once the server asks (or after a second).
         const wait = Math.max(e.retryAfterMs ?? 0, 1000);
         s.sentAt.set(e.clientMsgId, Date.now() + wait - this.o.resendAfterMs);
-        if (e.code === "rate_limited") s.sendHold = Date.now() + wait;
+        // The limit is the user's: every other send would be refused too (the client's hold: a new connection
+        // during it does not send them at once either).
+        if (e.code === "rate_limited") this.hold("send", Date.now() + wait);
         return;
       }
       s.sentAt.delete(e.clientMsgId);

@@ -384,23 +384,31 @@ test("a server that lost its data (new inbox epoch): the device resyncs from 0, 
   }
 });
 
-test("a send refused rate_limited holds every send until retryAfterMs; all are stored in order and the connection is never closed for it", async () => {
-  // A small send budget (4 per 3 s): the counter is flushed every 8 frames,
-  // so the refusals start within the first dozen sends.
-  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["RateLimits=send=4/3s,connect=60/1m"]);
+test("a send refused rate_limited holds every send until retryAfterMs, also across a reconnect; all are stored in order and the connection is never closed for it", async () => {
+  // A small send budget in 10 s windows, used from the start of one: the
+  // first refusal then asks to wait most of it.
+  const windowMs = 10000;
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, [`RateLimits=send=4/${windowMs / 1000}s,connect=60/1m`]);
+  let a: SignetClient | undefined;
+  let b: SignetClient | undefined;
   try {
     const frames: { dir: "in" | "out"; f: { type?: string; action?: string; code?: string; retryAfterMs?: number }; at: number }[] = [];
-    const a = await dial("alice-rl", new MemoryStore(), {
+    // The connection is lost half a second after the first refusal: the new one must not send the outbox
+    // before the wait ends.
+    const dials = { n: 0 };
+    a = await dial("alice-rl", new MemoryStore(), {
       url: own.url,
+      WebSocket: lostAfter((d) => d.includes(`"rate_limited"`), 500, dials),
       onFrame: (dir, f) => {
         frameCheck(dir, f);
         frames.push({ dir, f: f as (typeof frames)[number]["f"], at: Date.now() });
       },
     });
-    const b = await dial("bob-rl", new MemoryStore(), { url: own.url });
+    b = await dial("bob-rl", new MemoryStore(), { url: own.url });
     const shown: StoredMessage[] = [];
     b.onMessage((m) => shown.push(m));
-    const n = 20;
+    await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+    const n = 8;
     await sendNumbered(a, "bob-rl", n);
     await eventually(`${n} messages`, () => shown.length === n, 120000);
     assertOnceInOrder(shown, n, "under a rate limit");
@@ -410,9 +418,10 @@ test("a send refused rate_limited holds every send until retryAfterMs; all are s
       const early = frames.filter((x) => x.dir === "out" && x.f.action === "send" && x.at > r.at && x.at < r.at + (r.f.retryAfterMs ?? 0) - 50);
       assert.deepEqual(early.map((x) => x.at - r.at), [], `no send within retryAfterMs (${r.f.retryAfterMs} ms) of a refusal`);
     }
+    assert.ok(dials.n >= 2, "the connection was lost during the wait");
     assert.ok(!frames.some((x) => x.f.code === "rate_limit_ignored"), "never closed for ignoring the limit");
-    await Promise.all([a.close(), b.close()]);
   } finally {
+    await Promise.all([a?.close(), b?.close()]);
     await own.stop();
   }
 });
