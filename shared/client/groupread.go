@@ -191,7 +191,7 @@ func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupSta
 	}
 	g.syncing, g.syncSent = true, time.Now()
 	cursor := g.cursor
-	return s.write(ctx, wire.Sync{Action: wire.ActionSync, ConversationID: conv, Cursor: &cursor, Limit: 100})
+	return s.write(ctx, wire.Sync{Action: wire.ActionSync, ConversationID: conv, Cursor: &cursor, Limit: 100, Query: s.c.syncRef(groupSyncRef)})
 }
 
 // groupPush applies a pushed group message next in line; a gap, or a group

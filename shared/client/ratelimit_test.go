@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,15 +28,7 @@ func TestADeviceBehindInManyGroupsWaitsOutItsQueryLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	alice := newDevice(t, st, "alice", "laptop").dial(t)
-	for i := range groups {
-		g, err := alice.CreateGroup(ctx, fmt.Sprintf("g%d", i), "bob")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := alice.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: []byte(fmt.Sprintf(`"m%d"`, i))}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	groupsWithAMessage(ctx, t, alice, groups, "bob")
 	var dials, limited, ignored atomic.Int64
 	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
 		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
@@ -65,6 +59,21 @@ func TestADeviceBehindInManyGroupsWaitsOutItsQueryLimit(t *testing.T) {
 	}
 }
 
+// groupsWithAMessage has owner create n groups with member, and send a
+// message to each.
+func groupsWithAMessage(ctx context.Context, t *testing.T, owner *Client, n int, member string) {
+	t.Helper()
+	for i := range n {
+		g, err := owner.CreateGroup(ctx, fmt.Sprintf("g%d", i), member)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := owner.SendDraft(ctx, Draft{ConversationID: g.ConversationID, Body: []byte(fmt.Sprintf(`"m%d"`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // Queries an app asks while one of their kind waits out its refusal
 // (rate_limited) are held until its retryAfterMs: none goes out before
 // then, and each is answered once it may — also when the connection is
@@ -89,7 +98,9 @@ func TestQueriesAskedWhileOneIsRefusedWaitItsRetryAfter(t *testing.T) {
 		return func(b []byte) {
 			var e wire.Error
 			_ = json.Unmarshal(b, &e)
-			query := out && wire.RefOf(string(b)) != "" && limitKind(b) == kindQuery
+			ref := wire.RefOf(string(b))
+			// (an inbox sync has a ref too, and a limit of its own)
+			query := out && ref != "" && limitKind(b) == kindQuery && !strings.HasPrefix(ref, inboxSyncRef)
 			refusal := !out && e.Code == wire.CodeRateLimited
 			if query || refusal {
 				mu.Lock()
@@ -182,4 +193,136 @@ func (w watchedConn) Read(ctx context.Context) ([]byte, error) {
 		w.seen(b)
 	}
 	return b, err
+}
+
+// A group sync refused rate_limited holds the group syncs, not the inbox's
+// sync (their refs say whose refusal it is): an inbox sync in flight when
+// the refusal comes, whose page is lost, is asked again as usual
+// (ResendAfter), not only when the group syncs' hold ends. Until the
+// thirty-seventh session a refusal named no frame and was taken as the
+// inbox sync's too: its 1:1 messages waited out the query window.
+func TestAGroupSyncRefusalDoesNotHoldTheInboxSync(t *testing.T) {
+	t.Parallel()
+	const groups, window = 12, 30 * time.Second
+	st := startStackWith(t, devstack.Options{RateLimits: fmt.Sprintf("query=3/%s", window), Parameters: map[string]string{"GroupDelivery": "read"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	groupsWithAMessage(ctx, t, alice, groups, "bob")
+	// From a window's start: a refusal then asks to wait most of it.
+	time.Sleep(window - time.Duration(time.Now().UnixNano())%window + 300*time.Millisecond)
+	hc := &refusalHoldingConn{dropPush: []byte(`"gap-1"`)}
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
+		o.ResendAfter = 2 * time.Second
+		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
+			c, err := WebSocket(ctx, url, h)
+			if err != nil {
+				return nil, err
+			}
+			hc.mu.Lock()
+			defer hc.mu.Unlock()
+			if hc.Conn != nil {
+				return nil, fmt.Errorf("the test's connection was lost")
+			}
+			hc.Conn = c
+			return hc, nil
+		}
+	})
+	waitFor(t, "a group sync refused", func() bool { hc.mu.Lock(); defer hc.mu.Unlock(); return len(hc.held) > 0 })
+	// A gap in bob's inbox (gap-1's pushes are lost) makes him sync; the
+	// refusals reach him while that sync is in flight, and its page is lost.
+	hc.mu.Lock()
+	hc.armed = true
+	hc.mu.Unlock()
+	for _, body := range []string{`"gap-1"`, `"gap-2"`} {
+		if _, err := alice.Send(ctx, "bob", json.RawMessage(body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(4 * time.Minute)
+	for {
+		select {
+		case m := <-bob.Messages():
+			if string(m.Body) != `"gap-2"` {
+				continue
+			}
+			hc.mu.Lock()
+			defer hc.mu.Unlock()
+			if !hc.released || hc.dropPage {
+				t.Fatalf("the test did not run as planned: refusals released %v, the sync page still to drop %v", hc.released, hc.dropPage)
+			}
+			if hc.groupSyncsAfter > 0 {
+				t.Fatalf("the 1:1 messages came after the group syncs' hold ended (%d group syncs asked again before them): the inbox sync waited for it", hc.groupSyncsAfter)
+			}
+			return
+		case <-deadline:
+			t.Fatal("gap-2 never reached bob")
+		}
+	}
+}
+
+// refusalHoldingConn, for the test above, holds the group sync refusals it reads
+// until it is armed and the client writes an inbox sync; then passes them
+// on, ahead of that sync's page, which it drops. It drops every push
+// holding dropPush, and counts the group syncs written after the release.
+type refusalHoldingConn struct {
+	Conn
+	dropPush []byte
+
+	mu              sync.Mutex
+	held, pending   [][]byte
+	armed, released bool
+	dropPage        bool
+	groupSyncsAfter int
+}
+
+func (h *refusalHoldingConn) Write(ctx context.Context, b []byte) error {
+	var f wire.Sync
+	if json.Unmarshal(b, &f) == nil && f.Action == wire.ActionSync {
+		h.mu.Lock()
+		switch {
+		case f.ConversationID == "" && h.armed && !h.released:
+			h.released, h.dropPage = true, true
+		case f.ConversationID != "" && h.released:
+			h.groupSyncsAfter++
+		}
+		h.mu.Unlock()
+	}
+	return h.Conn.Write(ctx, b)
+}
+
+func (h *refusalHoldingConn) Read(ctx context.Context) ([]byte, error) {
+	for {
+		h.mu.Lock()
+		if h.released && len(h.held) > 0 {
+			b := h.held[0]
+			h.held = h.held[1:]
+			h.mu.Unlock()
+			return b, nil
+		}
+		if len(h.pending) > 0 {
+			b := h.pending[0]
+			h.pending = h.pending[1:]
+			h.mu.Unlock()
+			return b, nil
+		}
+		h.mu.Unlock()
+		b, err := h.Conn.Read(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var e wire.Error
+		_ = json.Unmarshal(b, &e)
+		h.mu.Lock()
+		switch {
+		case !h.released && e.Code == wire.CodeRateLimited && strings.HasPrefix(e.Ref, groupSyncRef):
+			h.held = append(h.held, b)
+		case h.released && h.dropPage && frameType(b) == wire.TypeSync:
+			h.dropPage = false
+		case frameType(b) == wire.TypeMessage && bytes.Contains(b, h.dropPush):
+		default:
+			h.pending = append(h.pending, b)
+		}
+		h.mu.Unlock()
+	}
 }

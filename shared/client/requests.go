@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/signet-im/signet/shared/wire"
@@ -125,6 +126,24 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 			return errClosed
 		}
 	}
+}
+
+// Syncs carry a ref of their own kind (the server echoes it in their pages
+// and errors): a refusal then says whether it was the inbox sync's, a
+// group sync's or (no ref) an ack's or a read's.
+const (
+	inboxSyncRef = "is"
+	groupSyncRef = "gs"
+)
+
+// syncRef is a fresh ref of a sync of kind (inboxSyncRef, groupSyncRef).
+func (c *Client) syncRef(kind string) wire.Query {
+	return wire.Query{Ref: kind + strconv.FormatInt(c.refs.Add(1), 10)}
+}
+
+// isSyncRef reports whether ref is a sync's.
+func isSyncRef(ref string) bool {
+	return strings.HasPrefix(ref, inboxSyncRef) || strings.HasPrefix(ref, groupSyncRef)
 }
 
 // The limits a frame counts against (docs/protocol.md, "Per-user

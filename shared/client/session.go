@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/signet-im/signet/shared/wire"
@@ -368,7 +369,7 @@ func (s *session) write(ctx context.Context, v any) error {
 
 func (s *session) requestSync(ctx context.Context, cursor int64) error {
 	s.syncing, s.syncSent = true, time.Now()
-	return s.write(ctx, wire.Sync{Action: wire.ActionSync, Cursor: &cursor, Limit: 100})
+	return s.write(ctx, wire.Sync{Action: wire.ActionSync, Cursor: &cursor, Limit: 100, Query: s.c.syncRef(inboxSyncRef)})
 }
 
 func (s *session) handle(ctx context.Context, data []byte) error {
@@ -955,15 +956,16 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		s.c.log.Warn("server asks for a resync", "message", e.Message, "cursor", s.cursor, "epoch", e.Epoch)
 		return s.resync(ctx, e.Epoch)
 	}
-	if e.Code == wire.CodeRateLimited && (s.syncing || s.groupsSyncing()) {
-		// Refused: the inbox's sync (its own slot per SyncInterval) or a
-		// group's (a query). The frame is not named; whichever it was,
-		// waiting with both costs at most the wait.
+	if e.Code == wire.CodeRateLimited && isSyncRef(e.Ref) {
+		// Refused: the inbox's sync (its own slot per SyncInterval), asked
+		// again after the wait, or a group's (a query), which holds every
+		// group sync and query (their ref says which).
 		wait := time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond
-		if s.syncing {
-			s.syncAt = time.Now().Add(wait)
-		}
-		if s.groupsSyncing() {
+		if strings.HasPrefix(e.Ref, inboxSyncRef) {
+			if s.syncing {
+				s.syncAt = time.Now().Add(wait)
+			}
+		} else {
 			s.holdGroupSyncs(wait)
 		}
 		return nil

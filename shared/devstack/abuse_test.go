@@ -208,6 +208,16 @@ func waitClosed(t *testing.T, c *wsClient) {
 	})
 }
 
+// dialAt connects user's device with a token issued at at (a stack whose
+// handlers run on a test clock), closed when the test ends.
+func dialAt(t *testing.T, st *devstack.Stack, user, device string, at time.Time) *wsClient {
+	t.Helper()
+	c := dialToken(t, st, user, device, tokenAt(t, user, device, at))
+	c.t = t
+	t.Cleanup(func() { c.conn.CloseNow() })
+	return c
+}
+
 // Issue 11 finding 3: only sync had a per-user limit; one user could spend
 // the stage-wide throttles everyone shares. Each action now has its own.
 //
@@ -222,13 +232,7 @@ func TestPerUserRateLimitsPerAction(t *testing.T) {
 	clk.Advance(now.Truncate(time.Hour).Add(time.Second).Sub(now))
 	st := startStack(t, devstack.Options{Env: map[string]string{config.EnvRateLimits: "send=10/1h,query=9/1h,group=9/1h,presence=9/1h"},
 		Configure: func(_ string, h *handler.Deps) { h.Now = clk.Now }})
-	dialAt := func(user string) *wsClient {
-		c := dialToken(t, st, user, "laptop", tokenAt(t, user, "laptop", clk.Now()))
-		c.t = t
-		t.Cleanup(func() { c.conn.CloseNow() })
-		return c
-	}
-	mallory, alice := dialAt("mallory"), dialAt("alice")
+	mallory, alice := dialAt(t, st, "mallory", "laptop", clk.Now()), dialAt(t, st, "alice", "laptop", clk.Now())
 	for i := range 10 {
 		mallory.send(fmt.Sprintf("m%d", i), "alice", i)
 		mallory.next("sent", 5*time.Second)

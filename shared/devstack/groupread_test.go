@@ -831,3 +831,49 @@ func pushedGroupMessage(t *testing.T, convSeq int64, clients ...*wsClient) {
 		}
 	}
 }
+
+// A sync's ref is echoed in its page and in the error frame refusing it,
+// inbox sync or group pull alike: a client tells a refused group pull (a
+// query: every other would be refused too) from its refused inbox sync
+// (one new sync per SyncInterval) and from an ack's or a read's refusal
+// (which carry no ref). A ref that is not 1–64 printable ASCII characters
+// is refused and not echoed.
+func TestASyncsRefIsEchoedInItsPageAndInItsRefusal(t *testing.T) {
+	t.Parallel()
+	clk := &clock{}
+	now := time.Now()
+	clk.Advance(now.Truncate(time.Hour).Add(time.Second).Sub(now)) // the hour's limits outlast the test
+	st := startStack(t, devstack.Options{RateLimits: "query=2/1h", SyncInterval: time.Hour,
+		Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(_ string, h *handler.Deps) { h.Now = clk.Now }})
+	alice, bob := dialAt(t, st, "alice", "phone", clk.Now()), dialAt(t, st, "bob", "phone", clk.Now())
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:refs", "name": "Refs", "users": []string{"bob"}}, nil)
+	alice.sendTo("r1", "g:refs", map[string]any{"text": "r1"})
+
+	// Each sync in turn, and the frame that answers it: a page, or an
+	// error with its code.
+	for _, step := range []struct {
+		group, ref string
+		answer     string // a page's type, or an error code
+	}{
+		{"", "is1", wire.TypeSync},
+		{"g:refs", "gs1", wire.TypeGroupSync},
+		{"", "is2", string(wire.CodeRateLimited)},       // a new inbox sync within SyncInterval
+		{"g:refs", "gs2", wire.TypeGroupSync},           // the query budget's last
+		{"g:refs", "gs3", string(wire.CodeRateLimited)}, // beyond it
+	} {
+		frame := map[string]any{"action": "sync", "cursor": 0, "ref": step.ref}
+		if step.group != "" {
+			frame["conversationId"] = step.group
+		}
+		bob.write(frame)
+		got := bob.nextOf(10*time.Second, wire.TypeSync, wire.TypeGroupSync, wire.TypeError)
+		answer := cmp.Or(got.Code, got.Type)
+		if answer != step.answer || got.Ref != step.ref {
+			t.Fatalf("%v answered %s with ref %q, want %s with ref %q", frame, answer, got.Ref, step.answer, step.ref)
+		}
+	}
+	bob.write(map[string]any{"action": "sync", "cursor": 0, "ref": strings.Repeat("r", 65)})
+	if e := bob.next("error", 10*time.Second); e.Code != string(wire.CodeBadRequest) || e.Ref != "" {
+		t.Fatalf("a sync with a bad ref answered %+v, want bad_request echoing no ref", e)
+	}
+}

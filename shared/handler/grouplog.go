@@ -69,7 +69,9 @@ func (h *Messages) syncGroup(ctx context.Context, c caller, conv im.Conversation
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, groupPosition(err, "cursor", conv), "")
 	}
-	return reply(wire.NewGroupSyncPage(conv, page, h.Redelivery.PushTimeout, h.proofKey(ctx)))
+	out := wire.NewGroupSyncPage(conv, page, h.Redelivery.PushTimeout, h.proofKey(ctx))
+	out.Ref = c.Ref
+	return reply(out)
 }
 
 // proofKey is the key of group position proofs, nil when there is none or

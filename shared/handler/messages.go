@@ -650,6 +650,7 @@ func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxy
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
+	c.useRef(f.Query)
 	if f.ConversationID != "" {
 		return h.syncGroup(ctx, c, im.ConversationID(f.ConversationID), *f.Cursor, f.Limit)
 	}
@@ -681,6 +682,7 @@ func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxy
 		}
 	}
 	out := wire.NewSyncPage(page, h.Redelivery.PushTimeout)
+	out.Ref = c.Ref
 	if !page.More && h.GroupLogs != nil {
 		// The last page names the caller's read-diffused groups and
 		// the last convSeq due in each: the device pulls those it is

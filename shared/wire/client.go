@@ -169,6 +169,11 @@ type Sync struct {
 	Cursor *int64 `json:"cursor"`
 	// Limit is the most entries wanted, 1..100 (default 100).
 	Limit int `json:"limit,omitempty"`
+	// Query's ref is echoed in the page and in an error frame that
+	// answers this sync: with it a client tells a refusal of a group's
+	// pull (a query) from one of its inbox sync (SyncInterval) and from
+	// one of an ack or a read, which carry none.
+	Query
 }
 
 // Envelope reads just the action of any client frame.
@@ -284,6 +289,9 @@ func DecodeSync(body string) (Sync, error) {
 	}
 	if f.Limit < 1 || f.Limit > im.MaxPageEntries {
 		return Sync{}, Problemf(CodeBadRequest, "limit must be 1..%d", im.MaxPageEntries)
+	}
+	if err := f.Query.check(); err != nil {
+		return Sync{}, err
 	}
 	return f, nil
 }

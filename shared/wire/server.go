@@ -152,6 +152,8 @@ type Push struct {
 type SyncPage struct {
 	// Type is "sync".
 	Type string `json:"type"`
+	// Ref echoes the sync's ref, when it had one.
+	Ref string `json:"ref,omitempty"`
 	// Messages are the entries with seq > cursor, ascending, contiguous.
 	Messages []Entry `json:"messages"`
 	// NextCursor is the cursor to continue from.
@@ -207,6 +209,8 @@ type GroupPush struct {
 type GroupSyncPage struct {
 	// Type is "groupSync".
 	Type string `json:"type"`
+	// Ref echoes the sync's ref, when it had one.
+	Ref string `json:"ref,omitempty"`
 	// ConversationID names the group.
 	ConversationID string `json:"conversationId"`
 	// Messages are the messages with convSeq > cursor.

@@ -112,6 +112,8 @@ export interface AckFrame {
 
 export interface SyncFrame {
   action: "sync";
+  /** echoed in the page and in an error frame answering this sync */
+  ref?: Ref;
   cursor: Seq;
   limit?: number;
   /** a group under read diffusion: pull its log above cursor, a convSeq */
@@ -227,6 +229,7 @@ export interface MessageFrame {
 
 export interface SyncPageFrame {
   type: "sync";
+  ref?: Ref;
   messages: Entry[];
   nextCursor: Seq;
   hasMore: boolean;
@@ -248,6 +251,7 @@ export interface GroupMessageFrame {
 
 export interface GroupSyncPageFrame {
   type: "groupSync";
+  ref?: Ref;
   conversationId: GroupId;
   messages: Message[];
   nextCursor: Seq;

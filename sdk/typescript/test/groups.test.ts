@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MemoryStore, SignetClient, type ClientOptions, type DeviceStore, type StoredMessage } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, eventually, failsInPlaceOfAnswer, flakyWebSocket, frameCheck, invalidFrames, seeded, startStack, throttledOnce, type Stack } from "./stack.js";
+import { dialStack, eventually, failsInPlaceOfAnswer, flakyWebSocket, frameCheck, holdsGroupSyncRefusals, invalidFrames, seeded, startStack, throttledOnce, type RefusalHold, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -238,6 +238,46 @@ test("a group change whose invocation failed after storing it is asked again and
   assert.equal(members.count, 2, "alice and dave are the members left");
   assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
   await alice.close();
+});
+
+test("a group sync refused rate_limited holds the group syncs, not the inbox sync: an inbox sync whose page is lost meanwhile is asked again as usual", async () => {
+  // Until the thirty-seventh session a refusal named no frame and, while the inbox synced, was taken as its sync's
+  // too: its 1:1 messages waited out the query window. The syncs' refs now say whose refusal it is.
+  const windowMs = 30000;
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read", `RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
+  const clients: SignetClient[] = [];
+  try {
+    const alice = await dialStack(own, "alice-gi", new MemoryStore());
+    clients.push(alice);
+    for (let i = 0; i < 12; i++) {
+      const g = await alice.createGroup(`g${i}`, ["bob-gi"]);
+      await alice.sendDraft({ conversationId: g.conversationId, body: { n: 1 } });
+    }
+    // From a window's start: a refusal then asks to wait most of it.
+    await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+    const ctl: RefusalHold = { dropPush: "gap-1", armed: false, released: false, dropPage: false, held: 0, groupSyncsAfter: 0 };
+    const bob = await dialStack(own, "bob-gi", new MemoryStore(), { WebSocket: holdsGroupSyncRefusals(ctl), resendAfterMs: 2000 });
+    clients.push(bob);
+    let groupSyncsBefore = -1; // group syncs asked again before gap-2 arrived
+    bob.onMessage((m) => {
+      if ((m.body as { text?: string }).text === "gap-2") groupSyncsBefore = ctl.groupSyncsAfter;
+    });
+    await eventually("a group sync refused", () => ctl.held > 0, 60000);
+    // Past the sync interval (2 s) since his connect sync: the gap's sync is not refused for it (which would say
+    // when to ask again itself).
+    await new Promise((r) => setTimeout(r, 2500));
+    // A gap in bob's inbox (gap-1's pushes are lost) makes him sync; the refusals reach him while that sync is in
+    // flight, and its page is lost.
+    ctl.armed = true;
+    await alice.send("bob-gi", { text: "gap-1" });
+    await alice.send("bob-gi", { text: "gap-2" });
+    await eventually("gap-2 at bob", () => groupSyncsBefore >= 0, 180000);
+    assert.ok(ctl.released && !ctl.dropPage, "the test ran as planned: refusals released, a sync page dropped");
+    assert.equal(groupSyncsBefore, 0, "the 1:1 messages came before the group syncs' hold ended (the inbox sync did not wait for it)");
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await own.stop();
+  }
 });
 
 test("a device behind in more groups than its query limit pulls at once holds its group syncs until retryAfterMs: every message arrives, the connection is never closed for it", async () => {

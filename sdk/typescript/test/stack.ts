@@ -259,6 +259,58 @@ export function failsAfterItsWrite(match: (frame: Record<string, unknown>) => bo
   };
 }
 
+/** What `holdsGroupSyncRefusals` is told and reports. */
+export interface RefusalHold {
+  /** Pushes (type "message") holding this text are dropped. */
+  dropPush: string;
+  /** Set by the test: the next inbox sync written releases the held refusals. */
+  armed: boolean;
+  released: boolean;
+  /** The next inbox sync page after the release is still to be dropped. */
+  dropPage: boolean;
+  /** Group sync refusals held. */
+  held: number;
+  /** Group syncs written after the release. */
+  groupSyncsAfter: number;
+}
+
+/** A WebSocket that holds the group sync refusals (rate_limited error frames with a group sync's ref) it reads
+ * until `ctl.armed` and the client writes an inbox sync; then passes them on, ahead of that sync's page, which it
+ * drops. It drops every push holding `ctl.dropPush`, and counts the group syncs written after the release. */
+export function holdsGroupSyncRefusals(ctl: RefusalHold): WebSocketConstructor {
+  return class HoldsRefusals extends PassThrough {
+    private held: unknown[] = [];
+    protected override received(data: unknown): void {
+      if (typeof data === "string") {
+        const f = JSON.parse(data) as { type?: string; code?: string; ref?: string };
+        if (!ctl.released && f.type === "error" && f.code === "rate_limited" && f.ref?.startsWith("gs")) {
+          this.held.push(data);
+          ctl.held++;
+          return;
+        }
+        if (ctl.released && ctl.dropPage && f.type === "sync") {
+          ctl.dropPage = false;
+          return;
+        }
+        if (f.type === "message" && data.includes(ctl.dropPush)) return;
+      }
+      super.received(data);
+    }
+    override send(data: string) {
+      const f = JSON.parse(data) as { action?: string; conversationId?: string };
+      if (f.action === "sync" && !f.conversationId && ctl.armed && !ctl.released) {
+        ctl.released = true;
+        ctl.dropPage = true;
+        // The refusals reach the client while this sync is in flight.
+        for (const h of this.held.splice(0)) super.received(h);
+      } else if (f.action === "sync" && f.conversationId && ctl.released) {
+        ctl.groupSyncsAfter++;
+      }
+      super.send(data);
+    }
+  };
+}
+
 /** A WebSocket whose first connection is lost `afterMs` after it reads the first frame `match` matches (its
  * text); `dials` counts the connections opened. */
 export function lostAfter(match: (data: string) => boolean, afterMs: number, dials: { n: number }): WebSocketConstructor {

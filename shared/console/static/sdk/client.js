@@ -774,7 +774,7 @@ export class SignetClient {
     requestSync(s, cursor) {
         s.syncing = true;
         s.syncSent = Date.now();
-        this.writeFrame(s, { action: "sync", cursor, limit: 100 });
+        this.writeFrame(s, { action: "sync", cursor, limit: 100, ref: `${inboxSyncRef}${++this.refs}` });
     }
     async apply(s, e, src) {
         await this.applyOwn(s);
@@ -939,7 +939,7 @@ export class SignetClient {
             return;
         }
         g.syncSent = Date.now();
-        this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100 });
+        this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100, ref: `${groupSyncRef}${++this.refs}` });
     }
     /** Holds the client's queries, group syncs among them, for waitMs after a group sync was refused
      * rate_limited (limitKind): the unanswered ones are asked again when the hold ends, as are those asked for
@@ -1199,15 +1199,16 @@ export class SignetClient {
                 this.log("warn", "server asks for a resync", { cursor: s.cursor, epoch: e.epoch });
                 return this.resync(s, e.epoch ?? "");
             case "rate_limited": {
-                // Refused: the inbox's sync (its own slot per sync interval) or a group's (a query). The frame is not
-                // named; whichever it was, waiting with both costs at most the wait.
+                // Refused: the inbox's sync (its own slot per sync interval), asked again after the wait, or a group's
+                // (a query), which holds every group sync and query; their ref says which. Without a ref: an ack or a read.
                 const wait = Math.max(e.retryAfterMs ?? 0, 100);
-                const groupsSyncing = [...s.groups.values()].some((g) => g.syncing);
-                if (s.syncing || groupsSyncing) {
+                if (e.ref?.startsWith(inboxSyncRef)) {
                     if (s.syncing)
                         s.syncAt = Date.now() + wait;
-                    if (groupsSyncing)
-                        this.holdGroupSyncs(s, wait);
+                    return;
+                }
+                if (e.ref?.startsWith(groupSyncRef)) {
+                    this.holdGroupSyncs(s, wait);
                     return;
                 }
                 this.writeAgain(s, Math.max(1000, e.retryAfterMs ?? 0));
@@ -1222,6 +1223,10 @@ export class SignetClient {
         this.log("warn", "server error", { code: e.code, message: e.message, requestId: e.requestId });
     }
 }
+/** Syncs carry a ref of their own kind (the server echoes it in their pages and errors): a refusal then says
+ * whether it was the inbox sync's, a group sync's or (no ref) an ack's or a read's. */
+const inboxSyncRef = "is";
+const groupSyncRef = "gs";
 /**
  * The limit a query frame counts against (docs/protocol.md, "Per-user limits"): a refused frame holds every
  * frame of its kind until its retryAfterMs, since the limit is the user's — every other would be refused too,
