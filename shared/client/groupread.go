@@ -45,6 +45,7 @@ type groupState struct {
 	ackedAt  time.Time
 	syncing  bool
 	syncSent time.Time
+	syncRef  string // the ref of the sync in flight
 	// proof is the server's proof of convSeq proofAt (a push's or a page's
 	// last message's): an ack up to proofAt brings it back.
 	proof   string
@@ -189,9 +190,10 @@ func (s *session) requestGroupSync(ctx context.Context, conv string, g *groupSta
 		g.syncing, g.syncSent = true, hold.Add(-groupSyncRetry)
 		return nil
 	}
-	g.syncing, g.syncSent = true, time.Now()
+	ref := s.c.syncRef(groupSyncRef)
+	g.syncing, g.syncSent, g.syncRef = true, time.Now(), ref.Ref
 	cursor := g.cursor
-	return s.write(ctx, wire.Sync{Action: wire.ActionSync, ConversationID: conv, Cursor: &cursor, Limit: 100, Query: s.c.syncRef(groupSyncRef)})
+	return s.write(ctx, wire.Sync{Action: wire.ActionSync, ConversationID: conv, Cursor: &cursor, Limit: 100, Query: ref})
 }
 
 // groupPush applies a pushed group message next in line; a gap, or a group

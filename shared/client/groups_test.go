@@ -624,3 +624,102 @@ func TestAlertsAreMarkedReadByInboxSeqThroughTheSDK(t *testing.T) {
 	}
 	waitFor(t, "the second read", func() bool { s := summary(); return s.ReadSeq == second.Seq && s.Unread == 0 })
 }
+
+// A sync whose invocation fails (the server's internal error frame, with
+// the sync's ref) is asked again a second later: an inbox sync not only
+// once it counts as unanswered (ResendAfter), a group's not only after
+// groupSyncRetry. Until the thirty-seventh session a sync's error frame
+// named no frame: the SDK wrote its acks and reads again instead, and
+// the sync waited.
+func TestASyncThatFailedIsAskedAgainInASecond(t *testing.T) {
+	t.Parallel()
+	const resendAfter = 30 * time.Second
+	var inboxFailed, groupFailed atomic.Bool
+	st := startStackWith(t, devstack.Options{Parameters: map[string]string{"GroupDelivery": "read"}, Configure: func(fn string, h *handler.Deps) {
+		if fn == "SyncFunction" {
+			h.Inbox = pageFailsOnce{Inbox: h.Inbox, user: "bob", failed: &inboxFailed}
+			h.GroupLogs = groupPageFailsOnce{GroupLogs: h.GroupLogs, user: "bob", failed: &groupFailed}
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	groupsWithAMessage(ctx, t, alice, 1, "bob")
+	if _, err := alice.Send(ctx, "bob", json.RawMessage(`"direct"`)); err != nil {
+		t.Fatal(err)
+	}
+	// Each sync's failure and the next sync of its kind written after it.
+	var mu sync.Mutex
+	failedAt := map[string]time.Time{} // "is" or "gs" → when its error came
+	again := map[string]time.Duration{}
+	kind := func(ref string) string { return ref[:min(2, len(ref))] }
+	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
+		o.ResendAfter = resendAfter
+		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
+			c, err := WebSocket(ctx, url, h)
+			if err != nil {
+				return nil, err
+			}
+			return watchedConn{Conn: c, seen: func(b []byte) {
+				var e wire.Error
+				if frameType(b) == wire.TypeError && json.Unmarshal(b, &e) == nil && e.Code == wire.CodeInternal && isSyncRef(e.Ref) {
+					mu.Lock()
+					failedAt[kind(e.Ref)] = time.Now()
+					mu.Unlock()
+				}
+			}, wrote: func(b []byte) {
+				var f wire.Sync
+				if json.Unmarshal(b, &f) != nil || f.Action != wire.ActionSync {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if at, ok := failedAt[kind(f.Ref)]; ok && again[kind(f.Ref)] == 0 {
+					again[kind(f.Ref)] = time.Since(at)
+				}
+			}}, nil
+		}
+	})
+	collect(t, bob, 2, time.Minute)
+	if !inboxFailed.Load() || !groupFailed.Load() {
+		t.Fatalf("the test did not run as planned: an inbox page failed %v, a group page failed %v", inboxFailed.Load(), groupFailed.Load())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Half of what the sync would otherwise have waited: a second late
+	// is a loaded machine, ten or thirty is the old way.
+	for k, most := range map[string]time.Duration{inboxSyncRef: resendAfter / 2, groupSyncRef: groupSyncRetry / 2} {
+		if d, ok := again[k]; !ok || d > most {
+			t.Errorf("the %s sync that failed was asked again %s after its error (asked: %v), want within %s", k, d.Round(time.Millisecond), ok, most)
+		}
+	}
+}
+
+// pageFailsOnce fails user's first inbox page (the sync's invocation
+// fails: the server answers internal, with the sync's ref).
+type pageFailsOnce struct {
+	handler.Inbox
+	user   im.UserID
+	failed *atomic.Bool
+}
+
+func (p pageFailsOnce) Page(ctx context.Context, u im.UserID, cursor int64, limit int, size func(im.Entry) int) (im.Page, error) {
+	if u == p.user && p.failed.CompareAndSwap(false, true) {
+		return im.Page{}, errors.New("injected: the inbox page read failed")
+	}
+	return p.Inbox.Page(ctx, u, cursor, limit, size)
+}
+
+// groupPageFailsOnce fails user's first group page likewise.
+type groupPageFailsOnce struct {
+	handler.GroupLogs
+	user   im.UserID
+	failed *atomic.Bool
+}
+
+func (p groupPageFailsOnce) GroupPage(ctx context.Context, c im.ConversationID, u im.UserID, cursor int64, limit int, size func(im.Message) int) (im.GroupPage, error) {
+	if u == p.user && p.failed.CompareAndSwap(false, true) {
+		return im.GroupPage{}, errors.New("injected: the group page read failed")
+	}
+	return p.GroupLogs.GroupPage(ctx, c, u, cursor, limit, size)
+}

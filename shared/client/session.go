@@ -146,6 +146,7 @@ type session struct {
 	syncing     bool
 	syncAt      time.Time // when a rate-limited sync may be retried; zero: none waiting
 	syncSent    time.Time // when the sync in flight was asked for
+	syncRef     string    // and its ref
 	// lastRecv is when the last frame arrived; pingSent when a ping went
 	// out that no frame has followed yet (zero: none outstanding).
 	lastRecv, pingSent time.Time
@@ -368,8 +369,9 @@ func (s *session) write(ctx context.Context, v any) error {
 }
 
 func (s *session) requestSync(ctx context.Context, cursor int64) error {
-	s.syncing, s.syncSent = true, time.Now()
-	return s.write(ctx, wire.Sync{Action: wire.ActionSync, Cursor: &cursor, Limit: 100, Query: s.c.syncRef(inboxSyncRef)})
+	ref := s.c.syncRef(inboxSyncRef)
+	s.syncing, s.syncSent, s.syncRef = true, time.Now(), ref.Ref
+	return s.write(ctx, wire.Sync{Action: wire.ActionSync, Cursor: &cursor, Limit: 100, Query: ref})
 }
 
 func (s *session) handle(ctx context.Context, data []byte) error {
@@ -552,6 +554,21 @@ func (s *session) gatewayError(g gatewayError) {
 		}
 	}
 	s.writeAgain(time.Second)
+}
+
+// syncFailed asks the sync whose invocation failed (an internal error
+// frame with its ref) again in a second, if it is still in flight.
+func (s *session) syncFailed(ref string) {
+	s.c.log.Warn("sync failed; asking again", "ref", ref)
+	if s.syncing && s.syncRef == ref && s.syncAt.IsZero() {
+		s.syncAt = time.Now().Add(time.Second)
+	}
+	soon := time.Now().Add(time.Second - groupSyncRetry) // retryGroupSyncs asks in a second
+	for _, g := range s.groups {
+		if g.syncing && g.syncRef == ref && g.syncSent.After(soon) {
+			g.syncSent = soon
+		}
+	}
 }
 
 // writeAgain has written again after wait what went out and may be the
@@ -968,6 +985,12 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		} else {
 			s.holdGroupSyncs(wait)
 		}
+		return nil
+	}
+	if e.Code == wire.CodeInternal && isSyncRef(e.Ref) {
+		// That sync's invocation failed (not an ack's or a read's): ask it
+		// again in a second, not once it counts as unanswered.
+		s.syncFailed(e.Ref)
 		return nil
 	}
 	if e.Code == wire.CodeInternal || e.Code == wire.CodeRateLimited {

@@ -157,6 +157,8 @@ interface Session {
   syncing: boolean;
   syncAt: number;
   syncSent: number;
+  /** The ref of the inbox sync in flight. */
+  syncRef: string;
   /**
    * When, after an error frame that may be any of them, what went out and may have failed is written again (0: not
    * due): the acks (the inbox's, and every group's acked within errorWindowMs), the recent reads and the unanswered
@@ -196,6 +198,8 @@ interface GroupState {
   ackedAt: number;
   syncing: boolean;
   syncSent: number;
+  /** The ref of the group sync in flight. */
+  syncRef: string;
   /** The server's proof of convSeq proofAt (a push's, or a page's last message's): an ack up to proofAt brings it back. */
   proof: string;
   proofAt: number;
@@ -660,7 +664,7 @@ export class SignetClient {
     const now = Date.now();
     const s: Session = {
       ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
+      pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, syncRef: "", againAt: 0, lastRecv: now, pingSent: 0, pings: [],
       ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, timers: [], ended: false,
       groups: new Map(),
     };
@@ -890,6 +894,15 @@ export class SignetClient {
     }
   }
 
+  /** Asks the sync whose invocation failed (an internal error frame with its ref) again in a second, if it is still
+   * in flight. */
+  private syncFailed(s: Session, ref: string): void {
+    this.log("warn", "sync failed; asking again", { ref });
+    if (s.syncing && s.syncRef === ref && !s.syncAt) s.syncAt = Date.now() + 1000;
+    const soon = Date.now() + 1000 - groupSyncRetryMs;
+    for (const g of s.groups.values()) if (g.syncing && g.syncRef === ref && g.syncSent > soon) g.syncSent = soon;
+  }
+
   /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later, in one round). */
   private gatewayError(s: Session, message: string): void {
     this.log("warn", "gateway error; retrying what is in flight", { message });
@@ -963,7 +976,8 @@ export class SignetClient {
   private requestSync(s: Session, cursor: number): void {
     s.syncing = true;
     s.syncSent = Date.now();
-    this.writeFrame(s, { action: "sync", cursor, limit: 100, ref: `${inboxSyncRef}${++this.refs}` });
+    s.syncRef = `${inboxSyncRef}${++this.refs}`;
+    this.writeFrame(s, { action: "sync", cursor, limit: 100, ref: s.syncRef });
   }
 
   private async apply(s: Session, e: Entry, src: "pushed" | "synced"): Promise<void> {
@@ -1093,7 +1107,7 @@ export class SignetClient {
     const have = s.groups.get(conv);
     if (have) return { g: have, known: true };
     const { cursor, known } = await this.store.groupCursor(conv);
-    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+    const g: GroupState = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, syncRef: "", proof: "", proofAt: 0 };
     if (known) s.groups.set(conv, g);
     return { g, known };
   }
@@ -1117,7 +1131,8 @@ export class SignetClient {
       return;
     }
     g.syncSent = Date.now();
-    this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100, ref: `${groupSyncRef}${++this.refs}` });
+    g.syncRef = `${groupSyncRef}${++this.refs}`;
+    this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100, ref: g.syncRef });
   }
 
   /** Holds the client's queries, group syncs among them, for waitMs after a group sync was refused
@@ -1379,6 +1394,12 @@ export class SignetClient {
         return;
       }
       case "internal":
+        if (e.ref?.startsWith(inboxSyncRef) || e.ref?.startsWith(groupSyncRef)) {
+          // That sync's invocation failed (not an ack's or a read's): ask it again in a second, not once it
+          // counts as unanswered.
+          this.syncFailed(s, e.ref);
+          return;
+        }
         // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
         // again is harmless (forward-only).
         this.writeAgain(s, 1000);

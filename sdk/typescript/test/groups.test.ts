@@ -240,10 +240,63 @@ test("a group change whose invocation failed after storing it is asked again and
   await alice.close();
 });
 
+test("a sync whose invocation failed (internal, with its ref) is asked again a second later: the inbox's and a group's", async () => {
+  // Until the thirty-seventh session a sync's error frame named no frame: the SDK wrote its acks and reads again
+  // instead, and the sync waited until it counted as unanswered (resendAfterMs; a group's groupSyncRetryMs).
+  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read"]);
+  const clients: SignetClient[] = [];
+  try {
+    const alice = await dialStack(own, "alice-sf", new MemoryStore());
+    clients.push(alice);
+    const g = await alice.createGroup("sf", ["bob-sf"]);
+    await alice.sendDraft({ conversationId: g.conversationId, body: { n: 1 } });
+    await alice.send("bob-sf", { text: "direct" });
+    // The first inbox page and the first group page bob is answered fail.
+    const failed = new Set<string>();
+    const match = (d: string) => {
+      const t = d.startsWith(`{"type":"sync"`) ? "sync" : d.startsWith(`{"type":"groupSync"`) ? "groupSync" : "";
+      if (!t || failed.has(t)) return false;
+      failed.add(t);
+      return true;
+    };
+    // Per kind of sync ("is", "gs"): when its failure came, and how long after it the next one went out.
+    const failedAt = new Map<string, number>();
+    const again = new Map<string, number>();
+    const resendAfterMs = 30000;
+    const bob = await dialStack(own, "bob-sf", new MemoryStore(), {
+      WebSocket: failsInPlaceOfAnswer(match, [], "internal", 2),
+      resendAfterMs,
+      onFrame: (dir, f) => {
+        frameCheck(dir, f);
+        const x = f as { type?: string; code?: string; ref?: string; action?: string };
+        if (dir === "in" && x.type === "error" && x.code === "internal" && x.ref) failedAt.set(x.ref.slice(0, 2), Date.now());
+        if (dir === "out" && x.action === "sync" && x.ref) {
+          const k = x.ref.slice(0, 2);
+          const at = failedAt.get(k);
+          if (at !== undefined && !again.has(k)) again.set(k, Date.now() - at);
+        }
+      },
+    });
+    clients.push(bob);
+    const got = new Set<string>();
+    bob.onMessage((m) => got.add(m.conversationId));
+    await eventually("both messages at bob", () => got.size === 2, 120000);
+    assert.deepEqual([...failed].sort(), ["groupSync", "sync"], "an inbox page and a group page failed");
+    // Half of what the sync would otherwise have waited: a second late is a loaded machine.
+    for (const [k, most] of [["is", resendAfterMs / 2], ["gs", 5000]] as const) {
+      const d = again.get(k);
+      assert.ok(d !== undefined && d <= most, `the ${k} sync that failed was asked again ${d} ms after its error, want within ${most} ms`);
+    }
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await own.stop();
+  }
+});
+
 test("a group sync refused rate_limited holds the group syncs, not the inbox sync: an inbox sync whose page is lost meanwhile is asked again as usual", async () => {
   // Until the thirty-seventh session a refusal named no frame and, while the inbox synced, was taken as its sync's
   // too: its 1:1 messages waited out the query window. The syncs' refs now say whose refusal it is.
-  const windowMs = 30000;
+  const windowMs = 15000;
   const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read", `RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
   const clients: SignetClient[] = [];
   try {

@@ -341,19 +341,20 @@ export function dropsFirstIncoming(match: (data: string) => boolean): WebSocketC
   };
 }
 
-/** A WebSocket that reads an error in place of the first incoming frame `match` matches (its text), as if the
- * invocation answering had failed after storing what it did: API Gateway's error frame ("gateway"), or the
- * server's `internal` error frame with the answer's ref ("internal"). Every outgoing frame is recorded in `sent`. */
-export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Record<string, unknown>[], how: "gateway" | "internal" = "gateway"): WebSocketConstructor {
-  let failed = false;
+/** A WebSocket that reads an error in place of the first incoming frame `match` matches (its text; the first
+ * `times`), as if the invocation answering had failed after storing what it did: API Gateway's error frame
+ * ("gateway"), or the server's `internal` error frame with the answer's ref ("internal"). Every outgoing frame is
+ * recorded in `sent`. */
+export function failsInPlaceOfAnswer(match: (data: string) => boolean, sent: Record<string, unknown>[], how: "gateway" | "internal" = "gateway", times = 1): WebSocketConstructor {
+  let failures = 0;
   return class FailsInPlace extends PassThrough {
     override send(data: string) {
       sent.push(JSON.parse(data) as Record<string, unknown>);
       super.send(data);
     }
     protected override received(data: unknown): void {
-      if (!failed && typeof data === "string" && match(data)) {
-        failed = true;
+      if (failures < times && typeof data === "string" && match(data)) {
+        failures++;
         const ref = (JSON.parse(data) as { ref?: string }).ref;
         super.received(
           how === "gateway"

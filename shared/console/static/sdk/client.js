@@ -460,7 +460,7 @@ export class SignetClient {
         const now = Date.now();
         const s = {
             ws, cursor, epoch, lastAck: 0, needAck: cursor, forceAck: false, own: new Map(), unacked: 0, syncedUnacked: 0,
-            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, againAt: 0, lastRecv: now, pingSent: 0, pings: [],
+            pushWaiting: false, pushedAt: 0, pushTimeoutMs: 0, syncing: false, syncAt: 0, syncSent: 0, syncRef: "", againAt: 0, lastRecv: now, pingSent: 0, pings: [],
             ticks: 0, resyncAgain: false, behindAt: 0, behindHead: 0, sentAt: new Map(), reconnectAfter: 0, timers: [], ended: false,
             groups: new Map(),
         };
@@ -697,6 +697,17 @@ export class SignetClient {
                 return this.serverError(s, f);
         }
     }
+    /** Asks the sync whose invocation failed (an internal error frame with its ref) again in a second, if it is still
+     * in flight. */
+    syncFailed(s, ref) {
+        this.log("warn", "sync failed; asking again", { ref });
+        if (s.syncing && s.syncRef === ref && !s.syncAt)
+            s.syncAt = Date.now() + 1000;
+        const soon = Date.now() + 1000 - groupSyncRetryMs;
+        for (const g of s.groups.values())
+            if (g.syncing && g.syncRef === ref && g.syncSent > soon)
+                g.syncSent = soon;
+    }
     /** API Gateway's own answer to a failed invocation: retry whatever was in flight (sends, the inbox and group syncs; the acks, queries and recent reads a second later, in one round). */
     gatewayError(s, message) {
         this.log("warn", "gateway error; retrying what is in flight", { message });
@@ -774,7 +785,8 @@ export class SignetClient {
     requestSync(s, cursor) {
         s.syncing = true;
         s.syncSent = Date.now();
-        this.writeFrame(s, { action: "sync", cursor, limit: 100, ref: `${inboxSyncRef}${++this.refs}` });
+        s.syncRef = `${inboxSyncRef}${++this.refs}`;
+        this.writeFrame(s, { action: "sync", cursor, limit: 100, ref: s.syncRef });
     }
     async apply(s, e, src) {
         await this.applyOwn(s);
@@ -915,7 +927,7 @@ export class SignetClient {
         if (have)
             return { g: have, known: true };
         const { cursor, known } = await this.store.groupCursor(conv);
-        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, proof: "", proofAt: 0 };
+        const g = { cursor, lastAck: cursor, needAck: cursor, behind: 0, own: 0, forceAck: false, ackedAt: 0, syncing: false, syncSent: 0, syncRef: "", proof: "", proofAt: 0 };
         if (known)
             s.groups.set(conv, g);
         return { g, known };
@@ -939,7 +951,8 @@ export class SignetClient {
             return;
         }
         g.syncSent = Date.now();
-        this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100, ref: `${groupSyncRef}${++this.refs}` });
+        g.syncRef = `${groupSyncRef}${++this.refs}`;
+        this.writeFrame(s, { action: "sync", conversationId: conv, cursor: g.cursor, limit: 100, ref: g.syncRef });
     }
     /** Holds the client's queries, group syncs among them, for waitMs after a group sync was refused
      * rate_limited (limitKind): the unanswered ones are asked again when the hold ends, as are those asked for
@@ -1215,6 +1228,12 @@ export class SignetClient {
                 return;
             }
             case "internal":
+                if (e.ref?.startsWith(inboxSyncRef) || e.ref?.startsWith(groupSyncRef)) {
+                    // That sync's invocation failed (not an ack's or a read's): ask it again in a second, not once it
+                    // counts as unanswered.
+                    this.syncFailed(s, e.ref);
+                    return;
+                }
                 // An ack or a read failed (they are answered only when they fail, without an id): acking and reading
                 // again is harmless (forward-only).
                 this.writeAgain(s, 1000);
