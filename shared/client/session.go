@@ -979,7 +979,7 @@ func (s *session) serverError(ctx context.Context, e wire.Error) error {
 		// group sync and query (their ref says which).
 		wait := time.Duration(max(e.RetryAfterMs, 100)) * time.Millisecond
 		if strings.HasPrefix(e.Ref, inboxSyncRef) {
-			if s.syncing {
+			if s.syncing && s.syncRef == e.Ref {
 				s.syncAt = time.Now().Add(wait)
 			}
 		} else {

@@ -1383,7 +1383,7 @@ export class SignetClient {
         // (a query), which holds every group sync and query; their ref says which. Without a ref: an ack or a read.
         const wait = Math.max(e.retryAfterMs ?? 0, 100);
         if (e.ref?.startsWith(inboxSyncRef)) {
-          if (s.syncing) s.syncAt = Date.now() + wait;
+          if (s.syncing && s.syncRef === e.ref) s.syncAt = Date.now() + wait;
           return;
         }
         if (e.ref?.startsWith(groupSyncRef)) {
