@@ -86,9 +86,18 @@ build-SummaryFunction: ; $(MAKE) lambda-summary
 build-FanoutFunction: ; $(MAKE) lambda-fanout
 build-HintsFunction: ; $(MAKE) lambda-hints
 
-test: ## the README's test command: every Go test, then the TypeScript SDK's
-	$(GO) test -race -count=1 ./...
-	$(MAKE) --no-print-directory test-sdk
+# The TypeScript SDK's suite mostly waits (on its stack's timers and rate
+# limit windows: about 40 s of CPU in 3 minutes), so it runs beside the Go
+# suite, into .tools/test-sdk.log, printed whole when the Go suite ends.
+test: ## the README's test command: every Go test, and beside it the TypeScript SDK's
+	@mkdir -p $(TOOLS); echo "== the TypeScript SDK's tests (make test-sdk) run beside go test; their log follows it"; \
+	$(MAKE) --no-print-directory test-sdk > $(TOOLS)/test-sdk.log 2>&1 & sdk=$$!; \
+	trap 'kill $$sdk 2>/dev/null' INT TERM; \
+	gorc=0; $(GO) test -race -count=1 ./... || gorc=$$?; \
+	sdkrc=0; wait $$sdk || sdkrc=$$?; \
+	echo "== make test-sdk (exit $$sdkrc):"; cat $(TOOLS)/test-sdk.log; \
+	echo "== go test -race: exit $$gorc; make test-sdk: exit $$sdkrc"; \
+	[ $$gorc = 0 ] && [ $$sdkrc = 0 ]
 
 # The TypeScript SDK (sdk/typescript): its frame types checked against
 # docs/protocol.schema.json, its stores, and its delivery guarantees
