@@ -200,6 +200,68 @@ export function flakyWebSocket(rand: () => number, counts: { dropped: number; du
   };
 }
 
+/** What `chaosWebSocket` did to the frames it carried. */
+export interface ChaosCounts {
+  dropped: number; duplicated: number; reordered: number; lostOut: number; failedOut: number; duplicatedOut: number; cuts: number;
+}
+
+/** A WebSocket under chaos, both ways, for every frame type: incoming frames
+ * dropped, duplicated and reordered (a held frame goes after the next one,
+ * or 200 ms later); outgoing frames lost, answered in their invocation's
+ * place by API Gateway's error frame (a throttle), or sent twice; and the
+ * connection cut now and then. Its faults come from rand. */
+export function chaosWebSocket(rand: () => number, counts: ChaosCounts): WebSocketConstructor {
+  return class Chaos extends PassThrough {
+    private held: unknown[] = [];
+    private flush?: ReturnType<typeof setTimeout>;
+    private maybeCut(): void {
+      if (rand() < 0.006) {
+        counts.cuts++;
+        this.ws.close();
+      }
+    }
+    protected override received(data: unknown): void {
+      const deliver = (d: unknown) => this.onmessage?.({ data: d });
+      const r = rand();
+      if (r < 0.06) {
+        counts.dropped++;
+      } else if (r < 0.1) {
+        counts.duplicated++;
+        deliver(data);
+        deliver(data);
+      } else if (r < 0.16) {
+        counts.reordered++;
+        this.held.push(data);
+        clearTimeout(this.flush);
+        this.flush = setTimeout(() => this.held.splice(0).forEach(deliver), 200);
+        return;
+      } else {
+        deliver(data);
+      }
+      clearTimeout(this.flush);
+      for (const h of this.held.splice(0)) deliver(h);
+      this.maybeCut();
+    }
+    override send(data: string) {
+      const r = rand();
+      if (r < 0.03) {
+        counts.lostOut++;
+      } else if (r < 0.06) {
+        counts.failedOut++;
+        const answer = `{"message": "Internal server error", "connectionId":"chaos", "requestId":"chaos-${counts.failedOut}"}`;
+        setTimeout(() => this.received(answer), 5);
+      } else if (r < 0.08) {
+        counts.duplicatedOut++;
+        super.send(data);
+        super.send(data);
+      } else {
+        super.send(data);
+      }
+      this.maybeCut();
+    }
+  };
+}
+
 /** A WebSocket that stands in for a throttled invocation: the first
  * outgoing frame that `swallow` matches never reaches the stack, and the
  * client gets instead the frame API Gateway answers a failed or throttled

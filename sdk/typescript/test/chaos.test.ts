@@ -1,0 +1,158 @@
+// A small chaos run of the TypeScript SDK against the real local stack (its
+// Go counterpart is `signet chaos`): users, two of them with two devices,
+// send 1:1 and to a read-diffused group at once, each over a transport that loses, duplicates, reorders
+// and cuts in both directions and answers some frames with API Gateway's
+// error frame, while their devices are killed at random points of an
+// entry's path and restarted on the same store. In the end every device
+// holds every message of each of its conversations once, in the order the
+// server numbered them, and each sender's messages in the order it sent them.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryStore, type Draft, type SignetClient, type StoredMessage } from "../src/index.js";
+import { chaosWebSocket, dialStack, invalidFrames, seeded, startStack, type ChaosCounts, type Stack } from "./stack.js";
+
+let stack: Stack;
+
+before(async () => {
+  stack = await startStack(
+    { SIGNET_PUSH_TIMEOUT: "1s", SIGNET_REDELIVERY_BACKOFF: "1s,1s,2s", SIGNET_DYNAMODB_EMULATOR: "memdyn" },
+    ["GroupDelivery=read"],
+  );
+});
+
+after(async () => {
+  await stack?.stop();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** One device across its restarts: its "disk", what it has shown, its sends. */
+interface Device {
+  user: string;
+  device: string;
+  store: MemoryStore;
+  client?: SignetClient;
+  crashed: boolean;
+  restarts: number;
+  shown: StoredMessage[];
+  plan: Draft[];
+  queued: number;
+}
+
+test("a chaos run: four users (two with two devices) send 1:1 and to a group over a network that loses, duplicates, reorders and cuts both ways, killed at random points: every device ends with every message of its conversations once and in order", async () => {
+  const seed = Number(process.env.SDK_CHAOS_SEED ?? 1);
+  const perDevice = Number(process.env.SDK_CHAOS_SENDS ?? 16);
+  const rand = seeded(seed);
+  const users = ["ann", "ben", "cat", "dan"].map((u) => `${u}-chaos${seed}`);
+  const owner = await dialStack(stack, users[0], new MemoryStore());
+  const group = (await owner.createGroup("Chaos", users.slice(1))).conversationId;
+  await owner.close();
+
+  // Two users have two devices each. Each device's sends, in order: a
+  // third to the group, the rest to a random peer.
+  const devices: Device[] = [...users.slice(0, 2).map((u) => [u, "laptop"]), ...users.map((u) => [u, "phone"])].map(([user, device]) => {
+    const plan: Draft[] = [];
+    for (let n = 0; n < perDevice; n++) {
+      const body = { from: user, device, n };
+      // An id of the app's own (sent again by the next process after a kill), only ever sent from this device.
+      const clientMsgId = `${user}-${device}-${n}`;
+      if (rand() < 1 / 3) plan.push({ conversationId: group, body, clientMsgId, deviceOnly: true });
+      else plan.push({ to: users.filter((u) => u !== user)[Math.floor(rand() * (users.length - 1))], body, clientMsgId, deviceOnly: true });
+    }
+    return { user, device, store: new MemoryStore(), crashed: false, restarts: 0, shown: [], plan, queued: 0 };
+  });
+  const convOf = (from: string, d: Draft) => d.conversationId ?? `d:${[from, d.to!].sort().join(":")}`;
+  // What each conversation will hold, and who is in it.
+  const expected = new Map<string, { members: Set<string>; count: number }>();
+  for (const dev of devices) {
+    for (const d of dev.plan) {
+      const conv = convOf(dev.user, d);
+      const e = expected.get(conv) ?? { members: new Set(conv === group ? users : [dev.user, d.to!]), count: 0 };
+      e.count++;
+      expected.set(conv, e);
+    }
+  }
+  const wants = (dev: Device) => [...expected].filter(([, e]) => e.members.has(dev.user));
+  const complete = (dev: Device) => wants(dev).every(([conv, e]) => dev.shown.filter((m) => m.conversationId === conv).length >= e.count);
+
+  const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
+  let crashes = 0;
+
+  /** Runs dev's device until it has shown everything: started again, on its store, after each kill. */
+  const receive = async (dev: Device, devRand: () => number) => {
+    while (!complete(dev)) {
+      dev.client = undefined;
+      dev.crashed = false;
+      const shownUpTo = Math.max(0, ...dev.shown.map((m) => m.seq));
+      const shownGroup = Math.max(0, ...dev.shown.filter((m) => m.seq === 0).map((m) => m.convSeq));
+      const c = await dialStack(stack, dev.user, dev.store.reopen(), {
+        device: dev.device, WebSocket: chaosWebSocket(devRand, counts),
+        replay: true, shownUpTo, shownGroups: { [group]: shownGroup },
+        resendAfterMs: 1500, minBackoffMs: 20, maxBackoffMs: 500, ackIntervalMs: 200,
+        // About one kill per 100 steps of an entry's path.
+        crashAt: () => (dev.crashed ||= devRand() < 0.01),
+      });
+      dev.client = c;
+      for await (const m of c.messages()) {
+        dev.shown.push(m);
+        if (complete(dev)) break;
+      }
+      if (dev.crashed) {
+        crashes++;
+        dev.restarts++;
+      } else await c.close();
+    }
+  };
+
+  /** Writes dev's plan into its outbox, a draft at a time (each again on the next process if one was killed first). */
+  const send = async (dev: Device, devRand: () => number) => {
+    while (dev.queued < dev.plan.length) {
+      const c = dev.client;
+      if (!c || dev.crashed) {
+        await sleep(10);
+        continue;
+      }
+      const queued = await new Promise<boolean>((done) => {
+        c.sendDraft(dev.plan[dev.queued], { onQueued: () => done(true) }).then(() => done(true), () => done(false));
+      });
+      if (queued) dev.queued++;
+      await sleep(devRand() * 80);
+    }
+  };
+
+  // Bounded by the work: a run that stalls fails with each device's progress, not at the runner's timeout.
+  const limitMs = 60000 + perDevice * devices.length * 1000;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stalled = new Promise<never>((_, fail) => {
+    timer = setTimeout(() => {
+      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}`);
+      fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}`));
+    }, limitMs);
+  });
+  try {
+    await Promise.race([stalled, Promise.all(devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))])))]);
+  } finally {
+    clearTimeout(timer);
+  }
+  await Promise.all(devices.map((dev) => dev.client?.close()));
+
+  for (const dev of devices) {
+    for (const [conv, e] of wants(dev)) {
+      const got = dev.shown.filter((m) => m.conversationId === conv);
+      const what = `${dev.user}/${dev.device} in ${conv}`;
+      assert.deepEqual(got.map((m) => m.convSeq), Array.from({ length: e.count }, (_, i) => i + 1), `${what}: every message once, in the server's order`);
+      for (const sender of devices.filter((d) => e.members.has(d.user))) {
+        const ns = got.filter((m) => m.from === sender.user && (m.body as { device: string }).device === sender.device).map((m) => (m.body as { n: number }).n);
+        assert.deepEqual(ns, [...ns].sort((a, b) => a - b), `${what}: ${sender.user}/${sender.device}'s messages in the order it sent them`);
+      }
+    }
+    const seqs = dev.shown.filter((m) => m.seq > 0).map((m) => m.seq);
+    assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), `${dev.user}/${dev.device}: inbox seqs shown ascending`);
+    assert.equal(new Set(seqs).size, seqs.length, `${dev.user}/${dev.device}: no inbox seq shown twice`);
+  }
+  const total = [...expected.values()].reduce((a, e) => a + e.count, 0);
+  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills; network ${JSON.stringify(counts)}`);
+  assert.ok(crashes >= 2, `devices were killed (${crashes} times)`);
+  assert.ok(Object.values(counts).every((n) => n > 0), `every kind of fault happened: ${JSON.stringify(counts)}`);
+  assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
+});
