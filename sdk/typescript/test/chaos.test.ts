@@ -9,14 +9,17 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore, type Draft, type SignetClient, type StoredMessage } from "../src/index.js";
-import { chaosWebSocket, dialStack, invalidFrames, seeded, startStack, type ChaosCounts, type Stack } from "./stack.js";
+import { chaosWebSocket, dialStack, frameCheck, invalidFrames, seeded, startStack, type ChaosCounts, type Stack } from "./stack.js";
 
 let stack: Stack;
 
 before(async () => {
   stack = await startStack(
     { SIGNET_PUSH_TIMEOUT: "1s", SIGNET_REDELIVERY_BACKOFF: "1s,1s,2s", SIGNET_DYNAMODB_EMULATOR: "memdyn" },
-    ["GroupDelivery=read"],
+    // SDK_CHAOS_GROUP_DELIVERY=write runs the group written into inboxes;
+    // SDK_CHAOS_RATE_LIMITS sets the template's RateLimits (default: its
+    // default, which the run's sends do not reach at 16 per device).
+    [`GroupDelivery=${process.env.SDK_CHAOS_GROUP_DELIVERY ?? "read"}`, ...(process.env.SDK_CHAOS_RATE_LIMITS ? [`RateLimits=${process.env.SDK_CHAOS_RATE_LIMITS}`] : [])],
   );
 });
 
@@ -77,6 +80,11 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
 
   const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
   let crashes = 0;
+  let refused = 0;
+  const onFrame = (direction: "in" | "out", frame: unknown) => {
+    frameCheck(direction, frame);
+    if (direction === "in" && (frame as { code?: string }).code === "rate_limited") refused++;
+  };
 
   /** Runs dev's device until it has shown everything: started again, on its store, after each kill. */
   const receive = async (dev: Device, devRand: () => number) => {
@@ -86,7 +94,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
       const shownUpTo = Math.max(0, ...dev.shown.map((m) => m.seq));
       const shownGroup = Math.max(0, ...dev.shown.filter((m) => m.seq === 0).map((m) => m.convSeq));
       const c = await dialStack(stack, dev.user, dev.store.reopen(), {
-        device: dev.device, WebSocket: chaosWebSocket(devRand, counts),
+        device: dev.device, onFrame, WebSocket: chaosWebSocket(devRand, counts),
         replay: true, shownUpTo, shownGroups: { [group]: shownGroup },
         resendAfterMs: 1500, minBackoffMs: 20, maxBackoffMs: 500, ackIntervalMs: 200,
         // About one kill per 100 steps of an entry's path.
@@ -151,7 +159,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     assert.equal(new Set(seqs).size, seqs.length, `${dev.user}/${dev.device}: no inbox seq shown twice`);
   }
   const total = [...expected.values()].reduce((a, e) => a + e.count, 0);
-  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills; network ${JSON.stringify(counts)}`);
+  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills, ${refused} rate_limited refusals; network ${JSON.stringify(counts)}`);
   assert.ok(crashes >= 2, `devices were killed (${crashes} times)`);
   assert.ok(Object.values(counts).every((n) => n > 0), `every kind of fault happened: ${JSON.stringify(counts)}`);
   assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
