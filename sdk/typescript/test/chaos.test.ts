@@ -1,11 +1,12 @@
 // A small chaos run of the TypeScript SDK against the real local stack (its
 // Go counterpart is `signet chaos`): users, two of them with two devices,
-// send 1:1 and to a read-diffused group at once, each over a transport that loses, duplicates, reorders
-// and cuts in both directions and answers some frames with API Gateway's
-// error frame, while their devices are killed at random points of an
-// entry's path and restarted on the same store. In the end every device
-// holds every message of each of its conversations once, in the order the
-// server numbered them, and each sender's messages in the order it sent them.
+// send 1:1 and to a read-diffused group at once, each device over a
+// transport that loses, duplicates, reorders and cuts in both directions
+// and answers some frames with API Gateway's error frame, while devices are
+// killed at random points of an entry's path and restarted on the same
+// store. In the end every device holds every message of each of its
+// conversations once, in the order the server numbered them, and each
+// device's sends in the order it sent them.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore, type Draft, type SignetClient, type StoredMessage } from "../src/index.js";
@@ -81,20 +82,26 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
   let crashes = 0;
   let refused = 0;
+  let stopped = false; // a stalled run ends its devices' loops
   const onFrame = (direction: "in" | "out", frame: unknown) => {
     frameCheck(direction, frame);
     if (direction === "in" && (frame as { code?: string }).code === "rate_limited") refused++;
   };
+  // SDK_CHAOS_TRACE=<user>/<device> prints that device's frames and log, with the time.
+  const traced = (dev: Device) => process.env.SDK_CHAOS_TRACE === `${dev.user}/${dev.device}`;
+  const trace = (dev: Device, ...what: unknown[]) => console.error(new Date().toISOString().slice(11, 23), `${dev.user}/${dev.device}`, ...what);
 
   /** Runs dev's device until it has shown everything: started again, on its store, after each kill. */
   const receive = async (dev: Device, devRand: () => number) => {
-    while (!complete(dev)) {
+    while (!complete(dev) && !stopped) {
       dev.client = undefined;
       dev.crashed = false;
       const shownUpTo = Math.max(0, ...dev.shown.map((m) => m.seq));
       const shownGroup = Math.max(0, ...dev.shown.filter((m) => m.seq === 0).map((m) => m.convSeq));
       const c = await dialStack(stack, dev.user, dev.store.reopen(), {
-        device: dev.device, onFrame, WebSocket: chaosWebSocket(devRand, counts),
+        device: dev.device, WebSocket: chaosWebSocket(devRand, counts),
+        onFrame: traced(dev) ? (d, f) => (onFrame(d, f), trace(dev, d, JSON.stringify(f))) : onFrame,
+        log: traced(dev) ? (level, msg, fields) => trace(dev, level, msg, JSON.stringify(fields ?? {})) : undefined,
         replay: true, shownUpTo, shownGroups: { [group]: shownGroup },
         resendAfterMs: 1500, minBackoffMs: 20, maxBackoffMs: 500, ackIntervalMs: 200,
         // About one kill per 100 steps of an entry's path.
@@ -114,7 +121,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
 
   /** Writes dev's plan into its outbox, a draft at a time (each again on the next process if one was killed first). */
   const send = async (dev: Device, devRand: () => number) => {
-    while (dev.queued < dev.plan.length) {
+    while (dev.queued < dev.plan.length && !stopped) {
       const c = dev.client;
       if (!c || dev.crashed) {
         await sleep(10);
@@ -141,8 +148,9 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     await Promise.race([stalled, Promise.all(devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))])))]);
   } finally {
     clearTimeout(timer);
+    stopped = true;
+    await Promise.all(devices.map((dev) => dev.client?.close()));
   }
-  await Promise.all(devices.map((dev) => dev.client?.close()));
 
   for (const dev of devices) {
     for (const [conv, e] of wants(dev)) {
