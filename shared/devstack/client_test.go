@@ -206,8 +206,15 @@ func (c *wsClient) nextOf(timeout time.Duration, types ...string) frame {
 // quiet asserts no frame of type typ arrives within d.
 func (c *wsClient) quiet(typ string, d time.Duration) {
 	c.t.Helper()
+	c.quietOf(typ, d, func(frame) bool { return true })
+}
+
+// quietOf asserts no frame of type typ that bad picks arrives within d
+// (the others of that type are kept in the backlog too).
+func (c *wsClient) quietOf(typ string, d time.Duration, bad func(frame) bool) {
+	c.t.Helper()
 	for _, f := range c.backlog {
-		if f.Type == typ {
+		if f.Type == typ && bad(f) {
 			c.t.Fatalf("unexpected %q frame: %+v", typ, f)
 		}
 	}
@@ -218,7 +225,7 @@ func (c *wsClient) quiet(typ string, d time.Duration) {
 			if !ok {
 				return
 			}
-			if f.Type == typ {
+			if f.Type == typ && bad(f) {
 				c.t.Fatalf("unexpected %q frame: %+v", typ, f)
 			}
 			c.backlog = append(c.backlog, f)
