@@ -293,21 +293,44 @@ test("a sync whose invocation failed (internal, with its ref) is asked again a s
   }
 });
 
-test("a group sync refused rate_limited holds the group syncs, not the inbox sync: an inbox sync whose page is lost meanwhile is asked again as usual", async () => {
-  // Until the thirty-seventh session a refusal named no frame and, while the inbox synced, was taken as its sync's
-  // too: its 1:1 messages waited out the query window. The syncs' refs now say whose refusal it is.
+/** What withQueryLimitedGroups hands its test. */
+interface QueryLimited {
+  own: Stack;
+  alice: SignetClient;
+  /** The groups alice made with bob, one message in each. */
+  convs: string[];
+  /** Closed when the test ends (alice is in it; push the test's own clients). */
+  clients: SignetClient[];
+}
+
+/** Runs body against a stack of its own that allows 3 queries per 15 s window, where alice-<suffix> has made `groups`
+ * read-diffused groups with bob-<suffix> and sent one message to each; body starts 300 ms into a window, so a
+ * refusal asks to wait most of it. The stack and the clients are closed after body, whatever it does. */
+async function withQueryLimitedGroups(suffix: string, groups: number, body: (t: QueryLimited) => Promise<void>): Promise<void> {
   const windowMs = 15000;
   const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read", `RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
   const clients: SignetClient[] = [];
   try {
-    const alice = await dialStack(own, "alice-gi", new MemoryStore());
+    const alice = await dialStack(own, `alice-${suffix}`, new MemoryStore());
     clients.push(alice);
-    for (let i = 0; i < 12; i++) {
-      const g = await alice.createGroup(`g${i}`, ["bob-gi"]);
+    const convs: string[] = [];
+    for (let i = 0; i < groups; i++) {
+      const g = await alice.createGroup(`g${i}`, [`bob-${suffix}`]);
+      convs.push(g.conversationId);
       await alice.sendDraft({ conversationId: g.conversationId, body: { n: 1 } });
     }
-    // From a window's start: a refusal then asks to wait most of it.
     await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+    await body({ own, alice, convs, clients });
+  } finally {
+    await Promise.all(clients.map((c) => c.close()));
+    await own.stop();
+  }
+}
+
+test("a group sync refused rate_limited holds the group syncs, not the inbox sync: an inbox sync whose page is lost meanwhile is asked again as usual", async () => {
+  // Until the thirty-seventh session a refusal named no frame and, while the inbox synced, was taken as its sync's
+  // too: its 1:1 messages waited out the query window. The syncs' refs now say whose refusal it is.
+  await withQueryLimitedGroups("gi", 12, async ({ own, alice, clients }) => {
     const ctl: RefusalHold = { dropPush: "gap-1", armed: false, released: false, dropPage: false, held: 0, groupSyncsAfter: 0 };
     const bob = await dialStack(own, "bob-gi", new MemoryStore(), { WebSocket: holdsGroupSyncRefusals(ctl), resendAfterMs: 2000 });
     clients.push(bob);
@@ -327,30 +350,15 @@ test("a group sync refused rate_limited holds the group syncs, not the inbox syn
     await eventually("gap-2 at bob", () => groupSyncsBefore >= 0, 180000);
     assert.ok(ctl.released && !ctl.dropPage, "the test ran as planned: refusals released, a sync page dropped");
     assert.equal(groupSyncsBefore, 0, "the 1:1 messages came before the group syncs' hold ended (the inbox sync did not wait for it)");
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
-    await own.stop();
-  }
+  });
 });
 
 test("a device behind in more groups than its query limit pulls at once holds its group syncs until retryAfterMs: every message arrives, the connection is never closed for it", async () => {
   // A small query budget in 15 s windows, and bob back at the start of one:
   // his refused group syncs are told to wait ~15 s, longer than the 10 s
   // after which an unanswered group sync is asked again.
-  const windowMs = 15000;
-  const own = await startStack({ SIGNET_DYNAMODB_EMULATOR: "memdyn" }, ["GroupDelivery=read", `RateLimits=query=3/${windowMs / 1000}s,connect=60/1m`]);
-  const clients: SignetClient[] = [];
-  try {
-    const alice = await dialStack(own, "alice-gl", new MemoryStore());
-    clients.push(alice);
-    const groups = 8;
-    const convs: string[] = [];
-    for (let i = 0; i < groups; i++) {
-      const g = await alice.createGroup(`g${i}`, ["bob-gl"]);
-      convs.push(g.conversationId);
-      await alice.sendDraft({ conversationId: g.conversationId, body: { n: 1 } });
-    }
-    await new Promise((r) => setTimeout(r, windowMs - (Date.now() % windowMs) + 300));
+  const groups = 8;
+  await withQueryLimitedGroups("gl", groups, async ({ own, clients, convs }) => {
     const frames: { dir: "in" | "out"; f: { action?: string; conversationId?: string; code?: string; retryAfterMs?: number }; at: number }[] = [];
     const bob = await dialStack(own, "bob-gl", new MemoryStore(), {
       onFrame: (dir, f) => {
@@ -369,8 +377,5 @@ test("a device behind in more groups than its query limit pulls at once holds it
       assert.deepEqual(early.map((x) => x.at - r.at), [], `no group sync within retryAfterMs (${r.f.retryAfterMs} ms) of a refusal`);
     }
     assert.ok(!frames.some((x) => x.f.code === "rate_limit_ignored"), "never closed for ignoring the limit");
-  } finally {
-    await Promise.all(clients.map((c) => c.close()));
-    await own.stop();
-  }
+  });
 });

@@ -173,31 +173,56 @@ class PassThrough implements WebSocketLike {
   }
 }
 
-/** A WebSocket whose incoming pushes (frames of type `push`: "message", or
- * "groupMessage") are dropped, duplicated and reordered at random. */
-export function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }, push = "message"): WebSocketConstructor {
-  return class Flaky extends PassThrough {
+/** How a transport below mangles the incoming frames `applies` picks: of one draw per frame, below `drop` it is
+ * dropped, below `dup` delivered twice, below `hold` held back and delivered after the next frame (or `flushMs`
+ * later, if given). */
+interface IncomingFaults {
+  drop: number;
+  dup: number;
+  hold: number;
+  applies: (data: unknown) => boolean;
+  flushMs?: number;
+}
+
+/** A PassThrough whose incoming frames are mangled as f says, counted in counts; `afterDelivery` runs after each
+ * frame that was not held back. */
+function mangling(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }, f: IncomingFaults) {
+  return class Mangling extends PassThrough {
     private held: unknown[] = [];
+    private flush?: ReturnType<typeof setTimeout>;
+    protected afterDelivery(): void {}
     protected override received(data: unknown): void {
       const deliver = (d: unknown) => this.onmessage?.({ data: d });
-      const isPush = typeof data === "string" && data.startsWith(`{"type":"${push}"`);
-      const r = isPush ? rand() : 1;
-      if (r < 0.2) {
+      const r = f.applies(data) ? rand() : 1;
+      if (r < f.drop) {
         counts.dropped++;
-      } else if (r < 0.35) {
+      } else if (r < f.dup) {
         counts.duplicated++;
         deliver(data);
         deliver(data);
-      } else if (r < 0.5) {
+      } else if (r < f.hold) {
         counts.reordered++;
-        this.held.push(data); // delivered after the next frame
+        this.held.push(data);
+        if (f.flushMs !== undefined) {
+          clearTimeout(this.flush);
+          this.flush = setTimeout(() => this.held.splice(0).forEach(deliver), f.flushMs);
+        }
         return;
       } else {
         deliver(data);
       }
+      clearTimeout(this.flush);
       for (const h of this.held.splice(0)) deliver(h);
+      this.afterDelivery();
     }
   };
+}
+
+/** A WebSocket whose incoming pushes (frames of type `push`: "message", or
+ * "groupMessage") are dropped, duplicated and reordered at random. */
+export function flakyWebSocket(rand: () => number, counts: { dropped: number; duplicated: number; reordered: number }, push = "message"): WebSocketConstructor {
+  const applies = (data: unknown) => typeof data === "string" && data.startsWith(`{"type":"${push}"`);
+  return mangling(rand, counts, { drop: 0.2, dup: 0.35, hold: 0.5, applies });
 }
 
 /** What `chaosWebSocket` did to the frames it carried. */
@@ -211,35 +236,14 @@ export interface ChaosCounts {
  * place by API Gateway's error frame (a throttle), or sent twice; and the
  * connection cut now and then. Its faults come from rand. */
 export function chaosWebSocket(rand: () => number, counts: ChaosCounts): WebSocketConstructor {
-  return class Chaos extends PassThrough {
-    private held: unknown[] = [];
-    private flush?: ReturnType<typeof setTimeout>;
+  return class Chaos extends mangling(rand, counts, { drop: 0.06, dup: 0.1, hold: 0.16, applies: () => true, flushMs: 200 }) {
     private maybeCut(): void {
       if (rand() < 0.006) {
         counts.cuts++;
         this.ws.close();
       }
     }
-    protected override received(data: unknown): void {
-      const deliver = (d: unknown) => this.onmessage?.({ data: d });
-      const r = rand();
-      if (r < 0.06) {
-        counts.dropped++;
-      } else if (r < 0.1) {
-        counts.duplicated++;
-        deliver(data);
-        deliver(data);
-      } else if (r < 0.16) {
-        counts.reordered++;
-        this.held.push(data);
-        clearTimeout(this.flush);
-        this.flush = setTimeout(() => this.held.splice(0).forEach(deliver), 200);
-        return;
-      } else {
-        deliver(data);
-      }
-      clearTimeout(this.flush);
-      for (const h of this.held.splice(0)) deliver(h);
+    protected override afterDelivery(): void {
       this.maybeCut();
     }
     override send(data: string) {
