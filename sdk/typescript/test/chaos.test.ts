@@ -6,7 +6,10 @@
 // killed at random points of an entry's path and restarted on the same
 // store. In the end every device holds every message of each of its
 // conversations once, in the order the server numbered them, and each
-// device's sends in the order it sent them.
+// device's sends in the order it sent them. Meanwhile a fifth user sends to a
+// second group and removes its members and adds them back between its
+// messages: each device ends with exactly the messages of its user's
+// memberships there.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore, type Draft, type SignetClient, type StoredMessage } from "../src/index.js";
@@ -45,7 +48,7 @@ interface Device {
   queued: number;
 }
 
-test("a chaos run: four users (two with two devices) send 1:1 and to a group over a network that loses, duplicates, reorders and cuts both ways, killed at random points: every device ends with every message of its conversations once and in order", async () => {
+test("a chaos run: four users (two with two devices) send 1:1 and to a group over a network that loses, duplicates, reorders and cuts both ways, killed at random points, while they are removed from another group and added back: every device ends with every message due to it once and in order", async () => {
   const seed = Number(process.env.SDK_CHAOS_SEED ?? 1);
   const perDevice = Number(process.env.SDK_CHAOS_SENDS ?? 16);
   const rand = seeded(seed);
@@ -53,6 +56,18 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   const owner = await dialStack(stack, users[0], new MemoryStore());
   const group = (await owner.createGroup("Chaos", users.slice(1))).conversationId;
   await owner.close();
+  // The churned group: its owner (on a plain transport, never killed) is its only sender and changes its
+  // membership only between its messages, each awaited, so a change's place in the log is exact.
+  const admin = `eve-chaos${seed}`;
+  const eve = await dialStack(stack, admin, new MemoryStore());
+  const churn = (await eve.createGroup("Churn", users)).conversationId;
+  const spans = new Map(users.map((u) => [u, [{ joined: 0, left: undefined as number | undefined }]]));
+  let churnSent = 0;
+  let churnDone = false;
+  let churnChanges = 0;
+  /** The convSeqs of the churned group due to user: those of their memberships. */
+  const churnDue = (user: string) =>
+    Array.from({ length: churnSent }, (_, i) => i + 1).filter((c) => spans.get(user)!.some((sp) => c > sp.joined && c <= (sp.left ?? churnSent)));
 
   // Two users have two devices each. Each device's sends, in order: a
   // third to the group, the rest to a random peer.
@@ -79,7 +94,9 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     }
   }
   const wants = (dev: Device) => [...expected].filter(([, e]) => e.members.has(dev.user));
-  const complete = (dev: Device) => wants(dev).every(([conv, e]) => dev.shown.filter((m) => m.conversationId === conv).length >= e.count);
+  const complete = (dev: Device) =>
+    wants(dev).every(([conv, e]) => dev.shown.filter((m) => m.conversationId === conv).length >= e.count) &&
+    churnDone && dev.shown.filter((m) => m.conversationId === churn).length >= churnDue(dev.user).length;
 
   const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
   let crashes = 0;
@@ -99,12 +116,12 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
       dev.client = undefined;
       dev.crashed = false;
       const shownUpTo = Math.max(0, ...dev.shown.map((m) => m.seq));
-      const shownGroup = Math.max(0, ...dev.shown.filter((m) => m.seq === 0).map((m) => m.convSeq));
+      const shownGroups = Object.fromEntries([group, churn].map((g) => [g, Math.max(0, ...dev.shown.filter((m) => m.seq === 0 && m.conversationId === g).map((m) => m.convSeq))]));
       const c = await dialStack(stack, dev.user, dev.store.reopen(), {
         device: dev.device, WebSocket: chaosWebSocket(devRand, counts),
         onFrame: traced(dev) ? (d, f) => (onFrame(d, f), trace(dev, d, JSON.stringify(f))) : onFrame,
         log: traced(dev) ? (level, msg, fields) => trace(dev, level, msg, JSON.stringify(fields ?? {})) : undefined,
-        replay: true, shownUpTo, shownGroups: { [group]: shownGroup },
+        replay: true, shownUpTo, shownGroups,
         resendAfterMs: 1500, minBackoffMs: 20, maxBackoffMs: 500, ackIntervalMs: 200,
         // A kill at the 5th to 25th step of an entry's path, then every 20 to 80 (a schedule, not a
         // chance per step: every device is killed, also on a loaded machine, where more entries come
@@ -118,14 +135,20 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
         },
       });
       dev.client = c;
+      // A device may have shown all it is due before the churned group's script ended, with nothing more to come.
+      let closing: Promise<void> | undefined;
+      const watch = setInterval(() => {
+        if (!dev.crashed && complete(dev)) closing ??= c.close();
+      }, 100);
       for await (const m of c.messages()) {
         dev.shown.push(m);
         if (complete(dev)) break;
       }
+      clearInterval(watch);
       if (dev.crashed) {
         crashes++;
         dev.restarts++;
-      } else await c.close();
+      } else await (closing ??= c.close());
     }
   };
 
@@ -145,21 +168,49 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     }
   };
 
+  /** The churned group's script: perDevice messages, and before each, half the time, a member removed (at most 5
+   * times each: a member record keeps 8 earlier memberships) or one removed added back. */
+  const runChurn = async (r: () => number) => {
+    for (let n = 1; n <= perDevice && !stopped; n++) {
+      if (r() < 0.5) {
+        const u = users[Math.floor(r() * users.length)];
+        const mine = spans.get(u)!;
+        const last = mine[mine.length - 1];
+        if (last.left === undefined && mine.length <= 5) {
+          const g = await eve.removeMembers(churn, [u]);
+          assert.deepEqual([g.changed, g.head], [[u], churnSent], `the removal of ${u} changed them, after message ${churnSent}`);
+          last.left = churnSent;
+          churnChanges++;
+        } else if (last.left !== undefined) {
+          const g = await eve.addMembers(churn, [u]);
+          assert.deepEqual([g.changed, g.head], [[u], churnSent], `adding ${u} back changed them, after message ${churnSent}`);
+          mine.push({ joined: churnSent, left: undefined });
+          churnChanges++;
+        }
+      }
+      await eve.sendDraft({ conversationId: churn, body: { from: admin, n } });
+      churnSent = n;
+      await sleep(r() * 300);
+    }
+    churnDone = true;
+  };
+
   // Bounded by the work: a run that stalls fails with each device's progress, not at the runner's timeout.
   const limitMs = 60000 + perDevice * devices.length * 1000;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const stalled = new Promise<never>((_, fail) => {
     timer = setTimeout(() => {
-      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}`);
+      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}, ${churn} ${d.shown.filter((m) => m.conversationId === churn).length}/${churnDue(d.user).length}`);
+      progress.push(`${admin}: ${churnSent}/${perDevice} sent to ${churn}, ${churnChanges} changes`);
       fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}`));
     }, limitMs);
   });
   try {
-    await Promise.race([stalled, Promise.all(devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))])))]);
+    await Promise.race([stalled, Promise.all([runChurn(seeded(seed * 10)), ...devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))]))])]);
   } finally {
     clearTimeout(timer);
     stopped = true;
-    await Promise.all(devices.map((dev) => dev.client?.close()));
+    await Promise.all([eve.close(), ...devices.map((dev) => dev.client?.close())]);
   }
 
   for (const dev of devices) {
@@ -172,12 +223,24 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
         assert.deepEqual(ns, [...ns].sort((a, b) => a - b), `${what}: ${sender.user}/${sender.device}'s messages in the order it sent them`);
       }
     }
+    const spansOf = spans.get(dev.user)!.map((sp) => `(${sp.joined}, ${sp.left ?? "now"}]`).join(" ");
+    assert.deepEqual(dev.shown.filter((m) => m.conversationId === churn).map((m) => m.convSeq), churnDue(dev.user), `${dev.user}/${dev.device} in the churned group: the messages of its memberships ${spansOf}, once, in order`);
     const seqs = dev.shown.filter((m) => m.seq > 0).map((m) => m.seq);
     assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), `${dev.user}/${dev.device}: inbox seqs shown ascending`);
     assert.equal(new Set(seqs).size, seqs.length, `${dev.user}/${dev.device}: no inbox seq shown twice`);
   }
-  const total = [...expected.values()].reduce((a, e) => a + e.count, 0);
-  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills (${devices.map((d) => `${d.restarts} in ${d.points} steps`).join(", ")}), ${refused} rate_limited refusals; network ${JSON.stringify(counts)}`);
+  // The server's view of the churned group's members agrees with the run's.
+  const viewer = await dialStack(stack, admin, new MemoryStore(), { device: "viewer" });
+  const members = (await viewer.members(churn)).members ?? [];
+  await viewer.close();
+  for (const u of users) {
+    const last = spans.get(u)!.at(-1)!;
+    const m = members.find((x) => x.userId === u);
+    assert.deepEqual([m?.joined, m?.removed ?? false, m?.left ?? 0], [last.joined, last.left !== undefined, last.left ?? 0], `${u}'s membership of the churned group as the server has it`);
+  }
+  const total = [...expected.values()].reduce((a, e) => a + e.count, 0) + churnSent;
+  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills (${devices.map((d) => `${d.restarts} in ${d.points} steps`).join(", ")}), ${churnChanges} membership changes, ${refused} rate_limited refusals; network ${JSON.stringify(counts)}`);
+  assert.ok(churnChanges > 0, "the churned group's membership changed");
   assert.ok(devices.every((d) => d.restarts > 0), `every device was killed: ${devices.map((d) => `${d.user}/${d.device} ${d.restarts} times in ${d.points} steps`).join(", ")}`);
   // Each of these is expected dozens of times a run; an outgoing frame sent twice only about 5 times (of
   // the outgoing faults together, about 20).
