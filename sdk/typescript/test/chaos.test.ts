@@ -9,7 +9,9 @@
 // device's sends in the order it sent them. Meanwhile a fifth user sends to a
 // second group and removes its members and adds them back between its
 // messages: each device ends with exactly the messages of its user's
-// memberships there.
+// memberships there, and an app posts alerts over HTTPS to some of them
+// and to that group: each device ends with each alert its user was a
+// recipient of, once.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryStore, type Draft, type SignetClient, type StoredMessage } from "../src/index.js";
@@ -48,7 +50,7 @@ interface Device {
   queued: number;
 }
 
-test("a chaos run: four users (two with two devices) send 1:1 and to a group over a network that loses, duplicates, reorders and cuts both ways, killed at random points, while they are removed from another group and added back: every device ends with every message due to it once and in order", async () => {
+test("a chaos run: four users (two with two devices) send 1:1 and to a group over a network that loses, duplicates, reorders and cuts both ways, killed at random points, while they are removed from another group and added back and an app alerts them: every device ends with every message due to it once and in order", async () => {
   const seed = Number(process.env.SDK_CHAOS_SEED ?? 1);
   const perDevice = Number(process.env.SDK_CHAOS_SENDS ?? 16);
   const rand = seeded(seed);
@@ -65,6 +67,13 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   let churnSent = 0;
   let churnDone = false;
   let churnChanges = 0;
+  // The alerting app: it may alert the four users and the churned group.
+  const adminKey = { Authorization: "Bearer local-admin-key" };
+  const app = (await (await fetch(`${stack.httpUrl}/v1/apps`, { method: "POST", headers: adminKey, body: JSON.stringify({ name: `pager-chaos${seed}`, allowUsers: users, allowGroups: [churn.slice(2)] }) })).json()) as { appId: string; key: string };
+  const alertConv = `a:${app.appId}`;
+  const alertsTo = new Map<string, string[]>(users.map((u) => [u, []])); // user → the alerts they were a recipient of (a group's are fanned out after the answer: no order across them)
+  let alertsPosted = 0;
+  let alertsDone = false;
   /** The convSeqs of the churned group due to user: those of their memberships. */
   const churnDue = (user: string) =>
     Array.from({ length: churnSent }, (_, i) => i + 1).filter((c) => spans.get(user)!.some((sp) => c > sp.joined && c <= (sp.left ?? churnSent)));
@@ -96,7 +105,8 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   const wants = (dev: Device) => [...expected].filter(([, e]) => e.members.has(dev.user));
   const complete = (dev: Device) =>
     wants(dev).every(([conv, e]) => dev.shown.filter((m) => m.conversationId === conv).length >= e.count) &&
-    churnDone && dev.shown.filter((m) => m.conversationId === churn).length >= churnDue(dev.user).length;
+    churnDone && dev.shown.filter((m) => m.conversationId === churn).length >= churnDue(dev.user).length &&
+    alertsDone && dev.shown.filter((m) => m.conversationId === alertConv).length >= alertsTo.get(dev.user)!.length;
 
   const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
   let crashes = 0;
@@ -195,18 +205,60 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     churnDone = true;
   };
 
+  let alertRetries = 0; // posts answered 5xx (the function failed or was throttled) and posted again
+  /** Posts one alert, as an app should: again after a 429 when Retry-After says, and again after a 5xx (API Gateway's
+   * answer to a failed or throttled invocation, which may have stored it) with the same key after a jittered backoff.
+   * Returns what the API answered. */
+  const postAlert = async (key: string, alert: object): Promise<{ messageId: string; recipients: { userId: string }[] }> => {
+    for (;;) {
+      const r = await fetch(`${stack.httpUrl}/v1/messages`, { method: "POST", headers: { Authorization: `Bearer ${app.key}`, "Idempotency-Key": key }, body: JSON.stringify(alert) });
+      if (r.status === 429) {
+        await sleep(Number(r.headers.get("Retry-After") ?? 1) * 1000);
+        continue;
+      }
+      if (r.status >= 500) {
+        alertRetries++;
+        await r.arrayBuffer();
+        await sleep(200 + Math.random() * 800);
+        continue;
+      }
+      if (r.status !== 202) {
+        const log = stack.log().split("\n").filter((l) => /ERROR|WARN|panic/.test(l)).slice(-20).join("\n");
+        assert.fail(`alert ${key}: ${r.status} ${await r.text()}; the stack's last warnings and errors:\n${log}`);
+      }
+      return (await r.json()) as { messageId: string; recipients: { userId: string }[] };
+    }
+  };
+  /** The app's script: perDevice/2 alerts, one at a time, each to some of the users or (one in four) to the churned
+   * group, of random priority; one in four posted a second time with its Idempotency-Key, as an app does that did
+   * not hear the answer. */
+  const runAlerts = async (r: () => number) => {
+    for (let n = 0; n < Math.max(2, perDevice / 2) && !stopped; n++) {
+      const priority = ["normal", "high", "urgent"][Math.floor(r() * 3)];
+      const to = users.filter(() => r() < 0.5);
+      const alert = r() < 0.25 || to.length === 0 ? { group: churn.slice(2), title: `group alert ${n}`, body: "", priority } : { to, title: `alert ${n}`, body: "", priority };
+      const key = `chaos${seed}-${n}`;
+      const a = await postAlert(key, alert);
+      if (r() < 0.25) assert.equal((await postAlert(key, alert)).messageId, a.messageId, `alert ${key} posted again: the same message`);
+      for (const { userId } of a.recipients) alertsTo.get(userId)?.push(a.messageId);
+      alertsPosted++;
+      await sleep(r() * 500);
+    }
+    alertsDone = true;
+  };
+
   // Bounded by the work: a run that stalls fails with each device's progress, not at the runner's timeout.
   const limitMs = 60000 + perDevice * devices.length * 1000;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const stalled = new Promise<never>((_, fail) => {
     timer = setTimeout(() => {
-      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}, ${churn} ${d.shown.filter((m) => m.conversationId === churn).length}/${churnDue(d.user).length}`);
-      progress.push(`${admin}: ${churnSent}/${perDevice} sent to ${churn}, ${churnChanges} changes`);
+      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}, ${churn} ${d.shown.filter((m) => m.conversationId === churn).length}/${churnDue(d.user).length}, ${alertConv} ${d.shown.filter((m) => m.conversationId === alertConv).length}/${alertsTo.get(d.user)!.length}`);
+      progress.push(`${admin}: ${churnSent}/${perDevice} sent to ${churn}, ${churnChanges} changes; ${alertsPosted} alerts posted${alertsDone ? ", all" : ""}`);
       fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}`));
     }, limitMs);
   });
   try {
-    await Promise.race([stalled, Promise.all([runChurn(seeded(seed * 10)), ...devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))]))])]);
+    await Promise.race([stalled, Promise.all([runChurn(seeded(seed * 10)), runAlerts(seeded(seed * 10 + 1)), ...devices.map((dev, i) => Promise.all([receive(dev, seeded(seed * 100 + i)), send(dev, seeded(seed * 1000 + i))]))])]);
   } finally {
     clearTimeout(timer);
     stopped = true;
@@ -225,6 +277,8 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     }
     const spansOf = spans.get(dev.user)!.map((sp) => `(${sp.joined}, ${sp.left ?? "now"}]`).join(" ");
     assert.deepEqual(dev.shown.filter((m) => m.conversationId === churn).map((m) => m.convSeq), churnDue(dev.user), `${dev.user}/${dev.device} in the churned group: the messages of its memberships ${spansOf}, once, in order`);
+    const alerts = dev.shown.filter((m) => m.conversationId === alertConv).map((m) => m.messageId);
+    assert.deepEqual([...alerts].sort(), [...alertsTo.get(dev.user)!].sort(), `${dev.user}/${dev.device}: each alert its user was a recipient of, once`);
     const seqs = dev.shown.filter((m) => m.seq > 0).map((m) => m.seq);
     assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), `${dev.user}/${dev.device}: inbox seqs shown ascending`);
     assert.equal(new Set(seqs).size, seqs.length, `${dev.user}/${dev.device}: no inbox seq shown twice`);
@@ -238,8 +292,8 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     const m = members.find((x) => x.userId === u);
     assert.deepEqual([m?.joined, m?.removed ?? false, m?.left ?? 0], [last.joined, last.left !== undefined, last.left ?? 0], `${u}'s membership of the churned group as the server has it`);
   }
-  const total = [...expected.values()].reduce((a, e) => a + e.count, 0) + churnSent;
-  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills (${devices.map((d) => `${d.restarts} in ${d.points} steps`).join(", ")}), ${churnChanges} membership changes, ${refused} rate_limited refusals; network ${JSON.stringify(counts)}`);
+  const total = [...expected.values()].reduce((a, e) => a + e.count, 0) + churnSent + alertsPosted;
+  console.log(`chaos seed ${seed}: ${devices.length} devices, ${total} messages, ${crashes} kills (${devices.map((d) => `${d.restarts} in ${d.points} steps`).join(", ")}), ${churnChanges} membership changes, ${alertsPosted} alerts (${alertRetries} posted again after a 5xx), ${refused} rate_limited refusals; network ${JSON.stringify(counts)}`);
   assert.ok(churnChanges > 0, "the churned group's membership changed");
   assert.ok(devices.every((d) => d.restarts > 0), `every device was killed: ${devices.map((d) => `${d.user}/${d.device} ${d.restarts} times in ${d.points} steps`).join(", ")}`);
   // Each of these is expected dozens of times a run; an outgoing frame sent twice only about 5 times (of
