@@ -209,7 +209,7 @@ Signet is running.
 	fmt.Fprintf(w, `  Tokens          signet token <userId> [--device <deviceId>]
   Chat            signet chat --user alice%[1]s   (another terminal: signet chat --user bob%[1]s)
   Alerts          KEY=$(signet apps create --name monitoring --allow-user bob%[2]s)
-                  curl -X POST %[3]s/v1/messages -H "Authorization: Bearer $KEY" \
+                  curl --retry 5 -X POST %[3]s/v1/messages -H "Authorization: Bearer $KEY" \
                     -H "Idempotency-Key: inc-1" -d '{"to":["bob"],"title":"DB down","body":"failover"}'
                   then: curl -H "Authorization: Bearer $KEY" %[3]s/v1/messages/<messageId>;  signet trace <messageId>%[2]s
   Try             websocat "%[4]s?token=$(go run ./cmd/signet token alice)"
