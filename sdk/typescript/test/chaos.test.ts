@@ -103,10 +103,14 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     }
   }
   const wants = (dev: Device) => [...expected].filter(([, e]) => e.members.has(dev.user));
-  const complete = (dev: Device) =>
-    wants(dev).every(([conv, e]) => dev.shown.filter((m) => m.conversationId === conv).length >= e.count) &&
-    churnDone && dev.shown.filter((m) => m.conversationId === churn).length >= churnDue(dev.user).length &&
-    alertsDone && dev.shown.filter((m) => m.conversationId === alertConv).length >= alertsTo.get(dev.user)!.length;
+  const shownIn = (dev: Device, conv: string) => dev.shown.filter((m) => m.conversationId === conv);
+  /** Each conversation dev is due messages in: how many it has shown and how many it is due (in the churned group
+   * and the alerts' conversation, final once their scripts have ended). */
+  const tally = (dev: Device) =>
+    [...wants(dev).map(([conv, e]) => [conv, e.count] as const), [churn, churnDue(dev.user).length] as const, [alertConv, alertsTo.get(dev.user)!.length] as const].map(
+      ([conv, due]) => ({ conv, shown: shownIn(dev, conv).length, due }),
+    );
+  const complete = (dev: Device) => churnDone && alertsDone && tally(dev).every((t) => t.shown >= t.due);
 
   const counts: ChaosCounts = { dropped: 0, duplicated: 0, reordered: 0, lostOut: 0, failedOut: 0, duplicatedOut: 0, cuts: 0 };
   let crashes = 0;
@@ -252,7 +256,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   let timer: ReturnType<typeof setTimeout> | undefined;
   const stalled = new Promise<never>((_, fail) => {
     timer = setTimeout(() => {
-      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${wants(d).map(([c, e]) => `${c} ${d.shown.filter((m) => m.conversationId === c).length}/${e.count}`).join(", ")}, ${churn} ${d.shown.filter((m) => m.conversationId === churn).length}/${churnDue(d.user).length}, ${alertConv} ${d.shown.filter((m) => m.conversationId === alertConv).length}/${alertsTo.get(d.user)!.length}`);
+      const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${tally(d).map((t) => `${t.conv} ${t.shown}/${t.due}`).join(", ")}`);
       progress.push(`${admin}: ${churnSent}/${perDevice} sent to ${churn}, ${churnChanges} changes; ${alertsPosted} alerts posted${alertsDone ? ", all" : ""}`);
       fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}`));
     }, limitMs);
@@ -267,7 +271,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
 
   for (const dev of devices) {
     for (const [conv, e] of wants(dev)) {
-      const got = dev.shown.filter((m) => m.conversationId === conv);
+      const got = shownIn(dev, conv);
       const what = `${dev.user}/${dev.device} in ${conv}`;
       assert.deepEqual(got.map((m) => m.convSeq), Array.from({ length: e.count }, (_, i) => i + 1), `${what}: every message once, in the server's order`);
       for (const sender of devices.filter((d) => e.members.has(d.user))) {
@@ -276,8 +280,8 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
       }
     }
     const spansOf = spans.get(dev.user)!.map((sp) => `(${sp.joined}, ${sp.left ?? "now"}]`).join(" ");
-    assert.deepEqual(dev.shown.filter((m) => m.conversationId === churn).map((m) => m.convSeq), churnDue(dev.user), `${dev.user}/${dev.device} in the churned group: the messages of its memberships ${spansOf}, once, in order`);
-    const alerts = dev.shown.filter((m) => m.conversationId === alertConv).map((m) => m.messageId);
+    assert.deepEqual(shownIn(dev, churn).map((m) => m.convSeq), churnDue(dev.user), `${dev.user}/${dev.device} in the churned group: the messages of its memberships ${spansOf}, once, in order`);
+    const alerts = shownIn(dev, alertConv).map((m) => m.messageId);
     assert.deepEqual([...alerts].sort(), [...alertsTo.get(dev.user)!].sort(), `${dev.user}/${dev.device}: each alert its user was a recipient of, once`);
     const seqs = dev.shown.filter((m) => m.seq > 0).map((m) => m.seq);
     assert.deepEqual(seqs, [...seqs].sort((a, b) => a - b), `${dev.user}/${dev.device}: inbox seqs shown ascending`);
