@@ -344,7 +344,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			}
 			// The event source mapping polls with the function's role, at
 			// most MaximumConcurrency batches at once (AWS's minimum is 2).
-			p := &eventsource.Poller{Client: st.functions[id].sqs, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, Log: o.Log, BatchSize: int32(fn.BatchSize[q]), Concurrency: max(fn.MaximumConcurrency[q], 2)}
+			p := &eventsource.Poller{Client: st.functions[id].sqs, QueueURL: url, QueueARN: arn, Handler: h, WaitTime: o.PollWait, Log: o.Log, BatchSize: int32(fn.BatchSize[q]),
+				Concurrency: max(fn.MaximumConcurrency[q], 2), VisibilityTimeout: time.Duration(cmp.Or(tmpl.Queues[q].VisibilityTimeout, sqsDefaultVisibility)) * time.Second}
 			st.wg.Go(func() { p.Run(runCtx) })
 			o.Progress("event source: %s -> %s (batch %d, concurrency %d)", q, id, p.BatchSize, p.Concurrency)
 		}

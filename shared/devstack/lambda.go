@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/signet-im/signet/shared/eventsource"
 )
 
 // DefaultConcurrency is the account concurrency of a new AWS account: at
@@ -49,6 +51,10 @@ type ThrottleError struct{ Function string }
 func (e *ThrottleError) Error() string {
 	return fmt.Sprintf("%s: TooManyRequestsException: Rate Exceeded. (account concurrency limit reached)", e.Function)
 }
+
+// Is makes a throttle eventsource.ErrThrottled: an SQS event source
+// retries the batch soon instead of leaving it for the visibility timeout.
+func (e *ThrottleError) Is(target error) bool { return target == eventsource.ErrThrottled }
 
 // TimeoutError is an invocation that ran past its function's timeout.
 type TimeoutError struct {

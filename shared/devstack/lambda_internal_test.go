@@ -8,6 +8,7 @@ import (
 	"time"
 
 	signet "github.com/signet-im/signet"
+	"github.com/signet-im/signet/shared/eventsource"
 	"github.com/signet-im/signet/shared/template"
 )
 
@@ -53,8 +54,13 @@ func TestSlowInvocationTimesOutAndFreesItsSlot(t *testing.T) {
 	}()
 	<-busy
 	var th *ThrottleError
-	if _, err := fast(context.Background(), 2); !errors.As(err, &th) {
+	_, err := fast(context.Background(), 2)
+	if !errors.As(err, &th) {
 		t.Fatalf("err = %v, want a throttle", err)
+	}
+	// An SQS event source retries a throttled batch in flight.
+	if !errors.Is(err, eventsource.ErrThrottled) {
+		t.Errorf("a throttle is not eventsource.ErrThrottled: %v", err)
 	}
 }
 

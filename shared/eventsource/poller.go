@@ -5,7 +5,13 @@
 // visibility timeout — or sooner, where the function set their visibility
 // itself (queue.Backoff) — and the queue's redrive policy moves them to
 // the DLQ.
-// Like the mapping, it deletes what succeeded with DeleteMessageBatch.
+// Like the mapping, it deletes what succeeded with DeleteMessageBatch, and
+// retries a batch whose invocation was throttled (ErrThrottled) with a
+// growing wait while the batch is still in flight, instead of leaving it
+// for the visibility timeout: AWS's "Handling errors for an SQS event
+// source in Lambda" says a throttled invocation is retried, backing off,
+// until the message's time in flight passes the queue's visibility
+// timeout, while an error of the function's code waits out the timeout.
 package eventsource
 
 import (
@@ -13,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +29,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// ErrThrottled is what a Handler's error matches (errors.Is) when the
+// invocation never ran because the function had no concurrency left (the
+// local Lambda runtime's devstack.ThrottleError).
+var ErrThrottled = errors.New("throttled: no concurrency left for the invocation")
+
+// Waits between the attempts of a throttled batch: the first, doubling
+// (each drawn from its upper half), at most the last. AWS does not publish
+// its own; these retry within a second or two when a burst of other
+// invocations ends, and do not spin while the account stays saturated.
+const (
+	throttleRetryFirst = 200 * time.Millisecond
+	throttleRetryMax   = 5 * time.Second
 )
 
 // Handler is an SQS-triggered Lambda handler with partial batch responses.
@@ -39,6 +60,9 @@ type Poller struct {
 	WaitTime time.Duration
 	// Concurrency is how many pollers run at once (default 2).
 	Concurrency int
+	// VisibilityTimeout is the queue's: a throttled batch is retried
+	// until it has been in flight this long (default 30 s, SQS's).
+	VisibilityTimeout time.Duration
 	// Log receives structured logs (slog.Default when nil).
 	Log *slog.Logger
 }
@@ -89,11 +113,14 @@ func (p *Poller) loop(ctx context.Context) {
 			}
 			continue
 		}
-		p.invoke(ctx, out.Messages)
+		p.invoke(ctx, out.Messages, time.Now())
 	}
 }
 
-func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
+// invoke hands msgs, received at received, to the handler (again, after a
+// wait, while a throttled invocation leaves time in flight) and deletes
+// what it did not report failed.
+func (p *Poller) invoke(ctx context.Context, msgs []types.Message, received time.Time) {
 	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
 	for i, m := range msgs {
 		ev.Records[i] = events.SQSMessage{
@@ -108,9 +135,21 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message) {
 		}
 	}
 	resp, err := p.Handler(ctx, ev)
+	visibility := cmp.Or(p.VisibilityTimeout, 30*time.Second)
+	for wait, tries := throttleRetryFirst, 1; errors.Is(err, ErrThrottled); wait, tries = min(2*wait, throttleRetryMax), tries+1 {
+		pause := wait/2 + rand.N(wait/2+1)
+		if ctx.Err() != nil || time.Since(received)+pause >= visibility {
+			p.log().Warn("invocation throttled until the batch's visibility timeout; it returns to the queue", "queue", p.QueueURL, "attempts", tries, "messages", len(msgs))
+			break
+		}
+		sleep(ctx, pause)
+		resp, err = p.Handler(ctx, ev)
+	}
 	failed := map[string]bool{}
 	if err != nil {
-		p.log().Error("handler failed; the batch returns after the visibility timeout", "err", err.Error(), "messages", len(msgs))
+		if !errors.Is(err, ErrThrottled) {
+			p.log().Error("handler failed; the batch returns after the visibility timeout", "err", err.Error(), "messages", len(msgs))
+		}
 		for _, m := range msgs {
 			failed[aws.ToString(m.MessageId)] = true
 		}

@@ -209,6 +209,14 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     churnDone = true;
   };
 
+  /** The stack's last 20 warnings and errors (throttled functions, failed invocations), for a failure's report. */
+  const stackTrouble = () =>
+    stack
+      .log()
+      .split("\n")
+      .filter((l) => /ERROR|WARN|panic/.test(l))
+      .slice(-20)
+      .join("\n");
   let alertRetries = 0; // posts answered 5xx (the function failed or was throttled) and posted again
   /** Posts one alert, as an app should: again after a 429 when Retry-After says, and again after a 5xx (API Gateway's
    * answer to a failed or throttled invocation, which may have stored it) with the same key after a jittered backoff.
@@ -226,10 +234,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
         await sleep(200 + Math.random() * 800);
         continue;
       }
-      if (r.status !== 202) {
-        const log = stack.log().split("\n").filter((l) => /ERROR|WARN|panic/.test(l)).slice(-20).join("\n");
-        assert.fail(`alert ${key}: ${r.status} ${await r.text()}; the stack's last warnings and errors:\n${log}`);
-      }
+      if (r.status !== 202) assert.fail(`alert ${key}: ${r.status} ${await r.text()}; the stack's last warnings and errors:\n${stackTrouble()}`);
       return (await r.json()) as { messageId: string; recipients: { userId: string }[] };
     }
   };
@@ -258,7 +263,7 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
     timer = setTimeout(() => {
       const progress = devices.map((d) => `${d.user}/${d.device}: ${d.queued}/${d.plan.length} queued, ${d.shown.length} shown, ${d.restarts} restarts; wants ${tally(d).map((t) => `${t.conv} ${t.shown}/${t.due}`).join(", ")}`);
       progress.push(`${admin}: ${churnSent}/${perDevice} sent to ${churn}, ${churnChanges} changes; ${alertsPosted} alerts posted${alertsDone ? ", all" : ""}`);
-      fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}`));
+      fail(new Error(`no end after ${limitMs} ms:\n${progress.join("\n")}\nthe stack's last warnings and errors:\n${stackTrouble()}`));
     }, limitMs);
   });
   try {
