@@ -307,8 +307,26 @@ func (c *wsClient) send(clientMsgID, to string, body any) {
 	c.write(map[string]any{"action": "send", "clientMsgId": clientMsgID, "to": to, "body": body})
 }
 
-// startStack starts a stack for one test with quick timings.
+// startStack starts a stack for one test with quick timings; the test
+// fails on any fault the stack saw (Stack.Faults).
 func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
+	t.Helper()
+	st := startStackUnchecked(t, o)
+	t.Cleanup(func() {
+		st.Close()
+		// The stack is as strict as AWS: a call a function's template role
+		// does not allow, or a frame API Gateway would not deliver, fails
+		// the test that caused it.
+		if f := st.Faults(); len(f) > 0 {
+			t.Errorf("the stack saw %d faults AWS would show:\n%s", len(f), strings.Join(f, "\n"))
+		}
+	})
+	return st
+}
+
+// startStackUnchecked is startStack for a test that makes a fault and
+// closes the stack itself.
+func startStackUnchecked(t *testing.T, o devstack.Options) *devstack.Stack {
 	t.Helper()
 	if o.Prefix == "" {
 		o.Prefix = fmt.Sprintf("t%d", time.Now().UnixNano())
@@ -328,15 +346,6 @@ func startStack(t *testing.T, o devstack.Options) *devstack.Stack {
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
-	t.Cleanup(func() {
-		st.Close()
-		// The stack is as strict as AWS: a call a function's template role
-		// does not allow, or a frame API Gateway would not deliver, fails
-		// the test that caused it.
-		if f := st.Faults(); len(f) > 0 {
-			t.Errorf("the stack saw %d faults AWS would show:\n%s", len(f), strings.Join(f, "\n"))
-		}
-	})
 	return st
 }
 

@@ -24,6 +24,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -51,6 +52,7 @@ import (
 	"github.com/signet-im/signet/shared/memsns"
 	"github.com/signet-im/signet/shared/openapi"
 	"github.com/signet-im/signet/shared/provision"
+	"github.com/signet-im/signet/shared/queue"
 	"github.com/signet-im/signet/shared/template"
 )
 
@@ -198,6 +200,7 @@ type Stack struct {
 	functions map[string]*function
 	mu        sync.Mutex
 	denials   []string
+	dropped   atomic.Int64 // queue messages a consumer dropped as malformed
 	cancel    context.CancelFunc
 
 	transportOnce sync.Once
@@ -209,7 +212,9 @@ type Stack struct {
 // Start provisions and starts a local stack.
 func Start(ctx context.Context, o Options) (*Stack, error) {
 	o = withDefaults(o)
-	st := &Stack{log: o.Log}
+	st := &Stack{}
+	o.Log = slog.New(dropCounter{Handler: o.Log.Handler(), n: &st.dropped})
+	st.log = o.Log
 	ok := false
 	defer func() {
 		if !ok {
@@ -353,6 +358,35 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	o.Progress("lambda: %d functions, each with its own environment, role and timeout; account concurrency %d", len(fns), o.Concurrency)
 	ok = true
 	return st, nil
+}
+
+// dropCounter passes records on to Handler (as it would) and counts the
+// errors queue.Consumer logs for a message it dropped as malformed.
+type dropCounter struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (d dropCounter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelError || d.Handler.Enabled(ctx, l)
+}
+
+func (d dropCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelError && strings.HasPrefix(r.Message, queue.DroppedMalformed) {
+		d.n.Add(1)
+	}
+	if !d.Handler.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d dropCounter) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropCounter{Handler: d.Handler.WithAttrs(as), n: d.n}
+}
+
+func (d dropCounter) WithGroup(name string) slog.Handler {
+	return dropCounter{Handler: d.Handler.WithGroup(name), n: d.n}
 }
 
 // sqsDefaultVisibility is a queue's visibility timeout when its template
@@ -646,11 +680,16 @@ func (st *Stack) Denials() []string {
 
 // Faults lists what AWS would have refused or a client would have choked
 // on: every IAM denial, and the empty and oversize frames the backend asked
-// the gateway to send. A test that runs a stack fails on any of them.
+// the gateway to send; and the queue messages a consumer dropped as
+// malformed (only the stack's functions enqueue: one wrote what another
+// cannot read). A test that runs a stack fails on any of them.
 func (st *Stack) Faults() []string {
 	out := st.Denials()
 	for i, d := range out {
 		out[i] = "IAM denied " + d
+	}
+	if n := st.dropped.Load(); n > 0 {
+		out = append(out, fmt.Sprintf("%d queue messages dropped as malformed by their consumer (the log says which)", n))
 	}
 	if st.Gateway != nil {
 		if empty, oversize := st.Gateway.Faults(); empty+oversize > 0 {

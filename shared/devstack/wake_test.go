@@ -355,3 +355,55 @@ func TestAnUrgentAlertWakesTheUnconnectedDevicesOfAConnectedUser(t *testing.T) {
 		t.Fatalf("the urgent alert's woken events: %v", w)
 	}
 }
+
+// A member of a read-diffused group (the default) with no device connected
+// is woken by a group message: the wake-up names the group and the
+// message, with seq 0 (such a message has no inbox seq), and is traced.
+// The hints function once refused every such wake job as malformed and
+// dropped it: no member was ever woken by a read-diffused group's message.
+func TestAnOfflineMemberIsWokenByAGroupMessage(t *testing.T) {
+	t.Parallel()
+	st := startPushStack(t)
+	registeredOffline(t, st, "bob", "phone", "apns", "b0b0b0b0")
+	alice := dial(t, st, "alice", "laptop")
+	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:oncall", "name": "On call", "users": []string{"bob"}}, nil)
+	sent := alice.sendTo("w-1", "g:oncall", map[string]any{"text": "who has the pager?"})
+	waitFor(t, "a wake-up", func() bool { return len(wakes(t, st)) > 0 })
+	hintsDrained(t, st)
+	got := wakes(t, st)
+	if len(got) != 1 {
+		t.Fatalf("%d wake-ups for one group message to one offline device, want 1: %+v", len(got), got)
+	}
+	id, urgent, apns := wakeIDs(t, got[0])
+	sig, _ := apns["signet"].(map[string]any)
+	if id != sent.MessageID || urgent || sig["conversationId"] != "g:oncall" || sig["seq"] != float64(0) || strings.Contains(got[0].Message, "pager") {
+		t.Fatalf("wake-up %s, want message %s of g:oncall, seq 0, ids only", got[0].Message, sent.MessageID)
+	}
+	waitFor(t, "the wake-up traced", func() bool {
+		return slices.Equal(traceDetails(t, st, devstack.DefaultAdminKey, sent.MessageID, "woken"), []string{"woken:bob:apns"})
+	})
+}
+
+// A queue message its consumer cannot decode is dropped (retrying it
+// would not help) and is a fault of the stack, which fails the test:
+// only the stack's own functions enqueue, so one wrote what another cannot
+// read — as a read-diffused group's wake job once was for every message
+// to an offline member, logged and unnoticed.
+func TestAMalformedQueueMessageIsAFault(t *testing.T) {
+	t.Parallel()
+	st := startStackUnchecked(t, devstack.Options{Parameters: map[string]string{"OfflinePush": "on"}, SNSEndpoint: testSNSEndpoint()})
+	t.Cleanup(st.Close)
+	if f := st.Faults(); len(f) != 0 {
+		t.Fatalf("faults before anything was sent: %v", f)
+	}
+	// A wake job for a 1:1 message with no inbox seq.
+	url := st.Resources.Queues["PresenceQueue"]
+	if _, err := st.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"k":"w","u":"ann","c":"d:ann:bob","a":"m01"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the malformed job reported", func() bool { return len(st.Faults()) > 0 })
+	hintsDrained(t, st) // dropped: not left for a retry
+	if f := st.Faults(); len(f) != 1 || !strings.Contains(f[0], "1 queue messages dropped as malformed") {
+		t.Fatalf("faults %q, want the one dropped message", f)
+	}
+}

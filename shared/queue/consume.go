@@ -35,6 +35,11 @@ type Retrier interface {
 	RetrySoon(ctx context.Context, failed []events.SQSMessage, log *slog.Logger)
 }
 
+// DroppedMalformed begins the error logged for a message that does not
+// decode, which is dropped (the local stack counts them as faults: only
+// the stack's own functions enqueue, so each is a bug of one of them).
+const DroppedMalformed = "dropping a malformed "
+
 // Lambda is the handler of an SQS event source mapping with
 // ReportBatchItemFailures: the messages of a batch are handled
 // concurrently (one slow message holds up no other), and each that failed
@@ -60,7 +65,7 @@ func (c Consumer[T]) Lambda(ctx context.Context, ev events.SQSEvent) (events.SQS
 	for _, rec := range ev.Records {
 		v, err := c.Decode(rec.Body)
 		if err != nil {
-			log.ErrorContext(ctx, "dropping a malformed "+c.Name, "err", err.Error(), "sqsMessageId", rec.MessageId)
+			log.ErrorContext(ctx, DroppedMalformed+c.Name, "err", err.Error(), "sqsMessageId", rec.MessageId)
 			continue
 		}
 		if dl, ok := ctx.Deadline(); ok && c.Reserve > 0 && time.Until(dl) < c.Reserve {

@@ -108,7 +108,9 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert", s)
 		}
 	case im.FanoutWake:
-		if !j.User.Valid() || j.Alert == "" || j.UpTo < 1 {
+		// A read-diffused group's message has no inbox seq: its wake job
+		// names the group and seq 0.
+		if !j.User.Valid() || j.Alert == "" || (j.UpTo < 1 && !j.Conversation.ValidGroup()) {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user, message or seq", s)
 		}
 	default:

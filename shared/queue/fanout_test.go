@@ -24,6 +24,8 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		{Kind: im.FanoutEscalate, Alert: "m01", Tick: 4, NotBefore: time.UnixMilli(1_800_000_000_123).UTC()},
 		{Kind: im.FanoutWake, User: "ann", Device: "phone", Alert: "m01", Conversation: "a:ops", UpTo: 4, Urgent: true},
 		{Kind: im.FanoutWake, User: "ann", Alert: "m01", Conversation: "a:ops", UpTo: 5, Urgent: true, Unconnected: true},
+		// A read-diffused group's message: no inbox seq.
+		{Kind: im.FanoutWake, User: "ann", Alert: "m01~3~g:ops", Conversation: "g:ops"},
 	} {
 		got, err := DecodeJob(EncodeJob(j))
 		if err != nil {
@@ -52,6 +54,8 @@ func TestFanoutJobsRoundTripAndBadOnesAreRefused(t *testing.T) {
 		"escalate no id":   `{"k":"e","t":1}`,
 		"callback no id":   `{"k":"c"}`,
 		"wake no seq":      `{"k":"w","u":"ann","a":"m01"}`,
+		"1:1 wake no seq":  `{"k":"w","u":"ann","a":"m01","c":"d:ann:bob"}`,
+		"group wake no id": `{"k":"w","u":"ann","c":"g:ops"}`,
 	} {
 		if _, err := DecodeJob(body); err == nil {
 			t.Errorf("%s: accepted", name)

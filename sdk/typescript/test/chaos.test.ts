@@ -310,4 +310,8 @@ test("a chaos run: four users (two with two devices) send 1:1 and to a group ove
   const outgoing = counts.lostOut + counts.failedOut + counts.duplicatedOut;
   assert.ok(counts.dropped > 0 && counts.duplicated > 0 && counts.reordered > 0 && counts.cuts > 0 && outgoing > 0, `faults happened: ${JSON.stringify(counts)}`);
   assert.deepEqual(invalidFrames, [], "every frame matched the protocol schema");
+  // Only the stack's own functions enqueue jobs: one its consumer cannot read is a bug (a read-diffused group's wake
+  // jobs were, and were dropped, logged but unnoticed).
+  const dropped = stack.log().split("\n").filter((l) => l.includes("dropping a malformed"));
+  assert.deepEqual(dropped.slice(0, 3), [], `${dropped.length} queue jobs dropped as malformed`);
 });
