@@ -356,32 +356,38 @@ func TestAnUrgentAlertWakesTheUnconnectedDevicesOfAConnectedUser(t *testing.T) {
 	}
 }
 
-// A member of a read-diffused group (the default) with no device connected
-// is woken by a group message: the wake-up names the group and the
-// message, with seq 0 (such a message has no inbox seq), and is traced.
-// The hints function once refused every such wake job as malformed and
-// dropped it: no member was ever woken by a read-diffused group's message.
+// A member of a group with no device connected is woken by a group
+// message: the wake-up names the group and the message, with the member's
+// inbox seq — 0 in a read-diffused group (the default), whose messages
+// have no inbox seq — and is traced. The hints function once refused
+// every read-diffused group's wake job as malformed and dropped it: no
+// member was ever woken by such a group's message.
 func TestAnOfflineMemberIsWokenByAGroupMessage(t *testing.T) {
 	t.Parallel()
-	st := startPushStack(t)
-	registeredOffline(t, st, "bob", "phone", "apns", "b0b0b0b0")
-	alice := dial(t, st, "alice", "laptop")
-	alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:oncall", "name": "On call", "users": []string{"bob"}}, nil)
-	sent := alice.sendTo("w-1", "g:oncall", map[string]any{"text": "who has the pager?"})
-	waitFor(t, "a wake-up", func() bool { return len(wakes(t, st)) > 0 })
-	hintsDrained(t, st)
-	got := wakes(t, st)
-	if len(got) != 1 {
-		t.Fatalf("%d wake-ups for one group message to one offline device, want 1: %+v", len(got), got)
+	for mode, seq := range map[string]float64{"read": 0, "write": 1} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			st := startStack(t, devstack.Options{Parameters: map[string]string{"OfflinePush": "on", "GroupDelivery": mode}, SNSEndpoint: testSNSEndpoint()})
+			registeredOffline(t, st, "bob", "phone", "apns", "b0b0b0b0")
+			alice := dial(t, st, "alice", "laptop")
+			alice.request(map[string]any{"action": "group", "op": "create", "conversationId": "g:oncall", "name": "On call", "users": []string{"bob"}}, nil)
+			sent := alice.sendTo("w-1", "g:oncall", map[string]any{"text": "who has the pager?"})
+			waitFor(t, "a wake-up", func() bool { return len(wakes(t, st)) > 0 })
+			hintsDrained(t, st)
+			got := wakes(t, st)
+			if len(got) != 1 {
+				t.Fatalf("%d wake-ups for one group message to one offline device, want 1: %+v", len(got), got)
+			}
+			id, urgent, apns := wakeIDs(t, got[0])
+			sig, _ := apns["signet"].(map[string]any)
+			if id != sent.MessageID || urgent || sig["conversationId"] != "g:oncall" || sig["seq"] != seq || strings.Contains(got[0].Message, "pager") {
+				t.Fatalf("wake-up %s, want message %s of g:oncall, seq %v, ids only", got[0].Message, sent.MessageID, seq)
+			}
+			waitFor(t, "the wake-up traced", func() bool {
+				return slices.Equal(traceDetails(t, st, devstack.DefaultAdminKey, sent.MessageID, "woken"), []string{"woken:bob:apns"})
+			})
+		})
 	}
-	id, urgent, apns := wakeIDs(t, got[0])
-	sig, _ := apns["signet"].(map[string]any)
-	if id != sent.MessageID || urgent || sig["conversationId"] != "g:oncall" || sig["seq"] != float64(0) || strings.Contains(got[0].Message, "pager") {
-		t.Fatalf("wake-up %s, want message %s of g:oncall, seq 0, ids only", got[0].Message, sent.MessageID)
-	}
-	waitFor(t, "the wake-up traced", func() bool {
-		return slices.Equal(traceDetails(t, st, devstack.DefaultAdminKey, sent.MessageID, "woken"), []string{"woken:bob:apns"})
-	})
 }
 
 // A queue message its consumer cannot decode is dropped (retrying it
