@@ -25,11 +25,22 @@ func answer(t *testing.T, c *wsClient, ref, id, option string) frame {
 // postAlert posts an alert with key and returns its messageId.
 func postAlert(t *testing.T, st *devstack.Stack, key, idem, body string) string {
 	t.Helper()
-	r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": idem}, body)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("post %s: %d %s", body, r.status, r.raw)
+	// As an app should (README, Idempotency): again with the same key after
+	// a 5xx, API Gateway's answer to an invocation that was throttled (the
+	// stack's account concurrency is a new account's 10) or failed, and
+	// may have stored the alert.
+	for attempt := 1; ; attempt++ {
+		r := call(t, st, "POST", "/v1/messages", key, map[string]string{"Idempotency-Key": idem}, body)
+		if r.status >= 500 && attempt < 5 {
+			t.Logf("post %s: %d %s; posting again", idem, r.status, r.raw)
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+			continue
+		}
+		if r.status != http.StatusAccepted {
+			t.Fatalf("post %s: %d %s", body, r.status, r.raw)
+		}
+		return r.body["messageId"].(string)
 	}
-	return r.body["messageId"].(string)
 }
 
 // Issue 16: an alert may ask its recipients for an answer; each answers
