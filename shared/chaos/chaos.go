@@ -91,6 +91,7 @@ type Result struct {
 	Users, Devices, Groups             int
 	Sent, Acked, Refused, Retries      int
 	Deliveries                         int // entries shown on devices
+	WakeUps                            int // wake-ups published to the devices' SNS endpoints
 	Crashes, Offline, Storms, GroupOps int
 	// AddedBack counts the group changes that added a removed member back,
 	// Leaves those by which a member left, RoleChanges those of a role.
@@ -146,7 +147,7 @@ func (r Result) String() string {
 	return fmt.Sprintf(`chaos seed %d: %s in %s
   %d users, %d devices, %d groups
   sends: %d made, %d ACKed, %d refused, %d retried with the same clientMsgId; alerts: %d posted over HTTPS, %d accepted, %d escalated, %d answered by every recipient at once, %d to a group (%d checked)
-  deliveries: %d shown on devices
+  deliveries: %d shown on devices, %d wake-ups of offline devices
   faults: %d device crashes, %d offline periods, %d reconnect storms, %d group changes (%d added a removed member back, %d leaves, %d role changes; %d answers checked), %d server-side faults
   network: %s
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
@@ -154,7 +155,7 @@ func (r Result) String() string {
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
   status callbacks: %d events (%d POSTs taken), each due one received`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
-		r.Deliveries, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.Leaves, r.RoleChanges, r.GroupAnswers, r.ServerFaults, r.Network,
+		r.Deliveries, r.WakeUps, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.Leaves, r.RoleChanges, r.GroupAnswers, r.ServerFaults, r.Network,
 		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
 }
 
@@ -216,6 +217,7 @@ type device struct {
 	// Options.ShownGroups on restart.
 	shownGroups map[string]int64
 	exited      chan struct{} // closed when the current client's Messages closes
+	registered  bool          // registered for wake-ups (once: the server keeps it)
 }
 
 type runner struct {
@@ -333,6 +335,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.res.Network = r.proxy.Stats()
 	r.res.ServerFaults = r.nfaults.Load()
+	if wakes, err := r.st.WakeMessages(ctx); err == nil {
+		for _, ms := range wakes {
+			r.res.WakeUps += len(ms)
+		}
+	} else {
+		r.res.Problems = append(r.res.Problems, "wake-ups not read: "+err.Error())
+	}
 	for _, f := range r.st.Faults() {
 		r.res.Problems = append(r.res.Problems, "stack fault: "+f)
 	}
@@ -377,7 +386,11 @@ func (r *runner) start(ctx context.Context) error {
 	if o.SyncInterval == 0 {
 		o.SyncInterval = 50 * time.Millisecond
 	}
-	params := map[string]string{"GroupDelivery": "write"}
+	// Offline push on, as signet local has it: every message to a user
+	// with no connection, and every redelivery that gives up, enqueues a
+	// wake job, and a job its consumer cannot read is a stack fault (a
+	// read-diffused group's wake job once was, unnoticed).
+	params := map[string]string{"GroupDelivery": "write", "OfflinePush": "on"}
 	if r.cfg.GroupReads {
 		params["GroupDelivery"] = "read"
 	}
@@ -611,6 +624,20 @@ func (d *device) start(ctx context.Context) error {
 	}
 	d.c, d.exited = c, make(chan struct{})
 	exited := d.exited
+	if !d.registered {
+		// Registered for wake-ups, best effort (again on the next start
+		// if the faults cut it): the hints function then publishes to
+		// the device's SNS endpoint while it is offline.
+		go func() {
+			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if c.Register(rctx, "fcm", "chaos-"+d.user+"-"+d.name) == nil {
+				d.mu.Lock()
+				d.registered = true
+				d.mu.Unlock()
+			}
+		}()
+	}
 	go func() {
 		defer close(exited)
 		for m := range c.Messages() {
