@@ -16,6 +16,7 @@ package chaos
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -28,6 +29,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -335,13 +337,6 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.res.Network = r.proxy.Stats()
 	r.res.ServerFaults = r.nfaults.Load()
-	if wakes, err := r.st.WakeMessages(ctx); err == nil {
-		for _, ms := range wakes {
-			r.res.WakeUps += len(ms)
-		}
-	} else {
-		r.res.Problems = append(r.res.Problems, "wake-ups not read: "+err.Error())
-	}
 	for _, f := range r.st.Faults() {
 		r.res.Problems = append(r.res.Problems, "stack fault: "+f)
 	}
@@ -631,7 +626,7 @@ func (d *device) start(ctx context.Context) error {
 		go func() {
 			rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if c.Register(rctx, "fcm", "chaos-"+d.user+"-"+d.name) == nil {
+			if c.Register(rctx, "fcm", d.token()) == nil {
 				d.mu.Lock()
 				d.registered = true
 				d.mu.Unlock()
@@ -662,6 +657,9 @@ func (d *device) start(ctx context.Context) error {
 	}()
 	return nil
 }
+
+// token is the device token the device registers for wake-ups.
+func (d *device) token() string { return "chaos-" + d.user + "-" + d.name }
 
 // client returns the running client, restarting the device if it crashed.
 func (d *device) client() *client.Client {
@@ -1248,6 +1246,69 @@ type heldMessage struct {
 	convSeq            int64
 }
 
+// verifyWakeUps holds every wake-up the stack published to what it may
+// say: a device registered by the run, of the user it woke, naming an
+// entry of that user's inbox at its seq — or, with seq 0, a message of a
+// read-diffused group, returned to be held to the user's memberships like
+// a message they hold. seqOf is each user's inbox (messageId → seq).
+func (r *runner) verifyWakeUps(ctx context.Context, problem func(string, ...any), seqOf map[string]map[string]int64) []heldMessage {
+	all, err := r.st.WakeMessages(ctx)
+	if err != nil {
+		problem("wake-ups not read: %v", err)
+		return nil
+	}
+	// Each device registered the token device.token names it by. An
+	// endpoint is found by its token, not by the registrations: one the
+	// hints function could not record (a fault), or a registration made
+	// again, leaves a registration without the endpoint it was woken at.
+	owner := map[string]string{} // token → user
+	for _, d := range r.devices {
+		owner[d.token()] = d.user
+	}
+	var held []heldMessage
+	for arn, ms := range all {
+		r.res.WakeUps += len(ms)
+		token, err := r.st.EndpointToken(ctx, arn)
+		if err != nil {
+			problem("the token of SNS endpoint %s: %v", arn, err)
+			continue
+		}
+		user, ok := owner[token]
+		if !ok {
+			problem("%d wake-ups to %s, made for token %q, which no device of the run registered", len(ms), arn, token)
+			continue
+		}
+		for _, m := range ms {
+			var p struct {
+				FCM struct {
+					Message struct {
+						Data struct{ MessageID, ConversationID, Seq string }
+					}
+				} `json:"fcmV1Message"`
+			}
+			if err := json.Unmarshal([]byte(m.Message), &p); err != nil || p.FCM.Message.Data.MessageID == "" {
+				problem("wake-up of %s is not an FCM data message naming a message: %s", user, m.Message)
+				continue
+			}
+			d := p.FCM.Message.Data
+			seq, _ := strconv.ParseInt(d.Seq, 10, 64)
+			if seq > 0 {
+				if got, in := seqOf[user][d.MessageID]; !in || got != seq {
+					problem("wake-up of %s names %s at seq %d; their inbox holds it at %d (0: not at all)", user, d.MessageID, seq, got)
+				}
+				continue
+			}
+			g, convSeq, ok := im.MessageID(d.MessageID).Locate()
+			if !ok || !g.ValidGroup() || string(g) != d.ConversationID {
+				problem("wake-up of %s names %s of %s with seq 0: not a group's message", user, d.MessageID, d.ConversationID)
+				continue
+			}
+			held = append(held, heldMessage{"a wake-up of " + user, user, string(g), convSeq})
+		}
+	}
+	return held
+}
+
 // verify reconciles every device and every ACKed message.
 func (r *runner) verify(ctx context.Context) {
 	problem := func(format string, a ...any) {
@@ -1303,6 +1364,7 @@ func (r *runner) verify(ctx context.Context) {
 	for _, b := range r.groupsBehind(ctx) {
 		problem("read-diffused group behind: %s", b)
 	}
+	held = append(held, r.verifyWakeUps(ctx, problem, seqOf)...)
 	// A device shows each message of a read-diffused group once, in
 	// convSeq order.
 	shownInGroup := map[string]map[string]int{} // user/device → messageId → times

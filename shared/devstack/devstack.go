@@ -201,6 +201,7 @@ type Stack struct {
 	mu        sync.Mutex
 	denials   []string
 	dropped   atomic.Int64 // queue messages a consumer dropped as malformed
+	sns       *sns.Client  // as an admin
 	cancel    context.CancelFunc
 
 	transportOnce sync.Once
@@ -274,7 +275,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	// SNS platform applications stand for the deployment's APNs and FCM
 	// credentials (an operator makes them before deploying): their ARNs
 	// are the template's parameters.
-	if st.PushApps, err = platformApps(ctx, wakeapp.SNSClient(adminCfg, aws.String(st.SNSEndpoint)), o.Prefix); err != nil {
+	st.sns = wakeapp.SNSClient(adminCfg, aws.String(st.SNSEndpoint))
+	if st.PushApps, err = platformApps(ctx, st.sns, o.Prefix); err != nil {
 		return nil, err
 	}
 	for p, name := range map[string]string{im.PlatformAPNS: "ApnsPlatformApplicationArn", im.PlatformAPNSSandbox: "ApnsSandboxPlatformApplicationArn", im.PlatformFCM: "FcmPlatformApplicationArn"} {
@@ -497,6 +499,16 @@ func platformApps(ctx context.Context, c *sns.Client, prefix string) (map[string
 		out[p] = aws.ToString(app.PlatformApplicationArn)
 	}
 	return out, nil
+}
+
+// EndpointToken is the device token the SNS endpoint arn was made for
+// (GetEndpointAttributes, as an admin).
+func (st *Stack) EndpointToken(ctx context.Context, arn string) (string, error) {
+	out, err := st.sns.GetEndpointAttributes(ctx, &sns.GetEndpointAttributesInput{EndpointArn: aws.String(arn)})
+	if err != nil {
+		return "", err
+	}
+	return out.Attributes["Token"], nil
 }
 
 // WakeMessages returns what the stack's SNS sent to each of the stack's
