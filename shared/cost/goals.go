@@ -37,10 +37,17 @@ var Goals = map[string][]Bound{
 		// Invocations and SQS requests hold a timed part at this size:
 		// how many redelivery checks one receive finds (4 pairs make
 		// batches of 1–3). Seventeenth session, five runs: SQS 1.88–2.50,
-		// invocations 2.42–2.73 per message, with the same code.
-		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 2.9},
+		// invocations 2.42–2.73 per message, with the same code. Fortieth
+		// session: SQS 1.98–2.06 alone on an idle machine, 2.40–2.47 in
+		// CI's three lanes here (the code before and after that session's
+		// changes alike), and 2.78 with invocations 2.87 in one clean-clone
+		// CI run, which failed the gate at 2.7: the ceilings of the two
+		// timed figures now leave room for a loaded machine (a change that
+		// adds an SQS request or an invocation per message still fails
+		// them, and the total's ceiling is unchanged).
+		{Figure: "Lambda requests", PerUnit: true, Goal: 1.2, Ceiling: 3.1},
 		{Figure: "DynamoDB write units", PerUnit: true, Goal: 6, Ceiling: 7.0},
-		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 2.7},
+		{Figure: "SQS requests", PerUnit: true, Goal: 1.3, Ceiling: 3.0},
 	},
 	"chat-2dev":  {{Figure: "total", Goal: 14, Ceiling: 24.5}},
 	"burst-1dev": {{Figure: "total", Ceiling: 14}},
