@@ -138,7 +138,10 @@ func (p *Poller) invoke(ctx context.Context, msgs []types.Message, received time
 	visibility := cmp.Or(p.VisibilityTimeout, 30*time.Second)
 	for wait, tries := throttleRetryFirst, 1; errors.Is(err, ErrThrottled); wait, tries = min(2*wait, throttleRetryMax), tries+1 {
 		pause := wait/2 + rand.N(wait/2+1)
-		if ctx.Err() != nil || time.Since(received)+pause >= visibility {
+		if ctx.Err() != nil {
+			break // the stack is stopping
+		}
+		if time.Since(received)+pause >= visibility {
 			p.log().Warn("invocation throttled until the batch's visibility timeout; it returns to the queue", "queue", p.QueueURL, "attempts", tries, "messages", len(msgs))
 			break
 		}

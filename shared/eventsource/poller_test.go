@@ -11,11 +11,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/signet-im/signet/shared/eventsource"
-	"github.com/signet-im/signet/shared/memsqs"
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 // call is one invocation the handler saw: its message's receive count.
@@ -41,12 +40,7 @@ type fixture struct {
 func pollOne(t *testing.T, visibility time.Duration, handle func(n int, c call) error) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	endpoint, stop, err := memsqs.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := sqs.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
-		func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	client := testkit.MemSQS(t)
 	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String("jobs"),
 		Attributes: map[string]string{"VisibilityTimeout": strconv.Itoa(int(visibility / time.Second))}})
 	if err != nil {
@@ -76,7 +70,6 @@ func pollOne(t *testing.T, visibility time.Duration, handle func(n int, c call) 
 	t.Cleanup(func() {
 		cancel()
 		wg.Wait()
-		stop()
 	})
 	return f
 }

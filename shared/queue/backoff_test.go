@@ -9,11 +9,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/signet-im/signet/shared/memsqs"
+	"github.com/signet-im/signet/shared/testkit"
 )
 
 func TestRetryWaitDoublesFromTwoSecondsToAMinute(t *testing.T) {
@@ -44,13 +43,7 @@ func TestRetryWaitDoublesFromTwoSecondsToAMinute(t *testing.T) {
 func TestAFailedMessageComesBackAfterItsRetryWait(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	endpoint, stop, err := memsqs.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	client := sqs.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
-		func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	client := testkit.MemSQS(t)
 	url := func(name string) string {
 		out, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{"VisibilityTimeout": "3600"}})
 		if err != nil {

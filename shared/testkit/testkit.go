@@ -15,9 +15,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/memsqs"
 )
+
+// MemSQS starts an in-process memsqs for the test (stopped when it ends)
+// and returns a real SDK client for it.
+func MemSQS(t testing.TB) *sqs.Client {
+	t.Helper()
+	endpoint, stop, err := memsqs.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return sqs.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
+		func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+}
 
 // FreeAddr is a loopback address ("127.0.0.1:port") nothing listens on
 // right now, for a process or server a test starts. The port is drawn at
