@@ -21,6 +21,8 @@ import (
 //	g:<id> / u#<user>  role, joined (head when added), left (head when removed; absent while a member),
 //	                   past (earlier memberships, when re-added: see attrPast),
 //	                   change (the change that last wrote it: see attrChange)
+//	g:<id> / o#<n>#<actor> <opId>  users (whom part n of that change changed; absent: nobody), ttl
+//	                   (see opSK)
 //
 // Every membership change updates the head item conditionally on the head
 // seq it read, in the same transaction as the member items: a change and a
@@ -50,6 +52,29 @@ type memberRecord struct {
 	change string
 }
 
+// attrOpUsers lists on an op item the users its change changed (a string
+// set; absent when it changed nobody).
+const attrOpUsers = "users"
+
+// changedBefore is the answer of a change of targets sent again: the
+// members its op item names, as they are now, in the order of targets (as
+// the first answer had them).
+func changedBefore(opItem map[string]types.AttributeValue, targets []im.UserID, members map[im.UserID]memberRecord) []im.Member {
+	ss, _ := opItem[attrOpUsers].(*types.AttributeValueMemberSS)
+	if ss == nil {
+		return nil
+	}
+	var out []im.Member
+	for _, u := range targets {
+		if slices.Contains(ss.Value, string(u)) {
+			m := members[u].Member
+			m.User = u
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // markChange makes member item update u record change key (attrChange):
 // set to the key, or to "" when the change has none, so that the record
 // no longer names an earlier change (an empty string, not a REMOVE:
@@ -59,6 +84,18 @@ func markChange(u *types.Update, key string) {
 	u.ExpressionAttributeNames["#change"] = attrChange
 	u.ExpressionAttributeValues[":change"] = s(key)
 }
+
+// opSK is the sort key of the op item a change with an op id leaves in
+// its group's partition, one per transaction of it (part: the first is 0),
+// written in the transaction (or, when the part changed nobody, alone),
+// kept IdempotencyRetention: the same change sent again within it is
+// answered from the item as the first time and changes nothing, also after
+// later changes of the same members — a copy that arrives after them (the
+// SDKs ask an unanswered change again after a gateway error or on a new
+// connection, while the first copy's invocation may still run) must not
+// undo them. "o#" sorts apart from the log's "s#" items and the members'
+// "u#".
+func opSK(key string, part int) string { return "o#" + strconv.Itoa(part) + "#" + key }
 
 // attrChange is the im.MemberChange.Key of the change that last wrote a
 // member item ("" when that change had no op id).
@@ -156,24 +193,39 @@ func joinIndexUpdate(table string, u im.UserID, c im.ConversationID, name string
 // groupState reads the head item and the member items of users, strongly
 // consistent (batchGet).
 func (st *Store) groupState(ctx context.Context, c im.ConversationID, users []im.UserID) (groupHead, map[im.UserID]memberRecord, error) {
+	h, members, _, err := st.groupStateAndOp(ctx, c, users, "")
+	return h, members, err
+}
+
+// groupStateAndOp is groupState that also reads the op item with sort key
+// op ("" for none; opSK): nil when there is none.
+func (st *Store) groupStateAndOp(ctx context.Context, c im.ConversationID, users []im.UserID, op string) (groupHead, map[im.UserID]memberRecord, map[string]types.AttributeValue, error) {
 	keys := []map[string]types.AttributeValue{convKey(c, skHead)}
 	for _, u := range users {
 		keys = append(keys, convKey(c, memberSK(u)))
 	}
+	if op != "" {
+		keys = append(keys, convKey(c, op))
+	}
 	var h groupHead
+	var opItem map[string]types.AttributeValue
 	members := map[im.UserID]memberRecord{}
 	err := st.batchGet(ctx, st.tables.Messages, keys, true, func(it map[string]types.AttributeValue) {
-		if getS(it, attrSK) == skHead {
+		switch sk := getS(it, attrSK); {
+		case sk == skHead:
 			h = headFrom(it)
+			return
+		case op != "" && sk == op:
+			opItem = it
 			return
 		}
 		m := memberFrom(it)
 		members[m.User] = memberRecord{Member: m, change: getS(it, attrChange)}
 	})
 	if err != nil {
-		return groupHead{}, nil, fmt.Errorf("group %s: %w", c, err)
+		return groupHead{}, nil, nil, fmt.Errorf("group %s: %w", c, err)
 	}
-	return h, members, nil
+	return h, members, opItem, nil
 }
 
 // headFrom reads a group head item.
@@ -271,12 +323,15 @@ func (st *Store) Members(ctx context.Context, c im.ConversationID) ([]im.Member,
 // 45 members and is conditional on the conversation head, so it is ordered
 // against every send. The limit bounds active members. It returns the
 // members whose record changed; targets already in the wanted state are
-// skipped (a retry changes nothing). A change with an op id marks the
-// records it writes (im.MemberChange.Key), and the same change sent again returns
-// the records still marked by it as changed, without writing them again
-// or asking again whether the actor may: its first invocation may have
-// stored it and failed before answering, and the actor who left the group
-// by it is no member any more.
+// skipped (a retry changes nothing). A change with an op id leaves an op
+// item per transaction (opSK) naming whom it changed, and the same change
+// sent again within IdempotencyRetention returns those members as changed,
+// writing nothing and not asking again whether the actor may: its first
+// invocation may have stored it and failed before answering, the actor who
+// left the group by it is no member any more, and a later change of the
+// same members stays as it is. (The member records a change writes also
+// name it, im.MemberChange.Key: how a change stored before op items is
+// found again.)
 func (st *Store) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
 	// A transaction may not touch an item twice: a target named twice is one.
 	seen := make(map[im.UserID]bool, len(ch.Targets))
@@ -289,7 +344,7 @@ func (st *Store) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Me
 	for start := 0; start < len(targets); start += maxMembersPerChange {
 		chunk := ch
 		chunk.Targets = targets[start:min(start+maxMembersPerChange, len(targets))]
-		done, err := st.changeChunk(ctx, chunk)
+		done, err := st.changeChunk(ctx, chunk, start/maxMembersPerChange)
 		changed = append(changed, done...)
 		if err != nil {
 			return changed, err
@@ -298,19 +353,26 @@ func (st *Store) ChangeMembers(ctx context.Context, ch im.MemberChange) ([]im.Me
 	return changed, nil
 }
 
-// changeChunk applies one membership change to at most
+// changeChunk applies one membership change (part part of it) to at most
 // maxMembersPerChange targets in one transaction ordered against the
 // group's messages (the head advanced on its value read), retrying a
 // lost race with the state read again.
-func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Member, error) {
+func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange, part int) ([]im.Member, error) {
 	c, actor, op, targets, role, key := ch.Group, ch.Actor, ch.Op, ch.Targets, ch.Role, ch.Key()
+	opKey := ""
+	if key != "" {
+		opKey = opSK(key, part)
+	}
 	for attempt := range st.MaxAttempts {
-		h, members, err := st.groupState(ctx, c, append([]im.UserID{actor}, targets...))
+		h, members, opItem, err := st.groupStateAndOp(ctx, c, append([]im.UserID{actor}, targets...), opKey)
 		if err != nil {
 			return nil, err
 		}
 		if !h.live() {
 			return nil, fmt.Errorf("group %s: %w", c, im.ErrNoSuchGroup)
+		}
+		if opItem != nil {
+			return changedBefore(opItem, targets, members), nil // sent again: answered as the first time
 		}
 		by := members[actor].Member
 		var items []types.TransactWriteItem
@@ -399,8 +461,38 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 			}
 			changed = append(changed, t)
 		}
+		var opPut *types.Put
+		if opKey != "" {
+			item := map[string]types.AttributeValue{attrConv: s(string(c)), attrSK: s(opKey), attrTTL: n(ch.At.Add(IdempotencyRetention).Unix())}
+			if len(changed) > 0 {
+				users := make([]string, len(changed))
+				for i, m := range changed {
+					users[i] = string(m.User)
+				}
+				item[attrOpUsers] = &types.AttributeValueMemberSS{Value: users}
+			}
+			opPut = &types.Put{TableName: aws.String(st.tables.Messages), Item: item,
+				ConditionExpression: aws.String("attribute_not_exists(#sk)"), ExpressionAttributeNames: map[string]string{"#sk": attrSK}}
+		}
 		if len(items) == 0 {
-			return changed, nil // nothing, or only what this change did before
+			// Nothing to write, or only what this change did before it had
+			// op items: a change that changed nobody is remembered too, or
+			// sent again after a later change it would apply then.
+			if opPut == nil {
+				return changed, nil
+			}
+			_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: opPut.TableName, Item: opPut.Item,
+				ConditionExpression: opPut.ConditionExpression, ExpressionAttributeNames: opPut.ExpressionAttributeNames})
+			if err == nil {
+				return changed, nil
+			}
+			if !isConditionFailed(err) {
+				return nil, fmt.Errorf("group %s %s: %w", c, op, err)
+			}
+			continue // another copy of this change was first: read what it did
+		}
+		if opPut != nil {
+			items = append(items, types.TransactWriteItem{Put: opPut})
 		}
 		if h.count+countDelta > int64(ch.Limit) {
 			return nil, fmt.Errorf("group %s: %d members + %d > limit %d: %w", c, h.count, countDelta, ch.Limit, im.ErrGroupFull)
@@ -440,6 +532,8 @@ func (st *Store) changeChunk(ctx context.Context, ch im.MemberChange) ([]im.Memb
 		if err == nil {
 			return changed, nil
 		}
+		// A failed condition of the op item is a race too: another copy of
+		// this change was first, and the state read again finds its item.
 		if classifyTx(err, -1) != txRace {
 			return nil, fmt.Errorf("group %s %s: %w", c, op, err)
 		}

@@ -550,21 +550,99 @@ func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
 	if got := change("alice", im.OpRemove, "", "op-3", "erin"); len(got) != 0 {
 		t.Errorf("alice's remove with erin's leave's op id changed %v, want nobody (erin left)", got)
 	}
-	// A later change clears the mark: the first sent again after it is
-	// applied again, as it would be without an op id.
-	if got := change("alice", im.OpRole, im.RoleMember, "", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
+	// A later change does not make the first one sent again apply again:
+	// a copy that arrives after it (the SDK asked again while the first
+	// copy's invocation still ran) is answered as the first and changes
+	// nothing.
+	if got := change("alice", im.OpRole, im.RoleMember, "op-4", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
 		t.Fatalf("dave back to member: %v", got)
 	}
+	if got := change("alice", im.OpRole, im.RoleAdmin, "op-2", "dave", "erin"); !slices.Equal(got, want[2]) {
+		t.Errorf("the role change sent again after a later one changed %v, want %v as the first time", got, want[2])
+	}
 	if m, err := st.Member(ctx, g, "dave"); err != nil || m.Role != im.RoleMember {
-		t.Fatalf("dave = %+v, %v; want a member", m, err)
+		t.Errorf("dave = %+v, %v; want still a member: the later change stands", m, err)
 	}
-	if got := change("alice", im.OpRole, im.RoleAdmin, "op-2", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
-		t.Errorf("the role change sent after a later one changed %v, want dave", got)
+}
+
+// A copy of a change that arrives after later changes of the same members
+// undoes none of them, whatever the change: a removal sent again after the
+// member was added back leaves them in, an add sent again after a removal
+// leaves them out, and a change that changed nobody the first time (the
+// role was already so) changes nobody when its copy comes after a later
+// change either. Two copies at once: one applies it, both answer it.
+func TestAGroupChangeSentAgainAfterALaterOneUndoesNothing(t *testing.T) {
+	t.Parallel()
+	st, ctx, now, g := newStore(t), context.Background(), time.Now(), im.Group("late-copy")
+	if _, err := st.CreateGroup(ctx, g, "Late copy", "alice", []im.UserID{"bob", "carol"}, now); err != nil {
+		t.Fatal(err)
 	}
-	if m, err := st.Member(ctx, g, "dave"); err != nil || m.Role != im.RoleAdmin {
-		t.Errorf("dave = %+v, %v; want an admin again", m, err)
+	change := func(op im.GroupOp, role im.Role, opID string, targets ...im.UserID) []im.UserID {
+		t.Helper()
+		changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
+		if err != nil {
+			t.Fatalf("%s %v (op id %q): %v", op, targets, opID, err)
+		}
+		var out []im.UserID
+		for _, m := range changed {
+			out = append(out, m.User)
+		}
+		return out
 	}
-	if got := change("alice", im.OpRole, im.RoleAdmin, "op-2", "dave"); !slices.Equal(got, []im.UserID{"dave"}) {
-		t.Errorf("that role change sent once more changed %v, want dave (marked by it again)", got)
+	member := func(u im.UserID) im.Member {
+		t.Helper()
+		m, err := st.Member(ctx, g, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	change(im.OpRemove, "", "rm-bob", "bob")
+	change(im.OpAdd, im.RoleMember, "add-bob", "bob")
+	if got := change(im.OpRemove, "", "rm-bob", "bob"); !slices.Equal(got, []im.UserID{"bob"}) {
+		t.Errorf("the removal sent again after the add answered %v, want [bob] as the first time", got)
+	}
+	if !member("bob").Active() {
+		t.Errorf("bob = %+v: the removal's late copy removed him again", member("bob"))
+	}
+	change(im.OpRemove, "", "rm-bob-2", "bob")
+	if got := change(im.OpAdd, im.RoleMember, "add-bob", "bob"); !slices.Equal(got, []im.UserID{"bob"}) {
+		t.Errorf("the add sent again after a removal answered %v, want [bob]", got)
+	}
+	if member("bob").Active() {
+		t.Errorf("bob = %+v: the add's late copy added him back", member("bob"))
+	}
+	if got := change(im.OpRole, im.RoleMember, "noop", "carol"); len(got) != 0 {
+		t.Fatalf("carol made what she is changed %v", got)
+	}
+	change(im.OpRole, im.RoleAdmin, "promote", "carol")
+	if got := change(im.OpRole, im.RoleMember, "noop", "carol"); len(got) != 0 {
+		t.Errorf("the change of nobody sent again after a later one changed %v, want nobody", got)
+	}
+	if r := member("carol").Role; r != im.RoleAdmin {
+		t.Errorf("carol's role %s: the late copy of a change of nobody demoted her", r)
+	}
+	// Two copies at once.
+	answers := make(chan []im.UserID, 2)
+	for range 2 {
+		go func() {
+			changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: im.OpAdd, Targets: []im.UserID{"dave"}, Role: im.RoleMember, Limit: 500, At: now, OpID: "add-dave"})
+			if err != nil {
+				t.Errorf("a copy of the add: %v", err)
+			}
+			var out []im.UserID
+			for _, m := range changed {
+				out = append(out, m.User)
+			}
+			answers <- out
+		}()
+	}
+	for range 2 {
+		if got := <-answers; !slices.Equal(got, []im.UserID{"dave"}) {
+			t.Errorf("a copy of an add sent twice at once answered %v, want [dave]", got)
+		}
+	}
+	if _, _, count, err := st.GroupInfo(ctx, g); err != nil || count != 3 {
+		t.Errorf("members after: %d, %v; want 3 (alice, carol, dave)", count, err)
 	}
 }
