@@ -585,4 +585,21 @@ func TestAGroupChangeSentAgainWithItsOpIDAnswersAndTellsAsTheFirst(t *testing.T)
 	// add was answered, and so before this answer.
 	erin.request(map[string]any{"action": "group", "op": "members", "conversationId": "g:ops"}, nil)
 	erin.quiet(wire.TypeMembership, time.Second)
+
+	// A copy of the removal that comes after carol was added back (the
+	// client asked again while the first copy still ran) is answered as
+	// the first and undoes nothing: carol stays a member and is not told
+	// she was removed.
+	var back wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:ops", "users": []string{"carol"}, "opId": "add-2"}, nil, wire.CodeInternal)
+	alice.request(map[string]any{"action": "group", "op": "add", "conversationId": "g:ops", "users": []string{"carol"}, "opId": "add-2"}, &back)
+	if f := carol.next(wire.TypeMembership, 10*time.Second); f.Change != "added" {
+		t.Fatalf("carol's notice of the add: %+v", f)
+	}
+	var late wire.GroupInfo
+	alice.request(map[string]any{"action": "group", "op": "remove", "conversationId": "g:ops", "users": []string{"carol"}, "opId": "rm-1"}, &late)
+	if !slices.Equal(late.Changed, []string{"carol"}) || late.Count != back.Count || back.Count != 4 {
+		t.Fatalf("the removal's late copy answered changed %v with %d members (after the add: %d), want [carol] and 4 members", late.Changed, late.Count, back.Count)
+	}
+	carol.quiet(wire.TypeMembership, time.Second)
 }

@@ -103,11 +103,19 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 	// are members now: one already may be a member whose index write
 	// failed before), and one without an op id, which cannot tell its own
 	// earlier work from someone else's, tells them all too.
-	told, indexed := changed, changed
+	// A change sent again after later changes of the same members (a late
+	// copy) is answered with whom it changed, as they are now: those whom
+	// a later change took back (added back after this removal, removed
+	// after this add) are neither told nor indexed — the notice would say
+	// the opposite of what they are.
+	current := slices.DeleteFunc(slices.Clone(changed), func(m im.Member) bool { return !stillAsChanged(f.Op, m) })
+	told, indexed := current, current
 	if f.Op == wire.GroupAdd {
-		indexed = make([]im.Member, len(users))
-		for i, u := range users {
-			indexed[i] = im.Member{User: u}
+		indexed = indexed[:0:0]
+		for _, u := range users {
+			if !slices.ContainsFunc(changed, func(m im.Member) bool { return m.User == u && !m.Active() }) {
+				indexed = append(indexed, im.Member{User: u})
+			}
 		}
 		if f.OpID == "" {
 			told = indexed
@@ -146,6 +154,20 @@ func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketP
 		h.noticeMembership(ctx, f.Op, conv, name, c.User, told, reads, head)
 	}
 	return reply(out)
+}
+
+// stillAsChanged reports whether member m, changed by a change of op, is
+// still as that change left them: added (create, add) and still a member,
+// removed (remove, leave) and still out. A role change's members are
+// neither told nor indexed.
+func stillAsChanged(op string, m im.Member) bool {
+	switch op {
+	case wire.GroupCreate, wire.GroupAdd:
+		return m.Active()
+	case wire.GroupRemove, wire.GroupLeave:
+		return !m.Active()
+	}
+	return true
 }
 
 // indexJoined puts the connections of users who joined read-diffused
