@@ -503,15 +503,7 @@ func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
 	}
 	change := func(actor im.UserID, op im.GroupOp, role im.Role, opID string, targets ...im.UserID) []im.UserID {
 		t.Helper()
-		changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: actor, Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
-		if err != nil {
-			t.Fatalf("%s %s %v (op id %q): %v", actor, op, targets, opID, err)
-		}
-		out := make([]im.UserID, len(changed))
-		for i, m := range changed {
-			out[i] = m.User
-		}
-		return out
+		return changeWithOpID(t, st, im.MemberChange{Group: g, Actor: actor, Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
 	}
 	cases := []struct {
 		actor   im.UserID
@@ -565,6 +557,26 @@ func TestAGroupChangeSentAgainWithItsOpIDListsWhatItChanged(t *testing.T) {
 	}
 }
 
+// changeWithOpID makes change ch (fatal on an error) and returns whom it
+// answered changed.
+func changeWithOpID(t *testing.T, st *dynamo.Store, ch im.MemberChange) []im.UserID {
+	t.Helper()
+	changed, err := st.ChangeMembers(context.Background(), ch)
+	if err != nil {
+		t.Fatalf("%s %s %v (op id %q): %v", ch.Actor, ch.Op, ch.Targets, ch.OpID, err)
+	}
+	return usersOf(changed)
+}
+
+// usersOf lists the users of members, in order.
+func usersOf(members []im.Member) []im.UserID {
+	out := make([]im.UserID, len(members))
+	for i, m := range members {
+		out[i] = m.User
+	}
+	return out
+}
+
 // A copy of a change that arrives after later changes of the same members
 // undoes none of them, whatever the change: a removal sent again after the
 // member was added back leaves them in, an add sent again after a removal
@@ -579,15 +591,7 @@ func TestAGroupChangeSentAgainAfterALaterOneUndoesNothing(t *testing.T) {
 	}
 	change := func(op im.GroupOp, role im.Role, opID string, targets ...im.UserID) []im.UserID {
 		t.Helper()
-		changed, err := st.ChangeMembers(ctx, im.MemberChange{Group: g, Actor: "alice", Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
-		if err != nil {
-			t.Fatalf("%s %v (op id %q): %v", op, targets, opID, err)
-		}
-		var out []im.UserID
-		for _, m := range changed {
-			out = append(out, m.User)
-		}
-		return out
+		return changeWithOpID(t, st, im.MemberChange{Group: g, Actor: "alice", Op: op, Targets: targets, Role: role, Limit: 500, At: now, OpID: opID})
 	}
 	member := func(u im.UserID) im.Member {
 		t.Helper()
@@ -630,11 +634,7 @@ func TestAGroupChangeSentAgainAfterALaterOneUndoesNothing(t *testing.T) {
 			if err != nil {
 				t.Errorf("a copy of the add: %v", err)
 			}
-			var out []im.UserID
-			for _, m := range changed {
-				out = append(out, m.User)
-			}
-			answers <- out
+			answers <- usersOf(changed)
 		}()
 	}
 	for range 2 {
