@@ -407,6 +407,9 @@ func (ch *chat) command(ctx context.Context, line string) bool {
 	case fields[0] == "/status":
 		ch.async(ctx, func(qctx context.Context) error {
 			shown, err := ch.c.SetPresence(qctx, arg())
+			if errors.Is(err, client.ErrSuperseded) {
+				return nil // a later /status sets it, and says so
+			}
 			if err == nil {
 				ch.printf("Others now see you as %s.\n", shown)
 			}

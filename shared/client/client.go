@@ -233,6 +233,7 @@ type Client struct {
 	waiters map[string][]chan sendResult
 	answers map[string]*pendingQuery // query refs → waiting request
 	holds   map[string]time.Time     // limit kind → when its frames may go again (holdUntil)
+	latest  map[string]int64         // state → the number of the last query setting it (stateOf)
 	reads   map[string]sentRead      // conversation → its read not yet confirmed
 	refs    atomic.Int64
 	out     chan outgoing // frames of queries for the session to write
@@ -318,7 +319,7 @@ func Dial(ctx context.Context, opts Options) (*Client, error) {
 		opts: opts, store: st, log: log, cancel: cancel,
 		msgs: make(chan Message, 1024), kick: make(chan struct{}, 1), flushAcks: make(chan chan struct{}), done: make(chan struct{}),
 		waiters: map[string][]chan sendResult{}, first: make(chan error, 1),
-		answers: map[string]*pendingQuery{}, reads: map[string]sentRead{}, out: make(chan outgoing),
+		answers: map[string]*pendingQuery{}, latest: map[string]int64{}, reads: map[string]sentRead{}, out: make(chan outgoing),
 	}
 	c.wg.Go(func() { c.run(runCtx) })
 	select {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/signet-im/signet/shared/wire"
@@ -27,6 +28,51 @@ import (
 // group create names its id and a group change carries an op id: either
 // sent again is answered as the first, though the failed invocation had
 // stored it).
+
+// Presence and register frames set a state (the user's display state, this
+// device's registration for wake-ups), and the server keeps the one API
+// Gateway received last: a frame that ran late changes nothing. A query of
+// such a frame asked while an earlier one of its kind is unanswered
+// supersedes it: the earlier frame is not written after that (neither
+// asked again nor retried), since written later it would be received
+// later and undo the newer state, and its call returns ErrSuperseded
+// unless its answer came first. The later frame waits for the earlier
+// one's answer (or for stateGap after its last write): API Gateway's
+// receive time counts milliseconds, and two frames received in the same
+// one could not be told apart.
+
+// stateGap bounds how long a state frame waits for the answer of the one
+// before it (stateTurn).
+const stateGap = time.Second
+
+// ErrSuperseded is returned by SetPresence and Register when a later call
+// of the same kind on this client superseded this one before it was
+// answered: the later one sets the state.
+var ErrSuperseded = errors.New("superseded by a later request setting the same state")
+
+// Kinds of state a query frame sets (stateOf).
+const (
+	statePresence = "presence"
+	stateRegister = "register"
+)
+
+// stateOf is the state query frame sets ("": none).
+func stateOf(frame []byte) string {
+	switch actionOf(frame) {
+	case wire.ActionPresence:
+		return statePresence
+	case wire.ActionRegister:
+		return stateRegister
+	}
+	return ""
+}
+
+// actionOf is the action a client frame names.
+func actionOf(frame []byte) string {
+	var env wire.Envelope
+	_ = json.Unmarshal(frame, &env)
+	return env.Action
+}
 
 // queryRetries is how many times a query answered internal or
 // rate_limited is asked again before its error is returned.
@@ -59,9 +105,19 @@ type pendingQuery struct {
 	n      int64 // the query's number (its ref): the order it was asked in
 	answer chan json.RawMessage
 	frame  []byte
-	// written is set by the session once the frame went out on a
+	// written is set by the session as the frame goes out on a
 	// connection: from then on it is the session's to ask again.
 	written bool
+	// state is the state the frame sets (stateOf); gone is closed when
+	// a later query of that state superseded this unanswered one and it
+	// will not be asked again.
+	state    string
+	gone     chan struct{}
+	goneOnce sync.Once
+	// writtenAt is when the frame last went out; finished is closed when
+	// its request returns (answered, refused, superseded or given up).
+	writtenAt time.Time
+	finished  chan struct{}
 }
 
 // request sends frame with a fresh ref and decodes the answering frame into out.
@@ -73,16 +129,23 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 	if err != nil {
 		return err
 	}
-	q := &pendingQuery{n: n, answer: make(chan json.RawMessage, 1), frame: b}
+	q := &pendingQuery{n: n, answer: make(chan json.RawMessage, 1), frame: b, state: stateOf(b), gone: make(chan struct{}), finished: make(chan struct{})}
 	c.mu.Lock()
 	c.answers[ref] = q
+	if q.state != "" {
+		c.latest[q.state] = n
+	}
 	c.mu.Unlock()
 	defer func() {
+		close(q.finished)
 		c.mu.Lock()
 		delete(c.answers, ref)
 		c.mu.Unlock()
 	}()
 	kind := limitKind(b)
+	if err := c.stateTurn(ctx, q); err != nil {
+		return err
+	}
 	for retries := 0; ; retries++ {
 		if err := c.waitHold(ctx, kind); err != nil {
 			return err
@@ -93,6 +156,12 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		var raw json.RawMessage
 		select {
 		case raw = <-q.answer:
+		case <-q.gone:
+			select {
+			case raw = <-q.answer:
+			default:
+				return ErrSuperseded
+			}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.done:
@@ -120,6 +189,8 @@ func (c *Client) request(ctx context.Context, frame wire.Request, out any) error
 		c.mu.Unlock()
 		select {
 		case <-time.After(wait):
+		case <-q.gone:
+			return ErrSuperseded
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-c.done:
@@ -159,9 +230,7 @@ const (
 
 // limitKind is the limit a query frame counts against.
 func limitKind(frame []byte) string {
-	var env wire.Envelope
-	_ = json.Unmarshal(frame, &env)
-	switch env.Action {
+	switch actionOf(frame) {
 	case wire.ActionGroup:
 		return kindGroup
 	case wire.ActionPresence, wire.ActionRegister:
@@ -246,23 +315,81 @@ func (c *Client) answer(ref string, raw []byte) bool {
 	return ok
 }
 
-// written marks query ref's frame as gone out on a connection.
-func (c *Client) written(ref string) {
+// stateTurn waits until the queries before q that set its state and went
+// out have finished, or stateGap has passed since the last of them was
+// written: q is then received after them (see stateGap). Queries that set
+// no state do not wait.
+func (c *Client) stateTurn(ctx context.Context, q *pendingQuery) error {
+	if q.state == "" {
+		return nil
+	}
+	c.mu.Lock()
+	var before []chan struct{}
+	var last time.Time
+	for _, p := range c.answers {
+		if p.state == q.state && p.n < q.n && p.written {
+			before = append(before, p.finished)
+			if p.writtenAt.After(last) {
+				last = p.writtenAt
+			}
+		}
+	}
+	c.mu.Unlock()
+	if len(before) == 0 {
+		return nil
+	}
+	gap := time.NewTimer(time.Until(last.Add(stateGap)))
+	defer gap.Stop()
+	for _, f := range before {
+		select {
+		case <-f:
+		case <-gap.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return errClosed
+		}
+	}
+	return nil
+}
+
+// claimWrite marks query ref as going out on a connection now, unless a
+// later query sets the state it sets (it is then not to be written: see
+// ErrSuperseded; its request is told). Marked before the write, so that a
+// later query of its state waits for it (stateTurn).
+func (c *Client) claimWrite(ref string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q, ok := c.answers[ref]; ok {
-		q.written = true
+	q, ok := c.answers[ref]
+	if !ok {
+		return true
 	}
+	if c.supersededLocked(q) {
+		q.goneOnce.Do(func() { close(q.gone) })
+		return false
+	}
+	q.written, q.writtenAt = true, time.Now()
+	return true
+}
+
+// supersededLocked reports whether a later query sets the state q sets;
+// c.mu is held.
+func (c *Client) supersededLocked(q *pendingQuery) bool {
+	return q.state != "" && c.latest[q.state] > q.n
 }
 
 // unanswered returns the frames of the queries that went out and wait for
-// their answer, oldest first.
+// their answer, oldest first, but for those a later query superseded.
 func (c *Client) unanswered() [][]byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var qs []*pendingQuery
 	for _, q := range c.answers {
-		if q.written {
+		if q.written && c.supersededLocked(q) {
+			q.goneOnce.Do(func() { close(q.gone) })
+		} else if q.written {
+			q.writtenAt = time.Now()
 			qs = append(qs, q)
 		}
 	}
@@ -434,7 +561,10 @@ func (c *Client) Receipts(ctx context.Context, conversationID string, convSeq in
 }
 
 // SetPresence chooses this user's display state: online, away, dnd or
-// invisible (others then see offline). It returns what others now see.
+// invisible (others then see offline). It returns what others now see
+// (the state the server received last, from any of the user's devices,
+// stands), or ErrSuperseded when a later SetPresence was called before
+// this one was answered.
 func (c *Client) SetPresence(ctx context.Context, status string) (string, error) {
 	var p wire.PresenceAnswer
 	if err := c.request(ctx, &wire.Presence{Action: wire.ActionPresence, Status: status}, &p); err != nil {
@@ -502,7 +632,9 @@ func (c *Client) Answer(ctx context.Context, messageID, option string) (AnswerRe
 // (issue 16): platform is "apns", "apns_sandbox" or "fcm" and token the
 // device's token there, which the server hands to Amazon SNS. A wake-up
 // carries ids only; the app connects and syncs. An empty token removes the
-// registration (sign-out). A deployment without that platform answers a
+// registration (sign-out). The registration the server received last
+// stands; a later Register before this one is answered supersedes it
+// (ErrSuperseded). A deployment without that platform answers a
 // *ServerError bad_request.
 func (c *Client) Register(ctx context.Context, platform, token string) error {
 	var r wire.Registered

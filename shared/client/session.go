@@ -287,9 +287,11 @@ func (c *Client) session(ctx context.Context, conn Conn) time.Duration {
 		case <-pingTick.C:
 			err = s.keepAlive(sctx)
 		case o := <-c.out:
-			if err = s.conn.Write(sctx, o.frame); err == nil && o.ref != "" {
-				c.written(o.ref)
+			if o.ref != "" && !c.claimWrite(o.ref) {
+				o.done <- ErrSuperseded // written now, it would undo the later one
+				break
 			}
+			err = s.conn.Write(sctx, o.frame)
 			if err == nil && o.read != nil {
 				c.wroteRead(*o.read, time.Now())
 			}

@@ -113,13 +113,18 @@ func TestANewDeviceBeyondTheLimitIsRefusedUntilOneIsForgotten(t *testing.T) {
 		cs, err := st.Store.Connections(ctx, "bob")
 		return err == nil && !slices.ContainsFunc(cs, func(c im.Connection) bool { return c.Device == "watch" })
 	})
-	if err := st.Store.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "watch-token"}); err != nil {
+	registered := time.Now().Add(-time.Second)
+	if _, _, err := st.Store.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "watch-token"}, registered); err != nil {
 		t.Fatal(err)
 	}
 	if r := call(t, st, "DELETE", "/v1/users/bob/devices/watch", devstack.DefaultAdminKey, nil, ""); r.status != http.StatusNoContent {
 		t.Fatalf("forget the watch: %d %s", r.status, r.raw)
 	}
-	// It is woken no more.
+	// It is woken no more, though a register frame of its received before
+	// it was forgotten runs late.
+	if _, applied, err := st.Store.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "late-token"}, registered.Add(time.Second/2)); err != nil || applied {
+		t.Fatalf("a register frame of the watch received before it was forgotten: applied %v, %v; want not", applied, err)
+	}
 	eps, err := st.Store.PushEndpoints(ctx, "bob")
 	if err != nil || slices.ContainsFunc(eps, func(p im.PushEndpoint) bool { return p.Device == "watch" && p.Token != "" }) {
 		t.Fatalf("the forgotten watch's wake-up registration remains: %+v, %v", eps, err)

@@ -16,25 +16,36 @@ import (
 // The presence item of a user lives in the Inbox table, sk "presence":
 //
 //	status     the chosen display state (absent: online)
+//	statusAt   when API Gateway received the frame that chose it (Unix ms):
+//	           a frame received earlier whose invocation runs later (a
+//	           cold start, a copy the SDK wrote before a newer one) changes
+//	           nothing
 //	pending    when a debounced presence push was scheduled (absent or 0: none pending)
 //	pushed     the visible state last pushed to peers
 
 // skPresence is the sort key of a user's presence item in the Inbox table.
 const skPresence = "presence"
 
-// SetStatus records u's chosen display state and returns the previous one.
-func (st *Store) SetStatus(ctx context.Context, u im.UserID, status im.Status, now time.Time) (im.Status, error) {
+// SetStatus records u's chosen display state, chosen by a frame API
+// Gateway received at at, and returns the previous one. applied is false,
+// and nothing changes, when the state stored was chosen by a frame received
+// after at: the later frame stands.
+func (st *Store) SetStatus(ctx context.Context, u im.UserID, status im.Status, at time.Time) (old im.Status, applied bool, err error) {
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skPresence),
-		UpdateExpression:          aws.String("SET #s = :s, statusAt = :now"),
+		UpdateExpression:          aws.String("SET #s = :s, statusAt = :at"),
+		ConditionExpression:       aws.String("attribute_not_exists(statusAt) OR statusAt <= :at"),
 		ExpressionAttributeNames:  map[string]string{"#s": "status"},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":s": s(string(status)), ":now": n(now.UnixMilli())},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": s(string(status)), ":at": n(at.UnixMilli())},
 		ReturnValues:              types.ReturnValueUpdatedOld,
 	})
-	if err != nil {
-		return "", fmt.Errorf("presence of %s: %w", u, err)
+	if isConditionFailed(err) {
+		return "", false, nil
 	}
-	return im.Status(getS(out.Attributes, "status")), nil
+	if err != nil {
+		return "", false, fmt.Errorf("presence of %s: %w", u, err)
+	}
+	return im.Status(getS(out.Attributes, "status")), true, nil
 }
 
 // Presences returns the presence of each user: the chosen state (one

@@ -36,3 +36,63 @@ func TestPresencePushIsClaimedOnceUntilCleared(t *testing.T) {
 		}
 	}
 }
+
+// A state frame whose invocation runs after a later frame's (a cold start,
+// or a copy an SDK wrote again) changes nothing: the display state and a
+// device's registration for wake-ups are the ones API Gateway received
+// last, and so is a forgotten device's emptied registration.
+func TestAStateFromAFrameReceivedEarlierChangesNothing(t *testing.T) {
+	t.Parallel()
+	st, ctx := newStore(t), context.Background()
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+	if _, applied, err := st.SetStatus(ctx, "alice", im.StatusDND, at(2)); err != nil || !applied {
+		t.Fatalf("dnd received at 2: applied %v, %v", applied, err)
+	}
+	if _, applied, err := st.SetStatus(ctx, "alice", im.StatusOnline, at(1)); err != nil || applied {
+		t.Fatalf("online received at 1, run after dnd received at 2: applied %v, %v; want not", applied, err)
+	}
+	if old, applied, err := st.SetStatus(ctx, "alice", im.StatusAway, at(3)); err != nil || !applied || old != im.StatusDND {
+		t.Fatalf("away received at 3: old %q, applied %v, %v; want dnd replaced", old, applied, err)
+	}
+
+	tokens := func() []string {
+		eps, err := st.PushEndpoints(ctx, "bob")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range eps {
+			out = append(out, string(p.Device)+"="+p.Token)
+		}
+		return out
+	}
+	register := func(token string, s int, want bool) {
+		t.Helper()
+		stands, applied, err := st.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "phone", Platform: im.PlatformFCM, Token: token}, at(s))
+		if err != nil || applied != want {
+			t.Fatalf("register %q received at %d: applied %v, %v; want %v", token, s, applied, err, want)
+		}
+		if applied && stands.Token != token {
+			t.Fatalf("register %q applied answers %q standing", token, stands.Token)
+		}
+	}
+	register("new", 2, true)
+	register("old", 1, false)
+	if stands, _, err := st.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "phone", Platform: im.PlatformAPNS, Token: "older"}, at(0)); err != nil || stands.Token != "new" || stands.Platform != im.PlatformFCM {
+		t.Fatalf("a refused register answers %+v, %v standing; want fcm new", stands, err)
+	}
+	if got := tokens(); len(got) != 1 || got[0] != "phone=new" {
+		t.Fatalf("registrations %v, want phone=new", got)
+	}
+	register("", 3, true) // signed out
+	register("new", 2, false)
+	if got := tokens(); len(got) != 0 {
+		t.Fatalf("registrations after sign-out and a late copy %v, want none", got)
+	}
+	register("again", 4, true) // signed in again
+	if got := tokens(); len(got) != 1 || got[0] != "phone=again" {
+		t.Fatalf("registrations %v, want phone=again", got)
+	}
+}

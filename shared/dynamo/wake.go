@@ -14,25 +14,40 @@ import (
 
 // A device's registration for wake-ups lives in the Inbox table beside
 // the user's other items, sk "push#<deviceId>": platform, token, the SNS
-// endpoint ARN and when it was last woken (wokeAt, Unix ms; 0: never).
+// endpoint ARN, when it was last woken (wokeAt, Unix ms; 0: never) and when
+// API Gateway received the register frame that wrote it (receivedAt, Unix
+// ms: a frame received earlier whose invocation runs later changes nothing).
 
 // skPush is the sort key of device d's push registration.
 func skPush(d im.DeviceID) string { return "push#" + string(d) }
 
 // SetPushEndpoint records device p.Device's registration (replacing an
-// earlier one: a new token, or another platform).
-func (st *Store) SetPushEndpoint(ctx context.Context, u im.UserID, p im.PushEndpoint) error {
-	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(st.tables.Inbox),
-		Item: map[string]types.AttributeValue{
-			attrUser: s(string(u)), attrSK: s(skPush(p.Device)), "platform": s(p.Platform), "token": s(p.Token),
-			"endpoint": s(p.Endpoint), "wokeAt": n(0),
+// earlier one: a new token, another platform, or "" after sign-out),
+// written by a frame API Gateway received at at, and returns the
+// registration that stands. applied is false, and nothing changes, when
+// the registration stored was written by a frame received after at: the
+// later frame stands (read from the refused write: no request more).
+func (st *Store) SetPushEndpoint(ctx context.Context, u im.UserID, p im.PushEndpoint, at time.Time) (stands im.PushEndpoint, applied bool, err error) {
+	// An update that sets every attribute of the item: minidyn returns the
+	// stored item of a refused write (ALL_OLD) for updates only, AWS for
+	// puts too.
+	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skPush(p.Device)),
+		UpdateExpression:         aws.String("SET #p = :p, #t = :t, endpoint = :e, wokeAt = :never, receivedAt = :at"),
+		ConditionExpression:      aws.String("attribute_not_exists(receivedAt) OR receivedAt <= :at"),
+		ExpressionAttributeNames: map[string]string{"#p": "platform", "#t": "token"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":p": s(p.Platform), ":t": s(p.Token), ":e": s(p.Endpoint), ":never": n(0), ":at": n(at.UnixMilli()),
 		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
-		return fmt.Errorf("push registration of %s/%s: %w", u, p.Device, err)
+	if ccf, ok := errorsAsCCF(err); ok {
+		return im.PushEndpoint{Device: p.Device, Platform: getS(ccf.Item, "platform"), Token: getS(ccf.Item, "token"), Endpoint: getS(ccf.Item, "endpoint")}, false, nil
 	}
-	return nil
+	if err != nil {
+		return im.PushEndpoint{}, false, fmt.Errorf("push registration of %s/%s: %w", u, p.Device, err)
+	}
+	return p, true, nil
 }
 
 // PushEndpoints lists u's devices registered for wake-ups (Endpoint ""

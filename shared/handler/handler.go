@@ -230,6 +230,18 @@ type Deps struct {
 // now is the handler's clock (Now, or the time).
 func (h *core) now() time.Time { return h.Now().UTC() }
 
+// receivedAt is when API Gateway received frame req (its requestTimeEpoch;
+// now when it has none): the order of the frames that set a state. The
+// frames of a connection run as concurrent invocations, and an SDK writes
+// an unanswered frame again on a new connection, so the frame whose
+// invocation runs last need not be the newest.
+func (h *core) receivedAt(req events.APIGatewayWebsocketProxyRequest) time.Time {
+	if ms := req.RequestContext.RequestTimeEpoch; ms > 0 {
+		return time.UnixMilli(ms).UTC()
+	}
+	return h.now()
+}
+
 // Logger is the use case's logger (Log, or slog's default).
 func (h *core) Logger() *slog.Logger { return h.log() }
 

@@ -14,7 +14,7 @@ import (
 
 // PresenceStore keeps display states and the debounce state of pushes.
 type PresenceStore interface {
-	SetStatus(ctx context.Context, u im.UserID, status im.Status, now time.Time) (im.Status, error)
+	SetStatus(ctx context.Context, u im.UserID, status im.Status, at time.Time) (old im.Status, applied bool, err error)
 	Presences(ctx context.Context, users []im.UserID, now time.Time, stale time.Duration) ([]im.Presence, error)
 	SchedulePresence(ctx context.Context, u im.UserID, now time.Time, stuckAfter time.Duration) (bool, error)
 	ClearPresencePending(ctx context.Context, u im.UserID) error
@@ -23,7 +23,8 @@ type PresenceStore interface {
 }
 
 // Presence serves {"action":"presence","status":…} (choose a display state;
-// answered with what others now see of the caller) and
+// answered with what others now see of the caller; a frame API Gateway
+// received before the one that chose the state stored changes nothing) and
 // {"action":"presence.query","users":[…]} (what others may see of those
 // users: invisible users and users without a live connection show offline).
 func (h *PresenceRoutes) Presence(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
@@ -61,11 +62,15 @@ func (h *PresenceRoutes) Presence(ctx context.Context, req events.APIGatewayWebs
 			return h.fail(ctx, c, route, err, "")
 		}
 		status := im.Status(f.Status)
-		old, err := h.Presences.SetStatus(ctx, c.User, status, now)
+		old, applied, err := h.Presences.SetStatus(ctx, c.User, status, h.receivedAt(req))
 		if err != nil {
 			return h.fail(ctx, c, route, err, "")
 		}
-		if old != status {
+		if !applied {
+			// A frame received later chose the state that stands: this one
+			// (run late, or written again) is answered with it.
+			h.log().InfoContext(ctx, "presence frame older than the state stored: not applied", "userId", c.User, "status", status)
+		} else if old != status {
 			h.log().InfoContext(ctx, "presence set", "userId", c.User, "status", status)
 			h.presenceChanged(ctx, c.User)
 		}

@@ -37,7 +37,7 @@ type Waker interface {
 // WakeStore keeps devices' registrations, their last wake-up and the
 // users' chosen display state.
 type WakeStore interface {
-	SetPushEndpoint(ctx context.Context, u im.UserID, p im.PushEndpoint) error
+	SetPushEndpoint(ctx context.Context, u im.UserID, p im.PushEndpoint, at time.Time) (stands im.PushEndpoint, applied bool, err error)
 	SetEndpointARN(ctx context.Context, u im.UserID, d im.DeviceID, token, endpoint string) error
 	PushEndpoints(ctx context.Context, u im.UserID) ([]im.PushEndpoint, error)
 	RemovePushEndpoint(ctx context.Context, u im.UserID, d im.DeviceID, endpoint string) error
@@ -184,7 +184,9 @@ func (h *Hints) wakeWindow() time.Duration {
 
 // Register records the calling device's token for wake-ups
 // ({"action":"register","platform":…,"token":…}; an empty token removes
-// the registration), answered with {"type":"registered",…}.
+// the registration), answered with {"type":"registered",…}: the device's
+// registration as it stands (a frame API Gateway received before the one
+// that wrote it changes nothing).
 func (h *PresenceRoutes) Register(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
 	c, err := h.frameCaller(ctx, req)
 	if err != nil {
@@ -204,11 +206,18 @@ func (h *PresenceRoutes) Register(ctx context.Context, req events.APIGatewayWebs
 	// The SNS endpoint is made by the wake function, at the first wake-up:
 	// this route stores the token only.
 	token := *f.Token
-	if err := h.Wakes.SetPushEndpoint(ctx, c.User, im.PushEndpoint{Device: c.Device, Platform: f.Platform, Token: token}); err != nil {
+	stands, applied, err := h.Wakes.SetPushEndpoint(ctx, c.User, im.PushEndpoint{Device: c.Device, Platform: f.Platform, Token: token}, h.receivedAt(req))
+	if err != nil {
 		return h.fail(ctx, c, wire.ActionRegister, err, "")
 	}
-	h.log().InfoContext(ctx, "push registration", "userId", c.User, "deviceId", c.Device, "platform", f.Platform, "registered", token != "")
-	return reply(wire.Registered{Type: wire.TypeRegistered, Ref: c.Ref, DeviceID: string(c.Device), Platform: f.Platform, Registered: token != ""})
+	if applied {
+		h.log().InfoContext(ctx, "push registration", "userId", c.User, "deviceId", c.Device, "platform", f.Platform, "registered", token != "")
+	} else {
+		// A register frame received later wrote the registration that
+		// stands (this one ran late, or was written again): answered with it.
+		h.log().InfoContext(ctx, "register frame older than the registration stored: not applied", "userId", c.User, "deviceId", c.Device, "registered", stands.Token != "")
+	}
+	return reply(wire.Registered{Type: wire.TypeRegistered, Ref: c.Ref, DeviceID: string(c.Device), Platform: stands.Platform, Registered: stands.Token != ""})
 }
 
 // urgentEntry reports whether entry e is an urgent alert (its body says

@@ -7,9 +7,9 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MemoryStore, SignetClient, ServerError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
+import { MemoryStore, SignetClient, ServerError, SupersededError, type SentFrame, type ClientOptions, type CrashPoint, type DeviceStore, type ReceiptFrame, type StoredMessage, type WebSocketConstructor, type WebSocketLike } from "../src/index.js";
 import { FileStore } from "../src/node.js";
-import { dialStack, dropsFirstIncoming, eventually, failsAfterItsWrite, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, lostAfter, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
+import { dialStack, dropsFirstIncoming, eventually, failsAfterItsWrite, flakyWebSocket, frameCheck, holdFirstSyncUntilSent, invalidFrames, losesFirst, losesFirstQuietly, lostAfter, seeded, startStack, throttledOnce, throttledWhile, type Stack } from "./stack.js";
 
 let stack: Stack;
 let dir: string;
@@ -534,6 +534,42 @@ test("a connection the server closes with rate_limit_ignored reconnects only aft
   await eventually("a back after retryAfterMs", () => toldAt > 0 && reconnected(states, toldAt) !== undefined, 60000);
   const back = reconnected(states, toldAt)!;
   assert.ok(back.at - toldAt >= wait - 100, `reconnected ${back.at - toldAt} ms after rate_limit_ignored, before its retryAfterMs (${wait} ms)`);
+  await a.close();
+});
+
+test("a presence frame superseded before its answer is not written again after a gateway error: the later state stands", async () => {
+  // Written again, the server would receive the older "online" after "invisible" and keep it.
+  const sent: Record<string, unknown>[] = [];
+  const onlines = () => sent.filter((f) => f.action === "presence" && f.status === "online").length;
+  const t = losesFirstQuietly((f) => f.action === "presence" && f.status === "online", sent);
+  const a = await dial("erin-presence", new MemoryStore(), { WebSocket: t.WebSocket });
+  const online = a.setPresence("online");
+  await eventually("the online frame written", () => onlines() === 1, 30000);
+  assert.equal(await a.setPresence("invisible"), "offline");
+  t.gatewayError();
+  await assert.rejects(online, (e: unknown) => e instanceof SupersededError);
+  assert.equal(onlines(), 1, "the superseded online frame was written again");
+  assert.deepEqual(await a.queryPresence(["erin-presence"]), { "erin-presence": "offline" });
+  await a.close();
+});
+
+test("a presence frame waits for the answer of the one before it (or a second after its write): never received in the same millisecond", async () => {
+  const wrote: Record<string, { ref: string; at: number }> = {};
+  const answered: Record<string, number> = {};
+  let online: Promise<string> | undefined;
+  const a: SignetClient = await dial("gina-presence", new MemoryStore(), {
+    onFrame: (dir, f) => {
+      const x = f as { action?: string; type?: string; status?: string; ref?: string };
+      if (dir === "out" && x.action === "presence" && x.status) wrote[x.status] ??= { ref: x.ref ?? "", at: Date.now() };
+      if (dir === "in" && x.type === "presence" && x.ref) answered[x.ref] ??= Date.now();
+      // The next choice comes as the away frame goes out, before its answer can.
+      if (dir === "out" && x.status === "away") online ??= a.setPresence("online");
+    },
+  });
+  assert.equal(await a.setPresence("away"), "away");
+  assert.equal(await online, "online");
+  const turn = Math.min(answered[wrote.away.ref], wrote.away.at + 1000);
+  assert.ok(wrote.online.at >= turn, `online written ${wrote.online.at - wrote.away.at} ms after away, before away's answer (${answered[wrote.away.ref] - wrote.away.at} ms) and before a second had passed`);
   await a.close();
 });
 

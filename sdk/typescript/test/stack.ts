@@ -454,6 +454,36 @@ export function losesFirst(action: string, sent: Record<string, unknown>[]): Web
   };
 }
 
+/** A WebSocket that loses the first outgoing frame `match` picks (it never reaches the stack and nothing answers
+ * it, as when its invocation is still running), recording every outgoing frame in `sent`; `gatewayError()` then
+ * hands the client API Gateway's error frame, as when a frame's invocation failed. */
+export function losesFirstQuietly(match: (frame: Record<string, unknown>) => boolean, sent: Record<string, unknown>[]): { WebSocket: WebSocketConstructor; gatewayError: () => void } {
+  let lost = false;
+  let current: { inject(data: string): void } | undefined;
+  class LosesQuietly extends PassThrough {
+    constructor(url: string) {
+      super(url);
+      current = this;
+    }
+    inject(data: string): void {
+      this.received(data);
+    }
+    override send(data: string) {
+      const frame = JSON.parse(data) as Record<string, unknown>;
+      sent.push(frame);
+      if (!lost && match(frame)) {
+        lost = true;
+        return;
+      }
+      super.send(data);
+    }
+  }
+  return {
+    WebSocket: LosesQuietly,
+    gatewayError: () => current?.inject(`{"message": "Internal server error", "connectionId":"test", "requestId":"lost-${sent.length}"}`),
+  };
+}
+
 /** A WebSocket whose first connection holds back its first sync page until
  * the next "sent" has been delivered, as when the sync's invocation answers
  * after the send's (`held` is called once the page is held). */

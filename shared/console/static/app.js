@@ -2,7 +2,7 @@
 // and device, conversations with unread counts, 1:1 and group chat with
 // … / ✓ / ✓✓ delivered / ✓✓ read marks, presence, alerts, and a message's
 // path to each device as a timeline from the trace API.
-import { IndexedDBStore, SignetClient } from "@signet-im/client";
+import { IndexedDBStore, SignetClient, SupersededError } from "@signet-im/client";
 const $ = (id) => document.getElementById(id);
 let me = "";
 let client;
@@ -585,7 +585,13 @@ $("new-group").onsubmit = async (ev) => {
         alert(`Group not created: ${err.message}`);
     }
 };
-$("presence").onchange = (ev) => void client?.setPresence(ev.target.value);
+$("presence").onchange = (ev) => {
+    // A later choice made before this one's answer supersedes it: that one sets the status.
+    client?.setPresence(ev.target.value).catch((err) => {
+        if (!(err instanceof SupersededError))
+            alert(`Status not set: ${err.message}`);
+    });
+};
 $("signout").onclick = async () => {
     await client?.close();
     localStorage.removeItem("signet.user");

@@ -2,7 +2,7 @@
 // and device, conversations with unread counts, 1:1 and group chat with
 // … / ✓ / ✓✓ delivered / ✓✓ read marks, presence, alerts, and a message's
 // path to each device as a timeline from the trace API.
-import { IndexedDBStore, SignetClient, type ConversationSummary, type ReceiptFrame, type SentFrame, type StoredMessage } from "@signet-im/client";
+import { IndexedDBStore, SignetClient, SupersededError, type ConversationSummary, type ReceiptFrame, type SentFrame, type StoredMessage } from "@signet-im/client";
 
 const $ = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -607,7 +607,12 @@ $("new-group").onsubmit = async (ev) => {
     alert(`Group not created: ${(err as Error).message}`);
   }
 };
-$<HTMLSelectElement>("presence").onchange = (ev) => void client?.setPresence((ev.target as HTMLSelectElement).value as "online");
+$<HTMLSelectElement>("presence").onchange = (ev) => {
+  // A later choice made before this one's answer supersedes it: that one sets the status.
+  client?.setPresence((ev.target as HTMLSelectElement).value as "online").catch((err) => {
+    if (!(err instanceof SupersededError)) alert(`Status not set: ${(err as Error).message}`);
+  });
+};
 $("signout").onclick = async () => {
   await client?.close();
   localStorage.removeItem("signet.user");

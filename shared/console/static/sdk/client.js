@@ -18,6 +18,17 @@ export class ClosedError extends Error {
         this.name = "ClosedError";
     }
 }
+/**
+ * The error of setPresence or register when a later call of the same kind on this client superseded it before
+ * it was answered: the later one sets the state. The server keeps the state whose frame API Gateway received
+ * last, so a superseded frame is never written again (written later, it would undo the newer state).
+ */
+export class SupersededError extends Error {
+    constructor() {
+        super("superseded by a later request setting the same state");
+        this.name = "SupersededError";
+    }
+}
 class Crash extends Error {
 }
 const catchUpGraceMs = 2000;
@@ -27,6 +38,12 @@ const groupSyncRetryMs = 10000;
 /** How many times a query the server answers internal or rate_limited is asked again (a second later, or after
  * the wait it names) before the promise rejects with the error. */
 const queryRetries = 3;
+/**
+ * A state query (stateOf) waits for the answer of the one before it of its kind, or this long after that one's last
+ * write: API Gateway's receive time counts milliseconds, and two frames received in the same one could not be told
+ * apart.
+ */
+const stateGapMs = 1000;
 /**
  * How long a frame may still turn out to have failed: a pong shows the server received it, but its invocation may
  * still fail, and API Gateway's error frame for it (which names no frame) comes within its 29 s integration
@@ -62,6 +79,10 @@ export class SignetClient {
      * heldUntil (ms, 0: not held) is when one held by a rate limit goes out (its own timer writes it).
      */
     queries = new Map();
+    /** Per state a query sets (stateOf), the ref number of the last query setting it. */
+    latestState = new Map();
+    /** Per state, the query waiting for its turn (writeQuery): called when the one before it settles or its gap ends. */
+    turns = new Map();
     /**
      * Per limit kind (limitKind; "send" for the outbox), when its frames may go again after one was refused
      * rate_limited. The client's, not a connection's: a new connection during a hold waits it out too.
@@ -256,7 +277,9 @@ export class SignetClient {
      * APNs ("apns", "apns_sandbox") or FCM ("fcm") token, which the server
      * hands to Amazon SNS. A wake-up carries ids only: the app connects and
      * syncs. An empty token removes the registration (sign-out); a platform
-     * the deployment lacks rejects with a ServerError bad_request.
+     * the deployment lacks rejects with a ServerError bad_request. The
+     * registration whose frame the server received last stands: a later
+     * register before this one is answered supersedes it (SupersededError).
      */
     register(platform, token) {
         return this.request({ action: "register", platform, token });
@@ -294,7 +317,11 @@ export class SignetClient {
     group(f) {
         return this.request(f);
     }
-    /** Chooses this user's display state; resolves with what others now see. */
+    /**
+     * Chooses this user's display state; resolves with what others now see (the state whose frame the server
+     * received last, from any of the user's devices, stands). Rejects with SupersededError when a later
+     * setPresence was called before this one was answered.
+     */
     async setPresence(status) {
         const p = await this.request({ action: "presence", status });
         return p.users[0]?.status ?? "";
@@ -351,6 +378,7 @@ export class SignetClient {
             for (const w of ws)
                 w.reject(err);
         }
+        this.turns.clear();
         for (const [ref, q] of this.queries) {
             this.queries.delete(ref);
             q.waiter.reject(err);
@@ -475,11 +503,10 @@ export class SignetClient {
         await this.flushOutbox(s);
         // Queries that waited for a connection, or whose connection was lost, go out now (those a rate limit
         // holds, when it ends).
-        for (const q of this.queries.values()) {
+        for (const [ref, q] of [...this.queries]) {
             if (q.heldUntil > Date.now())
                 continue;
-            q.written = true;
-            this.writeFrame(s, q.frame);
+            this.writeQuery(s, ref, q);
         }
         // So do the reads the lost connection may not have delivered (forward-only: once more changes nothing).
         this.readAgain(s, (r) => !r.confirmed);
@@ -554,11 +581,15 @@ export class SignetClient {
     request(f) {
         if (this.closed)
             return Promise.reject(new ClosedError());
-        const ref = `q${++this.refs}`;
+        const n = ++this.refs;
+        const ref = `q${n}`;
         const frame = { ...f, ref };
         return new Promise((resolve, reject) => {
-            const q = { frame, waiter: { resolve: resolve, reject }, written: false, retries: 0, heldUntil: 0 };
+            const state = stateOf(frame);
+            const q = { n, state, frame, waiter: { resolve: resolve, reject }, written: false, writtenAt: 0, retries: 0, heldUntil: 0 };
             this.queries.set(ref, q);
+            if (state)
+                this.latestState.set(state, n);
             const hold = this.holds.get(limitKind(frame)) ?? 0;
             if (hold > Date.now()) {
                 q.heldUntil = hold;
@@ -566,10 +597,8 @@ export class SignetClient {
                 return;
             }
             void this.run(async (s) => {
-                if (!q.written) {
-                    q.written = true;
-                    this.writeFrame(s, frame);
-                }
+                if (!q.written)
+                    this.writeQuery(s, ref, q);
             });
         });
     }
@@ -578,10 +607,46 @@ export class SignetClient {
         if (this.queries.get(ref) !== q)
             return;
         q.heldUntil = 0;
-        void this.run(async (s) => {
-            q.written = true;
-            this.writeFrame(s, q.frame);
-        });
+        void this.run(async (s) => this.writeQuery(s, ref, q));
+    }
+    /**
+     * Writes query q (ref), unless a later query sets the state it sets (SupersededError: written now, it would be
+     * received after the later one and undo it) or it was answered meanwhile. A state query waits its turn: until
+     * the one before it of its kind that went out settles, or stateGapMs after that one's last write.
+     */
+    writeQuery(s, ref, q) {
+        if (this.queries.get(ref) !== q)
+            return;
+        if (q.state && (this.latestState.get(q.state) ?? 0) > q.n) {
+            this.settle(ref, q);
+            q.waiter.reject(new SupersededError());
+            return;
+        }
+        let last = -Infinity;
+        for (const p of this.queries.values())
+            if (q.state && p.state === q.state && p.n < q.n && p.written)
+                last = Math.max(last, p.writtenAt);
+        if (last + stateGapMs > Date.now()) {
+            const turn = () => {
+                if (this.turns.get(q.state) !== turn)
+                    return;
+                this.turns.delete(q.state);
+                clearTimeout(timer);
+                void this.run(async (s2) => this.writeQuery(s2, ref, q));
+            };
+            const timer = setTimeout(turn, last + stateGapMs - Date.now());
+            this.turns.set(q.state, turn);
+            return;
+        }
+        q.written = true;
+        q.writtenAt = Date.now();
+        this.writeFrame(s, q.frame);
+    }
+    /** Forgets query q (ref), answered or given up, and lets the state query waiting behind it go (writeQuery). */
+    settle(ref, q) {
+        this.queries.delete(ref);
+        if (q.state)
+            this.turns.get(q.state)?.();
     }
     // ---- frames ----
     async handle(s, text) {
@@ -614,11 +679,11 @@ export class SignetClient {
                     setTimeout(() => this.writeHeld(ref, q), waitMs);
                     return;
                 }
-                this.queries.delete(ref);
+                this.settle(ref, q);
                 q.waiter.reject(new ServerError(e.code, e.message, e.requestId, e.retryAfterMs));
             }
             else {
-                this.queries.delete(ref);
+                this.settle(ref, q);
                 q.waiter.resolve(f);
             }
             return;
@@ -740,9 +805,9 @@ export class SignetClient {
     }
     /** Writes again the unanswered queries and the reads of the last errorWindowMs (after a gateway error). */
     askAgain(s) {
-        for (const q of this.queries.values())
+        for (const [ref, q] of [...this.queries])
             if (q.heldUntil <= Date.now())
-                this.writeFrame(s, q.frame);
+                this.writeQuery(s, ref, q);
         const recent = Date.now() - errorWindowMs;
         this.readAgain(s, (r) => r.at >= recent);
     }
@@ -1246,11 +1311,10 @@ export class SignetClient {
  * whether it was the inbox sync's, a group sync's or (no ref) an ack's or a read's. */
 const inboxSyncRef = "is";
 const groupSyncRef = "gs";
-/**
- * The limit a query frame counts against (docs/protocol.md, "Per-user limits"): a refused frame holds every
- * frame of its kind until its retryAfterMs, since the limit is the user's — every other would be refused too,
- * and a connection that keeps sending is closed. Group syncs are queries.
- */
+/** The state a query frame sets, "" for none: presence (the user's display state) or register (this device's registration). */
+function stateOf(f) {
+    return f.action === "presence" || f.action === "register" ? f.action : "";
+}
 function limitKind(f) {
     switch (f.action) {
         case "group":
