@@ -834,7 +834,10 @@ export class SignetClient {
         if (this.turns.get(q.state) !== turn) return;
         this.turns.delete(q.state);
         clearTimeout(timer);
-        void this.run(async (s2) => this.writeQuery(s2, ref, q));
+        // Unless askAgain wrote it meanwhile (the one before settled in its round).
+        void this.run(async (s2) => {
+          if (!q.written) this.writeQuery(s2, ref, q);
+        });
       };
       const timer = setTimeout(turn, last + stateGapMs - Date.now());
       this.turns.set(q.state, turn);

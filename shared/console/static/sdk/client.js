@@ -632,7 +632,11 @@ export class SignetClient {
                     return;
                 this.turns.delete(q.state);
                 clearTimeout(timer);
-                void this.run(async (s2) => this.writeQuery(s2, ref, q));
+                // Unless askAgain wrote it meanwhile (the one before settled in its round).
+                void this.run(async (s2) => {
+                    if (!q.written)
+                        this.writeQuery(s2, ref, q);
+                });
             };
             const timer = setTimeout(turn, last + stateGapMs - Date.now());
             this.turns.set(q.state, turn);
