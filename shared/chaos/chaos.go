@@ -551,9 +551,12 @@ func (r *runner) populate(ctx context.Context) error {
 				members = append(members, u)
 			}
 		}
+		// One id for every try: a try that timed out after the server
+		// created the group is answered as the first, not made again.
 		var info client.GroupInfo
+		id := client.NewGroupID()
 		err := retry(ctx, func(ctx context.Context) (err error) {
-			info, err = r.byUser[owner][0].client().CreateGroup(ctx, fmt.Sprintf("chaos-%d", g), members...)
+			info, err = r.byUser[owner][0].client().CreateGroupWithID(ctx, id, fmt.Sprintf("chaos-%d", g), members...)
 			return err
 		})
 		if err != nil {

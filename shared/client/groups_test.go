@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -722,4 +723,27 @@ func (p groupPageFailsOnce) GroupPage(ctx context.Context, c im.ConversationID, 
 		return im.GroupPage{}, errors.New("injected: the group page read failed")
 	}
 	return p.GroupLogs.GroupPage(ctx, c, u, cursor, limit, size)
+}
+
+// An app that asks for a create again itself (its call gave up before the
+// answer) names the group once: CreateGroupWithID with the same id is
+// answered as the first, and the group has its members once.
+func TestACreateTheAppAsksAgainWithItsIDMakesOneGroup(t *testing.T) {
+	t.Parallel()
+	st := startStack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	alice := newDevice(t, st, "alice", "laptop").dial(t)
+	id := NewGroupID()
+	first, err := alice.CreateGroupWithID(ctx, id, "Ops", "bob", "carol")
+	if err != nil || first.ConversationID != id || first.Count != 3 {
+		t.Fatalf("create %s: %+v, %v", id, first, err)
+	}
+	again, err := alice.CreateGroupWithID(ctx, id, "Ops", "bob", "carol")
+	if err != nil || again.ConversationID != id || again.Count != 3 {
+		t.Fatalf("the same create asked again: %+v, %v; want it answered as the first", again, err)
+	}
+	if other := NewGroupID(); other == id || !strings.HasPrefix(other, "g:") {
+		t.Fatalf("NewGroupID made %q after %q", other, id)
+	}
 }

@@ -410,10 +410,25 @@ func (c *Client) group(ctx context.Context, frame wire.Group) (GroupInfo, error)
 
 // CreateGroup creates a group named name with this user as owner and
 // members as members. It returns the group (its conversationId is new:
-// made here, so that a create asked again is answered as the first).
+// made here, so that a create the SDK asks again is answered as the
+// first). An app that asks again itself — its ctx expired before the
+// answer — makes one conversationId and calls CreateGroupWithID with it.
 func (c *Client) CreateGroup(ctx context.Context, name string, members ...string) (GroupInfo, error) {
-	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: "g:" + newID()[:18], Name: name, Users: members})
+	return c.CreateGroupWithID(ctx, NewGroupID(), name, members...)
 }
+
+// CreateGroupWithID is CreateGroup for a group the caller names
+// (conversationID "g:<id>", id 1-64 of [A-Za-z0-9._@-]; NewGroupID makes
+// one): the same create asked again by its creator is answered as the
+// first, so a create whose call gave up before its answer can be asked
+// again without making a second group.
+func (c *Client) CreateGroupWithID(ctx context.Context, conversationID, name string, members ...string) (GroupInfo, error) {
+	return c.group(ctx, wire.Group{Op: wire.GroupCreate, ConversationID: conversationID, Name: name, Users: members})
+}
+
+// NewGroupID returns a new group conversation id ("g:" and 18 random
+// characters) for CreateGroupWithID.
+func NewGroupID() string { return "g:" + newID()[:18] }
 
 // The group changes below carry an op id made here: the SDK asks a query
 // again (its connection was lost, API Gateway answered a frame with its
