@@ -580,12 +580,14 @@ func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) e
 		return err
 	}
 	// A gone device is woken no more: its registration for wake-ups is
-	// emptied as a disabled one is (RemovePushEndpoint), if it has one, and
-	// a register frame of it received before now changes nothing after.
+	// emptied as a disabled one is (RemovePushEndpoint) — or, if it has
+	// none, an empty one is written — and a register frame of it received
+	// before now changes nothing after (SetPushEndpoint), also when the
+	// device never had a registration. One registered later stands.
 	_, err = st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skPush(d)),
 		UpdateExpression:          aws.String("SET endpoint = :none, #t = :none, receivedAt = :now"),
-		ConditionExpression:       aws.String("attribute_exists(#t)"),
+		ConditionExpression:       aws.String("attribute_not_exists(receivedAt) OR receivedAt <= :now"),
 		ExpressionAttributeNames:  map[string]string{"#t": "token"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":none": s(""), ":now": n(st.now().UnixMilli())},
 	})

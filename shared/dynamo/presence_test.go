@@ -95,4 +95,23 @@ func TestAStateFromAFrameReceivedEarlierChangesNothing(t *testing.T) {
 	if got := tokens(); len(got) != 1 || got[0] != "phone=again" {
 		t.Fatalf("registrations %v, want phone=again", got)
 	}
+
+	// A device forgotten before it ever registered: a register frame of it
+	// received before it was forgotten, run late, changes nothing.
+	if err := st.EnsureDevice(ctx, "bob", "watch", 10, at(0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.ForgetDevice(ctx, "bob", "watch"); err != nil {
+		t.Fatal(err)
+	}
+	if _, applied, err := st.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "late"}, at(5)); err != nil || applied {
+		t.Fatalf("a forgotten device's register frame received before the forget: applied %v, %v; want not", applied, err)
+	}
+	if got := tokens(); len(got) != 1 || got[0] != "phone=again" {
+		t.Fatalf("registrations %v after a forgotten device's late register frame, want phone=again", got)
+	}
+	// Registered after the forget (the device came back): it stands.
+	if _, applied, err := st.SetPushEndpoint(ctx, "bob", im.PushEndpoint{Device: "watch", Platform: im.PlatformFCM, Token: "back"}, time.Now().Add(time.Minute)); err != nil || !applied {
+		t.Fatalf("a register frame received after the forget: applied %v, %v; want applied", applied, err)
+	}
 }
