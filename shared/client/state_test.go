@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -114,7 +115,7 @@ func TestASupersededStateQueryIsNotAskedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		q := &pendingQuery{n: n, answer: make(chan json.RawMessage, 1), frame: b, state: stateOf(b), gone: make(chan struct{}), written: true}
-		c.answers["q"+string(rune('0'+n))] = q
+		c.answers["q"+strconv.FormatInt(n, 10)] = q
 		if q.state != "" {
 			c.latest[q.state] = n
 		}
