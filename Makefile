@@ -44,7 +44,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := ./shared/wire:FuzzCanonicalBody ./shared/wire:FuzzDecodeFrames ./shared/handler:FuzzAlertRequestBody \
 	./shared/openapi:FuzzValidatorAgreesWithJSONSchema
 
-.PHONY: all build test test-sdk test-console console test-burst chaos chaos-100k test-stores test-stores-memdyn test-stores-moto test-memdyn test-send-transaction test-group-write test-modes bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools tools-but-moto deploy localstack-up localstack-down clean help
+.PHONY: all build test test-sdk test-console console test-burst chaos chaos-100k test-stores test-stores-memdyn test-stores-moto test-memdyn test-send-transaction test-group-write test-modes bench-100k bench-cost bench-cost-check test-fauxqs test-localstack fuzz fuzz-go run lint bench bench-login validate tools deploy localstack-up localstack-down clean help
 
 all: lint test
 
@@ -229,9 +229,10 @@ bench:
 	$(GO) test -run '^$$' -bench 'Summary' -benchtime 50x ./shared/devstack/
 
 # The store contract suite, unchanged, against the other DynamoDB
-# emulators: memdyn (in-process) and moto (PyPI, on the host). CI runs the
-# moto half beside make test: moto answers one request at a time and that
-# half mostly waits on it (about 200 s, one core's worth of Python).
+# emulators: memdyn (in-process) and moto (PyPI, on the host), one after
+# the other. The moto half mostly waits on moto, which answers one request
+# at a time with about a core of Python: beside make test (forty-third
+# session) it made make test 2 minutes longer and saved as much elsewhere.
 test-stores: test-stores-memdyn test-stores-moto
 
 test-stores-memdyn:
@@ -316,11 +317,7 @@ $(MOTO)/bin/moto_server: infra/requirements-bench.txt
 	$(MOTO)/bin/pip install --quiet --disable-pip-version-check -r infra/requirements-bench.txt
 	@touch $@
 
-tools: tools-but-moto $(MOTO)/bin/moto_server
-
-# The test tooling less moto (CI installs moto apart: its store suite half
-# runs beside make test).
-tools-but-moto: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs $(LOCALSTACK)/bin/python
+tools: $(VENV)/bin/sam $(TOOLS)/node_modules/.bin/fauxqs $(LOCALSTACK)/bin/python $(MOTO)/bin/moto_server
 
 $(VENV)/bin/sam: infra/requirements.txt
 	python3 -m venv $(VENV)
