@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,7 +114,7 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	asJSON := fs.Bool("json", false, "print the priced usage as JSON lines, one per scenario")
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
 	calls := fs.Bool("calls", false, "also print each scenario's AWS calls and its DynamoDB write and read units by operation and table, per delivered unit")
-	check := fs.Bool("check", false, "hold each scenario's figures against issue 12's goals and ceilings (shared/cost.Goals, calibrated at the default sizes); exit status 1 if one regressed past its ceiling")
+	check := fs.Bool("check", false, "hold each scenario's figures against issue 12's goals and ceilings (shared/cost.Goals, calibrated at the default sizes); a scenario past a ceiling is measured again, up to 3 times in all (timed lines grow with the machine's load), and exit status 1 if its last measurement still is")
 	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		var names []string
@@ -160,34 +161,36 @@ Flags:
 	}
 	var perMessage []cost.Priced
 	var verdicts []cost.Verdict
+	show := func(p cost.Priced) {
+		if *asJSON {
+			return
+		}
+		p.Print(stdout)
+		if *calls {
+			p.PrintCalls(stdout)
+		}
+		fmt.Fprintln(stdout)
+	}
+	tries := 1
+	if *check {
+		tries = costMeasurements
+	}
 	for _, sc := range costScenarios {
 		if !chosen[sc.name] || skipped[sc.name] {
 			continue
 		}
-		if !*asJSON {
-			fmt.Fprintf(stderr, "bench cost: %s...\n", sc.name)
-		}
-		u, err := sc.run(ctx, f)
+		priced, held, err := measureScenario(ctx, sc, f, tries, show, stderr)
 		if err != nil {
-			return fmt.Errorf("%s: %w", sc.name, err)
-		}
-		priced := u.Price(cost.ListPrices)
-		if *check {
-			verdicts = append(verdicts, cost.Check(priced, cost.Goals[sc.name])...)
-		}
-		if u.Unit == "" {
-			perMessage = append(perMessage, priced)
+			return err
 		}
 		if *asJSON {
 			b, _ := json.Marshal(priced)
 			fmt.Fprintln(stdout, string(b))
-			continue
 		}
-		priced.Print(stdout)
-		if *calls {
-			priced.PrintCalls(stdout)
+		verdicts = append(verdicts, held...)
+		if priced.Unit == "" {
+			perMessage = append(perMessage, priced)
 		}
-		fmt.Fprintln(stdout)
 	}
 	if *chart != "" {
 		var b strings.Builder
@@ -221,6 +224,35 @@ Flags:
 	}
 	return nil
 }
+
+// measureScenario runs sc and holds its figures against its bounds; past
+// a ceiling it runs it again, up to tries runs in all, and returns the
+// last. Each run is shown.
+func measureScenario(ctx context.Context, sc costScenario, f costFlags, tries int, show func(cost.Priced), stderr io.Writer) (cost.Priced, []cost.Verdict, error) {
+	for try := 1; ; try++ {
+		fmt.Fprintf(stderr, "bench cost: %s...\n", sc.name)
+		u, err := sc.run(ctx, f)
+		if err != nil {
+			return cost.Priced{}, nil, fmt.Errorf("%s: %w", sc.name, err)
+		}
+		priced := u.Price(cost.ListPrices)
+		held := cost.Check(priced, cost.Goals[sc.name])
+		show(priced)
+		if try >= tries || !slices.ContainsFunc(held, func(v cost.Verdict) bool { return v.Regressed }) {
+			return priced, held, nil
+		}
+		// The timed lines (GB-seconds, connection minutes, and how many
+		// redelivery checks one receive finds) grow with the machine's
+		// load; a change that costs more fails every run.
+		fmt.Fprintf(stderr, "bench cost: %s past a ceiling (%s); measuring it again (%d of %d): its timed lines grow with this machine's load\n",
+			sc.name, cost.Regressions(held), try+1, tries)
+	}
+}
+
+// costMeasurements is how often --check measures a scenario that is past
+// a ceiling before it holds it regressed: the last measurement is the one
+// held.
+const costMeasurements = 3
 
 // matchScenarios returns the names of the scenarios that list (names or
 // path.Match patterns, separated by commas) matches; an empty list

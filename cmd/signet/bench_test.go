@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,5 +197,50 @@ func TestBenchCostScenariosByNameAndPattern(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"bench", "cost", "--skip", "nope"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `no scenario "nope"`) {
 		t.Fatalf("--skip nope: exit %d: %s%s", code, out.String(), errOut.String())
+	}
+}
+
+// A scenario past a ceiling is measured again before the gate holds it
+// regressed (its timed lines grow with the machine's load), and the last
+// measurement is the one held: one within every ceiling passes, three past
+// one fail.
+func TestBenchCostCheckMeasuresAScenarioPastACeilingAgain(t *testing.T) {
+	t.Parallel()
+	usage := func(gbSeconds float64) cost.Usage {
+		// 100 group messages: 10,000 GB-seconds are $1,333 per million
+		// group messages, past group-online's ceiling ($615); 1 is $0.13.
+		return cost.Usage{Scenario: "group-online", Delivered: 100, Unit: "group message", LambdaRequests: 100, LambdaGBSeconds: gbSeconds}
+	}
+	for _, c := range []struct {
+		name      string
+		gbSeconds []float64 // of each run
+		runs      int
+		regressed bool
+	}{
+		{"within its ceilings at once", []float64{1}, 1, false},
+		{"past once, then within", []float64{10000, 1}, 2, false},
+		{"past three times", []float64{10000, 10000, 10000, 1}, 3, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			runs := 0
+			sc := costScenario{name: "group-online", run: func(context.Context, costFlags) (cost.Usage, error) {
+				runs++
+				return usage(c.gbSeconds[runs-1]), nil
+			}}
+			var shown int
+			var progress strings.Builder
+			priced, held, err := measureScenario(context.Background(), sc, defaultCostFlags, costMeasurements, func(cost.Priced) { shown++ }, &progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			regressed := slices.ContainsFunc(held, func(v cost.Verdict) bool { return v.Regressed })
+			if runs != c.runs || shown != c.runs || regressed != c.regressed || priced.LambdaGBSeconds != c.gbSeconds[runs-1] {
+				t.Fatalf("%d runs, %d shown, regressed %v, held the run of %v GB-s; want %d, %d, %v, the last run's\n%s",
+					runs, shown, regressed, priced.LambdaGBSeconds, c.runs, c.runs, c.regressed, progress.String())
+			}
+			if again := strings.Count(progress.String(), "measuring it again"); again != c.runs-1 {
+				t.Fatalf("said %d times that it measures again, want %d:\n%s", again, c.runs-1, progress.String())
+			}
+		})
 	}
 }
