@@ -47,7 +47,8 @@ SQS from AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL_SQS when set): SDK
 devices behind signet netem's weak network, offline periods, crashes between
 persisting and acking, retried sends (before and after the ACK, from other
 devices), reconnect storms, group churn (owners add, remove and re-role
-members, members leave), alerts an app posts over
+members, members leave), display states chosen (each user's first
+device; SetPresence), alerts an app posts over
 HTTPS (every 20th send; retried with its Idempotency-Key), and server-side faults
 (AWS calls failing mid-handler, lost, 410 and failing pushes, duplicated and
 delayed queue messages). Then it reconciles every ACKed message against every
@@ -58,7 +59,9 @@ sends by users who were not members may be refused), group change
 answers that do not name exactly the member they changed (a leave of a
 member refused counts too), and traces of
 1:1 messages that name a device that did not ack or miss one whose cursor
-covers the message. Exit status 1 if anything is found.
+covers the message, and stored display states that are neither the last
+one the server confirmed nor one chosen after it. Exit status 1 if anything
+is found.
 
 Examples:
   signet chaos                                   # 200 messages, seed 1

@@ -133,7 +133,12 @@ type Result struct {
 	// took (each verified: signed, justified by the alert's status, every
 	// one due received), CallbackPosts how many POSTs it took in all.
 	Callbacks, CallbackPosts int
-	Elapsed                  time.Duration
+	// PresenceChoices is how many display states the users' first devices
+	// chose, PresenceConfirmed how many the server's answer said stood,
+	// PresenceChecked how many users' stored state was held to the answers
+	// (verifyPresence).
+	PresenceChoices, PresenceConfirmed, PresenceChecked int
+	Elapsed                                             time.Duration
 	// Problems lists each fault found (empty on success).
 	Problems []string
 }
@@ -155,10 +160,12 @@ func (r Result) String() string {
   reconciled: %d lost, %d duplicated, %d reordered, %d unACKed, %d idempotency violations, %d held outside a membership
   traces: %d checked against the devices' cursors, naming %d device acks
   alert reads: %d users read a prefix of their alerts (%d alerts came after a later one), statuses checked
-  status callbacks: %d events (%d POSTs taken), each due one received`,
+  status callbacks: %d events (%d POSTs taken), each due one received
+  presence: %d display states chosen (%d confirmed by the answer); %d users' stored state held to the answers`,
 		r.Seed, verdict, r.Elapsed.Round(time.Second), r.Users, r.Devices, r.Groups, r.Sent, r.Acked, r.Refused, r.Retries, r.Alerts, r.AlertsAccepted, r.Escalations, r.Answers, r.GroupAlerts, r.GroupAlertsChecked,
 		r.Deliveries, r.WakeUps, r.Crashes, r.Offline, r.Storms, r.GroupOps, r.AddedBack, r.Leaves, r.RoleChanges, r.GroupAnswers, r.ServerFaults, r.Network,
-		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts)
+		r.Lost, r.Duplicated, r.Reordered, r.Unacked, r.IdempotencyViolations, r.Leaked, r.Traces, r.TraceAcks, r.AlertReads, r.LateAlerts, r.Callbacks, r.CallbackPosts,
+		r.PresenceChoices, r.PresenceConfirmed, r.PresenceChecked)
 }
 
 // draft is one distinct send and what came of it.
@@ -259,7 +266,8 @@ type runner struct {
 	unsure       map[string]bool
 	answerFaults []string
 	drafts       []*draft
-	mine         map[string][]*draft // user → their drafts (retries pick from these)
+	mine         map[string][]*draft         // user → their drafts (retries pick from these)
+	chosen       map[string][]presenceChoice // user → the display states their first device chose, in order
 	alerts       []*alert
 	appKey       string
 	hooks        *hooks // the app's webhook
@@ -297,7 +305,7 @@ func (r *runner) progress(format string, a ...any) {
 func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	cfg.defaults()
-	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, owners: map[string]string{},
+	r := &runner{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 1)), byUser: map[string][]*device{}, mine: map[string][]*draft{}, chosen: map[string][]presenceChoice{}, owners: map[string]string{},
 		members: map[string]map[string]bool{}, changed: map[string]bool{}, member: map[string]bool{}, roles: map[string]string{}, groupMu: map[string]*sync.Mutex{}, unsure: map[string]bool{}}
 	r.res.Seed = cfg.Seed
 	{
@@ -728,7 +736,8 @@ func (r *runner) storm(ctx context.Context) {
 }
 
 // act is one device's life: mostly sends, sometimes a retry of an earlier
-// send, an offline period, a reconnect storm or a group change.
+// send, an offline period, a display state chosen, a reconnect storm or a
+// group change.
 func (r *runner) act(ctx context.Context, d *device) {
 	for ctx.Err() == nil {
 		if r.cfg.Churn > 0 && r.float() < r.cfg.Churn {
@@ -746,15 +755,17 @@ func (r *runner) act(ctx context.Context, d *device) {
 				continue
 			}
 			_ = r.send(ctx, d, r.newDraft(d, n))
-		case p < 0.88:
+		case p < 0.87:
 			if dr := r.pastDraft(d.user); dr != nil {
 				r.count(func(res *Result) { res.Retries++ })
 				_ = r.send(ctx, dr.sender(d), dr)
 			}
-		case p < 0.93:
+		case p < 0.91:
 			d.stop()
 			r.count(func(res *Result) { res.Offline++ })
 			time.Sleep(time.Duration(200+r.intn(3000)) * time.Millisecond)
+		case p < 0.93:
+			r.presence(ctx, d)
 		case p < 0.94:
 			r.proxy.CutAll()
 			r.count(func(res *Result) { res.Storms++ })
@@ -1474,6 +1485,7 @@ func (r *runner) verify(ctx context.Context) {
 	r.verifyAlertReads(ctx, problem)
 	r.verifyAnswers(ctx, problem)
 	r.verifyCallbacks(ctx, problem)
+	r.verifyPresence(ctx, problem)
 	sort.Strings(r.res.Problems)
 }
 

@@ -365,3 +365,45 @@ func TestChaosRunHoldsGroupChangeAnswersToWhomTheyChanged(t *testing.T) {
 		}
 	}
 }
+
+// undoingPresence stores each display state chosen, then, a moment after
+// the answer, another one (the one it replaced, or away or dnd when that
+// was none or the same): what a late copy of an older presence frame would
+// do if the server did not keep the state received last.
+type undoingPresence struct {
+	handler.PresenceStore
+}
+
+func (p *undoingPresence) SetStatus(ctx context.Context, u im.UserID, status im.Status, at time.Time) (im.Status, bool, error) {
+	old, applied, err := p.PresenceStore.SetStatus(ctx, u, status, at)
+	if err == nil && applied {
+		undo := old
+		if undo == "" || undo == status {
+			undo = im.StatusAway
+			if status == im.StatusAway {
+				undo = im.StatusDND
+			}
+		}
+		go func() {
+			time.Sleep(200 * time.Millisecond)
+			_, _, _ = p.PresenceStore.SetStatus(context.Background(), u, undo, time.Now())
+		}()
+	}
+	return old, applied, err
+}
+
+// The run holds each user's stored display state to the choices the
+// server confirmed: a state undone after its answer is caught.
+func TestChaosRunCatchesADisplayStateUndoneAfterItsAnswer(t *testing.T) {
+	t.Parallel()
+	res, err := runSmall(t, Config{Seed: 5, Users: 2, MaxDevices: 1, Messages: 250, Network: netem.Profiles["perfect"],
+		Stack: devstack.Options{Configure: testkit.On("PresenceFunction", func(h *handler.Deps) {
+			h.Presences = &undoingPresence{PresenceStore: h.Presences}
+		})}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.OK() || res.PresenceChoices == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "stored display state") {
+		t.Fatalf("the undone display state went unnoticed: %s\n%v", res, res.Problems)
+	}
+}
