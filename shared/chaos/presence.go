@@ -11,11 +11,12 @@ import (
 // Each user's first device now and then chooses a display state
 // (SetPresence) during the storm, one call at a time, and verifyPresence
 // holds the state stored at the end to the answers: the state whose frame
-// API Gateway received last stands, so a frame that ran late, or that the
-// SDK would write again after a later choice, must not undo a choice the
-// server confirmed. (Only one device per user chooses: two devices
-// choosing at once are ordered by when API Gateway received each frame,
-// which the run does not see.)
+// API Gateway received last stands, so a frame that ran late (or a retry
+// after a fault) must not undo a choice the server confirmed. Only one
+// device per user chooses, one call at a time: overlapping choices are
+// ordered by when API Gateway received each frame, which the run does not
+// see, and netem reorders frames within a connection, which TCP never
+// does (the Go SDK's own tests cover overlapping choices).
 
 // A presenceChoice is one SetPresence call and its answer.
 type presenceChoice struct {
