@@ -38,6 +38,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rateLimits := fs.String("rate-limits", "off", "per-user rate limits of the stack, as SIGNET_RATE_LIMITS (e.g. send=120/1m,connect=60/1m); off by default: the run's users send and reconnect far faster than people")
 	groupDelivery := fs.String("group-delivery", "read", "how the run's groups deliver: read (read diffusion, the default: each device's group messages reconciled against the group's log and membership) or write (into inboxes)")
 	churn := fs.Float64("churn", 0, "share of a device's actions that change a group (an owner's add, removal or role change, a member's leave) besides the 6% every run makes: 0.2 or more for membership hunts")
+	presence := fs.Float64("presence", 0, "share of a device's actions that choose a display state (each user's first device) besides the 2% every run makes: 0.2 or more for display-state hunts")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS: goaws (default) or memsqs, for large runs (env "+devstack.EnvSQSEmulator+")")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: signet chaos [flags]
@@ -68,6 +69,7 @@ Examples:
   signet chaos --seed 7 --users 20 --messages 2000 --profile hell
   signet chaos --group-delivery read --groups 4   # read-diffused groups
   signet chaos --groups 4 --churn 0.2             # many membership changes
+  signet chaos --users 2 --presence 0.3           # many display state choices
   signet chaos --messages 100000 --users 40 --groups 4 --seed 100 \
       --dynamodb-emulator memdyn --sqs-emulator memsqs --dir /dev/shm   # make chaos-100k
 
@@ -89,13 +91,16 @@ Flags:
 	if *churn < 0 || *churn >= 1 {
 		return fmt.Errorf("%w: --churn %v is not in [0, 1)", errUsage, *churn)
 	}
+	if *presence < 0 || *presence >= 1 {
+		return fmt.Errorf("%w: --presence %v is not in [0, 1)", errUsage, *presence)
+	}
 	if *groupDelivery != "write" && *groupDelivery != "read" {
 		return fmt.Errorf("%w: --group-delivery %q is not write or read", errUsage, *groupDelivery)
 	}
 	ddb, sqsURL := devstack.EndpointsFromEnv(os.Getenv)
 	res, err := chaos.Run(ctx, chaos.Config{
 		Seed: *seed, Users: *users, MaxDevices: *devices, Groups: *groups, Messages: *messages, Network: p,
-		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile, GroupReads: *groupDelivery == "read", Churn: *churn,
+		ServerFaults: *serverFaults, Crashes: *crashes, Converge: *converge, Dir: *dir, MemProfile: *memprofile, GroupReads: *groupDelivery == "read", Churn: *churn, Presence: *presence,
 		Stack:    devstack.Options{DynamoDBEndpoint: ddb, SQSEndpoint: sqsURL, Concurrency: *concurrency, Emulator: *emulator, SQSEmulator: *sqsEmulator, RateLimits: *rateLimits},
 		Progress: func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) },
 	})

@@ -251,6 +251,7 @@ func TestUsageErrorsSayWhatWasWrongFirst(t *testing.T) {
 		{[]string{"tail", "--user", "bob", "--device", "laptop", "--token", bobPhoneToken}, "signet tail: --token is for device phone, not laptop (--device)"},
 		{[]string{"send", "--user", "alice", "--token", "not-a-jwt", "--to", "carol", "hi"}, "signet send: --token is not a JWT"},
 		{[]string{"chaos", "--churn", "1"}, "signet chaos: --churn 1 is not in [0, 1)"},
+		{[]string{"chaos", "--presence", "-0.1"}, "signet chaos: --presence -0.1 is not in [0, 1)"},
 	} {
 		var out, errOut bytes.Buffer
 		code := run(context.Background(), tc.args, &out, &errOut)

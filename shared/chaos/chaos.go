@@ -80,6 +80,10 @@ type Config struct {
 	// 6 % every run makes (0: none more), for runs that need many group
 	// changes.
 	Churn float64
+	// Presence is the share of a device's actions that choose a display
+	// state (each user's first device only), besides the 2 % every run
+	// makes (0: none more), for runs that need many choices.
+	Presence float64
 	// MemProfile, when set, is where a heap profile is written after the
 	// verification, with the stack still up.
 	MemProfile string
@@ -742,6 +746,10 @@ func (r *runner) act(ctx context.Context, d *device) {
 	for ctx.Err() == nil {
 		if r.cfg.Churn > 0 && r.float() < r.cfg.Churn {
 			r.churn(ctx, d)
+			continue
+		}
+		if r.cfg.Presence > 0 && r.float() < r.cfg.Presence {
+			r.presence(ctx, d)
 			continue
 		}
 		switch p := r.float(); {

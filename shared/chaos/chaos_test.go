@@ -291,7 +291,7 @@ func (s silentReceipts) Enqueue(ctx context.Context, delay time.Duration, jobs .
 
 func TestChaosRunCatchesAStatusCallbackNeverSent(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(t, Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 80, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 7, Users: 2, MaxDevices: 1, Messages: 40, Network: netem.Profiles["perfect"],
 		Converge: 15 * time.Second,
 		Stack: devstack.Options{Configure: func(fn string, h *handler.Deps) {
 			if (fn == "AckFunction" || fn == "ReadFunction") && h.FanoutQueue != nil {
@@ -396,13 +396,14 @@ func (p *undoingPresence) SetStatus(ctx context.Context, u im.UserID, status im.
 // server confirmed: a state undone after its answer is caught.
 func TestChaosRunCatchesADisplayStateUndoneAfterItsAnswer(t *testing.T) {
 	t.Parallel()
-	res, err := runSmall(t, Config{Seed: 5, Users: 2, MaxDevices: 1, Messages: 250, Network: netem.Profiles["perfect"],
+	res, err := runSmall(t, Config{Seed: 5, Users: 2, MaxDevices: 1, Messages: 30, Presence: 0.3, Network: netem.Profiles["perfect"],
 		Stack: devstack.Options{Configure: testkit.On("PresenceFunction", func(h *handler.Deps) {
 			h.Presences = &undoingPresence{PresenceStore: h.Presences}
 		})}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Log(res)
 	if res.OK() || res.PresenceChoices == 0 || !strings.Contains(strings.Join(res.Problems, "\n"), "stored display state") {
 		t.Fatalf("the undone display state went unnoticed: %s\n%v", res, res.Problems)
 	}
