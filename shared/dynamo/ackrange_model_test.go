@@ -22,10 +22,11 @@ import (
 // exactly while the device has acked further than every other.
 func TestAckedEventsAgreeWithAModelOfTheAcks(t *testing.T) {
 	t.Parallel()
-	st, ctx := newStore(t), context.Background()
+	ctx := context.Background()
 	t0 := time.UnixMilli(1_800_000_000_000).UTC()
 	var forgotten, refused int
 	for seed := range modelSeeds(5) {
+		st := newStore(t) // a table per history: minidyn scans the whole table for every Query
 		r := rand.New(rand.NewPCG(seed, 17))
 		to := im.UserID(fmt.Sprintf("bob%d", seed))
 		n := 20 + r.IntN(30)

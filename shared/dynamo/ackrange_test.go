@@ -259,17 +259,19 @@ func ackedEventList(t *testing.T, st *dynamo.Store, id im.MessageID, t0 time.Tim
 }
 
 // A device's range that covers a message is found however many ranges of
-// the user's other devices were moved to the trace after it: here the
-// laptop acked seq 2 in one range (1, 220] that moved to the trace only
-// with its 9th ack, at seq 228, after the phone's 220 one-message acks had
-// moved in 27 items ending below 228 — more than one page of the ack
-// partition read from seq 2 up. (The page alone missed the laptop: the
-// trace said only the phone had the message.)
+// the user's other devices were moved to the trace after it: here, with
+// a first page of 3 items (25 in a deployment: SetAckPage), the laptop
+// acked seq 2 in one range (1, 40] that moved to the trace only with its
+// 9th ack, at seq 48, after the phone's 40 one-message acks had moved in
+// 5 items ending below 48 — more than one page of the ack partition read
+// from seq 2 up. (The page alone missed the laptop: the trace said only
+// the phone had the message.)
 func TestACoveringRangeIsFoundPastAnotherDevicesPageOfRanges(t *testing.T) {
 	t.Parallel()
 	st := newStore(t)
+	dynamo.SetAckPage(st, 3)
 	ctx, t0 := context.Background(), time.UnixMilli(1_800_000_000_000).UTC()
-	const n = 228
+	const phoneAcks, n = 40, 48
 	sent := aliceToBob(t, st, n, t0)
 	seq := func(i int) int64 { return sent[i].Inboxed["bob"] }
 	ack := func(d im.DeviceID, upTo int64, at int) {
@@ -279,14 +281,14 @@ func TestACoveringRangeIsFoundPastAnotherDevicesPageOfRanges(t *testing.T) {
 		}
 	}
 	ack("laptop", seq(0), 1)
-	ack("laptop", seq(219), 2)
-	for i := range 220 {
+	ack("laptop", seq(phoneAcks-1), 2)
+	for i := range phoneAcks {
 		ack("phone", seq(i), 10+i)
 	}
-	for i := 220; i < n; i++ {
+	for i := phoneAcks; i < n; i++ {
 		ack("laptop", seq(i), 300+i)
 	}
-	want := fmt.Sprintf("[bob/laptop #%d +2s conn-laptop req-laptop-%d bob/phone #%d +11s conn-phone req-phone-%d]", seq(1), seq(219), seq(1), seq(1))
+	want := fmt.Sprintf("[bob/laptop #%d +2s conn-laptop req-laptop-%d bob/phone #%d +11s conn-phone req-phone-%d]", seq(1), seq(phoneAcks-1), seq(1), seq(1))
 	if got := ackedEvents(t, st, sent[1].Message.ID, t0); got != want {
 		t.Fatalf("message 1's acked events: %s\nwant %s", got, want)
 	}

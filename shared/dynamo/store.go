@@ -63,6 +63,9 @@ type Store struct {
 
 	// proofKey caches the key of group position proofs (proofkey.go).
 	proofKey atomic.Pointer[[]byte]
+	// ackPage is acksCovering's first page (the ackPage constant when 0;
+	// the store suite makes it smaller to reach past it with fewer acks).
+	ackPage int32
 }
 
 // DefaultSeenWindow is Store.SeenWindow unless set: 1,000 log items of about

@@ -343,7 +343,7 @@ func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im
 		KeyConditionExpression:    aws.String("#m = :m AND #sk >= :s"),
 		ExpressionAttributeNames:  map[string]string{"#m": "messageId", "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":m": s(ackPartition(u)), ":s": s(fmt.Sprintf("%020d", seq))},
-		Limit:                     aws.Int32(ackPage),
+		Limit:                     aws.Int32(cmp.Or(st.ackPage, ackPage)),
 		ConsistentRead:            aws.Bool(true),
 	}
 	for page := 1; ; page++ {
