@@ -494,6 +494,24 @@ func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, l
 	return fmt.Errorf("device %s/%s: other devices admitted at the same time %d times: %w", u, d, maxDeviceAdmissionTries, im.ErrContention)
 }
 
+// DeviceAdmissible reports whether EnsureDevice would admit device d of
+// u under limit (nil), or refuse it (im.ErrDeviceLimit), without admitting
+// it: a known device, or a new one while the user has fewer than limit.
+// One strongly consistent Query; nothing is written.
+func (st *Store) DeviceAdmissible(ctx context.Context, u im.UserID, d im.DeviceID, limit int) error {
+	items, err := st.deviceItems(ctx, u)
+	if err != nil {
+		return fmt.Errorf("devices of %s: %w", u, err)
+	}
+	if slices.ContainsFunc(items, func(it map[string]types.AttributeValue) bool { return getS(it, attrSK) == deviceSK(d) }) {
+		return nil
+	}
+	if len(items) >= limit {
+		return fmt.Errorf("%s has %d devices, the most allowed, and %s is not one of them: %w", u, len(items), d, im.ErrDeviceLimit)
+	}
+	return nil
+}
+
 // maxDeviceAdmissionTries bounds EnsureDevice's rounds: each lost round
 // means another device of the user was admitted meanwhile.
 const maxDeviceAdmissionTries = 8
@@ -686,6 +704,22 @@ func (st *Store) AddUsage(ctx context.Context, u im.UserID, key string, n64 int6
 		return 0, fmt.Errorf("rate counter %s/%s: %w", u, key, err)
 	}
 	return getN(out.Attributes, "n"), nil
+}
+
+// Usage reads the counter named key of user u that AddUsage adds to (0
+// if absent), strongly consistent, without adding to it.
+func (st *Store) Usage(ctx context.Context, u im.UserID, key string) (int64, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:                aws.String(st.tables.Inbox),
+		Key:                      inboxKey(u, "rl#"+key),
+		ProjectionExpression:     aws.String("#n"),
+		ExpressionAttributeNames: map[string]string{"#n": "n"},
+		ConsistentRead:           aws.Bool(true),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("rate counter %s/%s: %w", u, key, err)
+	}
+	return getN(out.Item, "n"), nil
 }
 
 // ExpireEntry removes one inbox entry as DynamoDB TTL does when retention

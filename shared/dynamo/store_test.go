@@ -395,6 +395,48 @@ func TestAddUsageCountsPerUserAndKey(t *testing.T) {
 	}
 }
 
+// Usage reads a counter without adding to it, and DeviceAdmissible says
+// what EnsureDevice would without admitting anyone: the handshake check
+// (GET /v1/handshake) answers from them and writes nothing.
+func TestUsageAndDeviceAdmissibleReadWithoutWriting(t *testing.T) {
+	t.Parallel()
+	st, ctx, exp := newStore(t), context.Background(), time.Now().Add(time.Hour)
+	if got, err := st.Usage(ctx, "alice", "connect#1"); err != nil || got != 0 {
+		t.Fatalf("a counter never added to: %d, %v", got, err)
+	}
+	if _, err := st.AddUsage(ctx, "alice", "connect#1", 5, exp); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if got, err := st.Usage(ctx, "alice", "connect#1"); err != nil || got != 5 {
+			t.Fatalf("usage after adding 5: %d, %v", got, err)
+		}
+	}
+	if got, err := st.AddUsage(ctx, "alice", "connect#1", 1, exp); err != nil || got != 6 {
+		t.Fatalf("reads added to the counter: %d, %v", got, err)
+	}
+	if err := st.DeviceAdmissible(ctx, "bob", "phone", 2); err != nil {
+		t.Fatalf("a first device: %v", err)
+	}
+	if ds, err := st.Devices(ctx, "bob"); err != nil || len(ds) != 0 {
+		t.Fatalf("devices after a check: %v, %v; want none", ds, err)
+	}
+	for _, d := range []im.DeviceID{"phone", "tablet"} {
+		if err := st.EnsureDevice(ctx, "bob", d, 2, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.DeviceAdmissible(ctx, "bob", "laptop", 2); !errors.Is(err, im.ErrDeviceLimit) {
+		t.Fatalf("a third device under a limit of 2: %v, want im.ErrDeviceLimit", err)
+	}
+	if err := st.DeviceAdmissible(ctx, "bob", "tablet", 2); err != nil {
+		t.Fatalf("a known device at the limit: %v", err)
+	}
+	if err := st.DeviceAdmissible(ctx, "bob", "laptop", 3); err != nil {
+		t.Fatalf("a third device under a limit of 3: %v", err)
+	}
+}
+
 // A 1:1 conversation has no head item of its own (issue 12): the sender's
 // conversation index is its head. Both participants sending at once, each
 // message also retried concurrently with itself, still give one gap-free

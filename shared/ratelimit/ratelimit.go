@@ -229,6 +229,50 @@ func (l *Limiter) Allow(ctx context.Context, u im.UserID, action Action, now tim
 	return 0, true
 }
 
+// UsageReader is a Counter that can also read a counter without adding
+// to it (Check).
+type UsageReader interface {
+	// Usage returns the total of the counter named key of user u (0 if
+	// absent).
+	Usage(ctx context.Context, u im.UserID, key string) (int64, error)
+}
+
+// Check reports whether Allow would refuse u's next frame of action at
+// now, without counting one: refused in this container for the rest of
+// the window, or (for an action whose every call consults the global
+// counter, such as Connect, and a Counter that is a UsageReader) at or
+// beyond the limit in the global counter. It returns how long until the
+// window ends when it would. A counter that cannot be read is reported,
+// never taken for a refusal.
+func (l *Limiter) Check(ctx context.Context, u im.UserID, action Action, now time.Time) (retryAfter time.Duration, ok bool, err error) {
+	lim, limited := l.Limits[action]
+	if !limited || lim.Per <= 0 || lim.Window <= 0 {
+		return 0, true, nil
+	}
+	start := now.Truncate(lim.Window)
+	end := start.Add(lim.Window)
+	k := key{u, action, start.UnixMilli()}
+	l.mu.Lock()
+	c := l.counts[k]
+	blocked := c != nil && (c.blocked || c.local >= lim.Per)
+	l.mu.Unlock()
+	if blocked {
+		return end.Sub(now), false, nil
+	}
+	r, readable := l.Counter.(UsageReader)
+	if !everyCall[action] || !readable {
+		return 0, true, nil
+	}
+	total, err := r.Usage(ctx, u, fmt.Sprintf("%s#%d", action, k.window))
+	if err != nil {
+		return 0, true, fmt.Errorf("rate counter of %s %s: %w", u, action, err)
+	}
+	if total >= int64(lim.Per) {
+		return end.Sub(now), false, nil
+	}
+	return 0, true, nil
+}
+
 // Refused records that a frame of action that Allow refused u at now came
 // on connection conn, and reports whether conn, or u across its
 // connections, has kept sending it regardless (EjectAfter and

@@ -34,6 +34,66 @@ func (s *sharedCounter) AddUsage(_ context.Context, u im.UserID, key string, n i
 	return s.totals[string(u)+"/"+key], nil
 }
 
+func (s *sharedCounter) Usage(_ context.Context, u im.UserID, key string) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail {
+		return 0, errors.New("throttled")
+	}
+	return s.totals[string(u)+"/"+key], nil
+}
+
+func TestCheckSaysWhatTheNextConnectWouldMeetWithoutCountingOne(t *testing.T) {
+	t.Parallel()
+	ctr := &sharedCounter{}
+	lim := map[Action]Limit{Connect: {Per: 3, Window: time.Minute}, Send: {Per: 2, Window: time.Minute}}
+	connector, checker := &Limiter{Limits: lim, Counter: ctr}, &Limiter{Limits: lim, Counter: ctr}
+	now := time.Date(2026, 12, 1, 10, 0, 20, 0, time.UTC)
+	for i := range 2 {
+		if _, ok := connector.Allow(context.Background(), "carol", Connect, now); !ok {
+			t.Fatalf("connect %d refused", i+1)
+		}
+		if _, ok, err := checker.Check(context.Background(), "carol", Connect, now); !ok || err != nil {
+			t.Fatalf("check after %d of 3 connects: ok %v, %v; want admitted", i+1, ok, err)
+		}
+	}
+	if got := ctr.totals["carol/connect#"+strconv.FormatInt(now.Truncate(time.Minute).UnixMilli(), 10)]; got != 2 {
+		t.Fatalf("the counter is %d after 2 connects and 2 checks, want 2: a check counted", got)
+	}
+	if _, ok := connector.Allow(context.Background(), "carol", Connect, now); !ok {
+		t.Fatal("the third connect was refused")
+	}
+	wait, ok, err := checker.Check(context.Background(), "carol", Connect, now.Add(10*time.Second))
+	if ok || err != nil || wait != 30*time.Second {
+		t.Fatalf("check at the limit: ok %v, retry after %s, %v; want refused for the 30 s left", ok, wait, err)
+	}
+	if _, ok, _ := checker.Check(context.Background(), "carol", Connect, now.Add(time.Minute)); !ok {
+		t.Fatal("the next window's check was refused")
+	}
+	if _, ok, _ := checker.Check(context.Background(), "dave", Connect, now); !ok {
+		t.Fatal("another user's check was refused")
+	}
+	// A penalty spends the window's budget: the check sees it too.
+	if err := connector.Penalize(context.Background(), "dave", Connect, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := checker.Check(context.Background(), "dave", Connect, now); ok {
+		t.Fatal("the check admitted a penalized user")
+	}
+	// Actions counted per container: refused once this container refused them.
+	sender := &Limiter{Limits: lim, Counter: ctr}
+	for range 2 {
+		sender.Allow(context.Background(), "erin", Send, now)
+	}
+	if _, ok, _ := sender.Check(context.Background(), "erin", Send, now); ok {
+		t.Fatal("a check in the container that counted the whole budget admitted the next send")
+	}
+	ctr.fail = true
+	if _, ok, err := checker.Check(context.Background(), "frank", Connect, now); !ok || err == nil {
+		t.Fatalf("check with the counter failing: ok %v, %v; want admitted with the error", ok, err)
+	}
+}
+
 func TestAUserWithinTheLimitCostsNoCounterCall(t *testing.T) {
 	t.Parallel()
 	ctr := &sharedCounter{}
