@@ -32,7 +32,7 @@ FUNCTIONS := authorizer:AuthorizerFunction connect:ConnectFunction disconnect:Di
 	send:SendFunction ack:AckFunction sync:SyncFunction ping:PingFunction default:DefaultFunction \
 	redeliver:RedeliverFunction alerts:AlertsFunction read:ReadFunction history:HistoryFunction \
 	group:GroupFunction receipts:ReceiptsFunction presence:PresenceFunction summary:SummaryFunction fanout:FanoutFunction \
-	hints:HintsFunction
+	hints:HintsFunction handshake:HandshakeFunction
 TOOLS := .tools
 VENV := $(TOOLS)/venv
 MOTO := $(TOOLS)/moto
@@ -86,6 +86,7 @@ build-PresenceFunction: ; $(MAKE) lambda-presence
 build-SummaryFunction: ; $(MAKE) lambda-summary
 build-FanoutFunction: ; $(MAKE) lambda-fanout
 build-HintsFunction: ; $(MAKE) lambda-hints
+build-HandshakeFunction: ; $(MAKE) lambda-handshake
 
 # The TypeScript SDK's suite mostly waits (on its stack's timers and rate
 # limit windows: about 40 s of CPU in 3 minutes), so it runs beside the Go

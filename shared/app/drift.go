@@ -51,6 +51,7 @@ var HTTPRoutes = map[string]string{
 	"POST /v1/apps/{appId}/events/retry":           "AlertsFunction",
 	"GET /v1/users/{userId}/devices":               "AlertsFunction",
 	"DELETE /v1/users/{userId}/devices/{deviceId}": "AlertsFunction",
+	"GET /v1/handshake":                            "HandshakeFunction",
 }
 
 // Queue triggers: function logical id → queue logical id it consumes.

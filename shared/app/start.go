@@ -84,5 +84,6 @@ func Functions(d *handler.Deps) map[string]any {
 		"SummaryFunction":    summary.Summary,
 		"FanoutFunction":     Fanout(d),
 		"HintsFunction":      Hints(d),
+		"HandshakeFunction":  d.Handshakes().Handshake,
 	}
 }

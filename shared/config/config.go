@@ -417,7 +417,8 @@ var Needs = map[string][]string{
 		EnvPushTimeout, EnvBackoff, EnvInboxRetention},
 	"RedeliverFunction": {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvRedeliveryQueue,
 		EnvWebSocketAPI, EnvPushTimeout, EnvBackoff},
-	"HintsFunction": {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvPresenceQueue, EnvWebSocketAPI, EnvPresenceStale},
+	"HintsFunction":     {EnvConnectionsTable, EnvInboxTable, EnvTraceTable, EnvPresenceQueue, EnvWebSocketAPI, EnvPresenceStale},
+	"HandshakeFunction": {EnvJWTSecret, EnvInboxTable},
 }
 
 // ForFunction reads the configuration of the template function logicalID

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strconv"
@@ -35,6 +36,33 @@ func (h *Authorizer) Authorize(ctx context.Context, req events.APIGatewayCustomA
 	if token == "" {
 		token = bearer(req.Headers)
 	}
+	claims, device, err := h.verify(ctx, token, req.QueryStringParameters["deviceId"])
+	switch {
+	case errors.Is(err, auth.ErrNoToken):
+		return events.APIGatewayCustomAuthorizerResponse{}, ErrUnauthorized
+	case errors.Is(err, errMalformedDevice):
+		h.log().InfoContext(ctx, "connection refused", "reason", "malformed deviceId", "userId", claims.User)
+		return policy(string(claims.User), "Deny", req.MethodArn, nil), nil
+	case err != nil:
+		h.log().InfoContext(ctx, "connection refused", "reason", err.Error(), "requestId", req.RequestContext.RequestID)
+		return policy("anonymous", "Deny", req.MethodArn, nil), nil
+	}
+	return policy(string(claims.User), "Allow", req.MethodArn, map[string]any{
+		ContextUser:    string(claims.User),
+		ContextDevice:  string(device),
+		ContextExpires: strconv.FormatInt(claims.Expires.Unix(), 10),
+	}), nil
+}
+
+// errMalformedDevice refuses a handshake whose device id is not one.
+var errMalformedDevice = errors.New("deviceId must be 1-64 characters of [A-Za-z0-9._@-]")
+
+// verify checks token as $connect does and returns its claims and the
+// device the connection would be: the token's "did" claim, else
+// deviceParam (the "deviceId" query parameter), else "default". Errors:
+// auth.ErrNoToken, auth.ErrBadToken (wrapped, saying why), errMalformedDevice
+// (with the claims), or an identity provider's keys that could not be read.
+func (h *Authorizer) verify(ctx context.Context, token, deviceParam string) (auth.Claims, im.DeviceID, error) {
 	var claims auth.Claims
 	var err error
 	if h.OIDC != nil && token != "" && auth.Algorithm(token) != "HS256" {
@@ -42,29 +70,14 @@ func (h *Authorizer) Authorize(ctx context.Context, req events.APIGatewayCustomA
 	} else {
 		claims, err = h.TokenPolicy.Verify(h.Secret, token, h.now())
 	}
-	if errors.Is(err, auth.ErrNoToken) {
-		return events.APIGatewayCustomAuthorizerResponse{}, ErrUnauthorized
-	}
 	if err != nil {
-		h.log().InfoContext(ctx, "connection refused", "reason", err.Error(), "requestId", req.RequestContext.RequestID)
-		return policy("anonymous", "Deny", req.MethodArn, nil), nil
+		return auth.Claims{}, "", err
 	}
-	device := claims.Device
-	if device == "" {
-		device = im.DeviceID(req.QueryStringParameters["deviceId"])
-	}
-	if device == "" {
-		device = im.DefaultDevice
-	}
+	device := cmp.Or(claims.Device, im.DeviceID(deviceParam), im.DefaultDevice)
 	if !device.Valid() {
-		h.log().InfoContext(ctx, "connection refused", "reason", "malformed deviceId", "userId", claims.User)
-		return policy(string(claims.User), "Deny", req.MethodArn, nil), nil
+		return claims, "", errMalformedDevice
 	}
-	return policy(string(claims.User), "Allow", req.MethodArn, map[string]any{
-		ContextUser:    string(claims.User),
-		ContextDevice:  string(device),
-		ContextExpires: strconv.FormatInt(claims.Expires.Unix(), 10),
-	}), nil
+	return claims, device, nil
 }
 
 // bearer returns the token of an "Authorization: Bearer" header; header name
