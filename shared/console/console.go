@@ -41,7 +41,9 @@ type Config struct {
 	Client *http.Client
 }
 
-// Handler serves the console: its files, GET /config.json, POST /token
+// Handler serves the console: its files, GET /config.json (the WebSocket
+// API and the HTTP API, whose GET /v1/handshake the SDK asks why a
+// handshake was refused), POST /token
 // {"userId","deviceId"} and GET /trace/{messageId}.
 func Handler(cfg Config) http.Handler {
 	if cfg.TokenTTL <= 0 {
@@ -54,7 +56,7 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /", http.FileServerFS(static))
 	mux.HandleFunc("GET /config.json", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"webSocketUrl": cfg.WebSocketURL})
+		writeJSON(w, http.StatusOK, map[string]string{"webSocketUrl": cfg.WebSocketURL, "apiUrl": cfg.APIURL})
 	})
 	mux.HandleFunc("POST /token", cfg.token)
 	mux.HandleFunc("GET /trace/{id}", cfg.trace)

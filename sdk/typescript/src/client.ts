@@ -63,6 +63,14 @@ export interface ClientOptions {
   token: string | (() => string | Promise<string>);
   /** Sent as the deviceId query parameter (a token's did claim wins). */
   device?: string;
+  /**
+   * The HTTP API (http://127.0.0.1:3000 locally, https://{api}.execute-api.{region}.amazonaws.com): after a
+   * handshake fails, the client asks its GET /v1/handshake with the same token and device why — a browser's
+   * WebSocket cannot tell — and says so in onState's `refused`; a rate limit's retryAfterMs holds the next
+   * handshake, and a device beyond the device limit, or a refused token that is a string (not a function asked
+   * for a new one), is tried again only every maxBackoffMs. Without it only failedConnects counts.
+   */
+  apiUrl?: string;
   /** Where the device keeps its messages, cursor and outbox. */
   store: DeviceStore;
   /** The WebSocket class (default: globalThis.WebSocket; Node 20 needs --experimental-websocket or the ws package). */
@@ -109,14 +117,28 @@ export interface ClientOptions {
    * WebSocket cannot tell why (a refused or expired token, a device id
    * beyond the user's device limit — HTTP 409, which the Go SDK reports as
    * such — a rate limit, or the network), so an app can say so once it grows.
+   * With apiUrl set, `refused` says why the server refuses the handshakes (the
+   * answer of GET /v1/handshake; absent when it would admit one: the network).
    */
-  onState?: (s: { connected: boolean; synced: boolean; failedConnects: number }) => void;
+  onState?: (s: { connected: boolean; synced: boolean; failedConnects: number; refused?: HandshakeRefusal }) => void;
   /** Every frame sent and received, parsed (for debugging and tests). */
   onFrame?: (direction: "in" | "out", frame: unknown) => void;
   /** Structured logs (discarded when absent). */
   log?: (level: "debug" | "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
   /** Fault injection: asked at each crash point of an entry's path; true stops the client there as a killed process would. */
   crashAt?: (point: CrashPoint, seq: number) => boolean;
+}
+
+/** Why the server refuses this client's handshakes: GET /v1/handshake's error (docs/protocol.md, "Handshake check"). */
+export interface HandshakeRefusal {
+  /** 401 a missing, refused or expired token; 400 a malformed device id; 409 a new device beyond the user's device limit; 429 a rate limit. */
+  status: number;
+  /** unauthorized, bad_request, conflict, rate_limited. */
+  code: string;
+  /** What the server says, for people. */
+  message: string;
+  /** For rate_limited: when handshakes are admitted again. */
+  retryAfterMs?: number;
 }
 
 /** An error frame that answered a request. */
@@ -217,6 +239,9 @@ interface GroupState {
   proofAt: number;
 }
 
+/** How long the client waits for GET /v1/handshake's answer. */
+const handshakeCheckMs = 10000;
+
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 
@@ -253,7 +278,7 @@ type Waiter<T> = { resolve: (v: T) => void; reject: (e: unknown) => void };
  * and honour retryAfterMs. See the README and docs/protocol.md.
  */
 export class SignetClient {
-  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onAnswer" | "onRenotify" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket">> & ClientOptions;
+  private readonly o: Required<Omit<ClientOptions, "onReceipt" | "onRead" | "onPresence" | "onMembership" | "onAnswer" | "onRenotify" | "onSent" | "onState" | "onFrame" | "log" | "crashAt" | "WebSocket" | "apiUrl">> & ClientOptions;
   private readonly store: DeviceStore;
   private session?: Session;
   private serial: Promise<void> = Promise.resolve();
@@ -603,17 +628,17 @@ export class SignetClient {
     this.o.log?.(level, msg, fields);
   }
 
-  private async url(): Promise<string> {
+  private async url(): Promise<{ url: string; token: string }> {
     const token = typeof this.o.token === "string" ? this.o.token : await this.o.token();
     const u = new URL(this.o.url);
     u.searchParams.set("token", token);
     if (this.o.device) u.searchParams.set("deviceId", this.o.device);
-    return u.toString();
+    return { url: u.toString(), token };
   }
 
   private dial(): void {
     if (this.closed) return;
-    void this.url().then((url) => {
+    void this.url().then(({ url, token }) => {
       if (this.closed) return;
       const WS = this.o.WebSocket ?? (globalThis as unknown as { WebSocket?: WebSocketConstructor }).WebSocket;
       if (!WS) throw new Error("no WebSocket: pass options.WebSocket (Node 20: run with --experimental-websocket, or use the ws package)");
@@ -622,6 +647,7 @@ export class SignetClient {
       ws.onopen = () => {
         opened = true;
         this.failedConnects = 0;
+        this.refused = undefined;
         void this.run(async () => this.startSession(ws), true);
       };
       ws.onmessage = (ev) => {
@@ -636,7 +662,7 @@ export class SignetClient {
       const handshakeFailed = (fields: Record<string, unknown>) => {
         if (opened || failed) return;
         failed = true;
-        this.connectFailed(fields);
+        this.connectFailed(fields, token);
       };
       ws.onclose = (ev) => {
         const s = this.session;
@@ -727,15 +753,55 @@ export class SignetClient {
   private failedConnects = 0;
 
   private state(): void {
-    this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects });
+    this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects, ...(this.refused ? { refused: this.refused } : {}) });
   }
 
-  /** A handshake failed before its connection opened: count it, say so, and try again. */
-  private connectFailed(fields: Record<string, unknown>): void {
+  /** Why the server refuses the handshakes (GET /v1/handshake), while they fail; undefined when unknown or none. */
+  private refused?: HandshakeRefusal;
+
+  /**
+   * A handshake failed before its connection opened: count it, ask the HTTP API why (with apiUrl; token is the
+   * one it used), say so, and try again — after a rate limit's retryAfterMs, or maxBackoffMs when trying again
+   * soon cannot help.
+   */
+  private connectFailed(fields: Record<string, unknown>, token?: string): void {
     this.failedConnects++;
     this.log("warn", "connect failed", { ...fields, attempt: this.attempt, failedConnects: this.failedConnects });
-    this.state();
-    this.scheduleReconnect(0);
+    if (!this.o.apiUrl || token === undefined) {
+      this.state();
+      this.scheduleReconnect(0);
+      return;
+    }
+    void this.askWhyRefused(token).then((refusal) => {
+      if (this.closed) return;
+      this.refused = refusal;
+      if (refusal) this.log("warn", "the server refuses the handshake", { ...refusal });
+      this.state();
+      let wait = refusal?.retryAfterMs ?? 0;
+      const tokenRefused = refusal !== undefined && (refusal.status === 401 || refusal.status === 400) && typeof this.o.token === "string";
+      if (refusal?.status === 409 || tokenRefused) wait = this.o.maxBackoffMs;
+      this.scheduleReconnect(wait);
+    });
+  }
+
+  /** Asks GET /v1/handshake what the handshake with token meets: undefined when it would be admitted, or no answer came. */
+  private async askWhyRefused(token: string): Promise<HandshakeRefusal | undefined> {
+    const base = this.o.apiUrl!.endsWith("/") ? this.o.apiUrl! : this.o.apiUrl + "/";
+    try {
+      const u = new URL("v1/handshake", base);
+      u.searchParams.set("token", token);
+      if (this.o.device) u.searchParams.set("deviceId", this.o.device);
+      const r = await fetch(u, { signal: AbortSignal.timeout(handshakeCheckMs) });
+      if (r.ok || r.status >= 500) return undefined;
+      const e = ((await r.json()) as { error?: { code?: unknown; message?: unknown; retryAfterMs?: unknown } }).error ?? {};
+      return {
+        status: r.status, code: String(e.code ?? ""), message: String(e.message ?? ""),
+        ...(typeof e.retryAfterMs === "number" ? { retryAfterMs: e.retryAfterMs } : {}),
+      };
+    } catch (err) {
+      this.log("info", "the handshake check did not answer", { err: String(err) });
+      return undefined;
+    }
   }
 
   private endSession(s: Session): void {

@@ -1,10 +1,11 @@
 // What an app can learn of a connection the server keeps refusing: a
 // browser's WebSocket hides the handshake's status, so the SDK counts the
 // failed handshakes in a row (onState's failedConnects) and starts again
-// from 0 once a connection opens.
+// from 0 once a connection opens. Given the HTTP API (apiUrl), it asks
+// GET /v1/handshake why and says so (onState's refused).
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { MemoryStore, SignetClient } from "../src/index.js";
+import { MemoryStore, SignetClient, type HandshakeRefusal } from "../src/index.js";
 import { eventually, startStack, token, type Stack } from "./stack.js";
 
 let stack: Stack;
@@ -24,7 +25,10 @@ test("a device beyond the user's device limit: onState counts its refused handsh
   const states: { connected: boolean; failedConnects: number }[] = [];
   const laptop = SignetClient.connect({
     url: stack.url, token: () => token("cat", "laptop"), device: "laptop", store: new MemoryStore(), minBackoffMs: 20, maxBackoffMs: 200,
-    onState: (s) => states.push({ connected: s.connected, failedConnects: s.failedConnects }),
+    onState: (s) => {
+      assert.equal(s.refused, undefined, "no apiUrl: no reason");
+      states.push({ connected: s.connected, failedConnects: s.failedConnects });
+    },
   });
   await eventually("three refused handshakes counted", () => states.some((s) => s.failedConnects >= 3), 30000);
   assert.deepEqual(states.slice(0, 3), [1, 2, 3].map((n) => ({ connected: false, failedConnects: n })), "each refused handshake counted once, in a row");
@@ -39,4 +43,44 @@ test("a device beyond the user's device limit: onState counts its refused handsh
   await eventually("the laptop connected", () => states.some((s) => s.connected), 30000);
   assert.equal(states.find((s) => s.connected)!.failedConnects, 0, "a connection that opened starts the count again");
   await c.close();
+});
+
+test("given the HTTP API, the client says why its handshakes are refused: the device limit, a refused token", async () => {
+  const phone = await SignetClient.connect({ url: stack.url, token: () => token("dan", "phone"), device: "phone", store: new MemoryStore() });
+  await phone.close();
+
+  const refusals: (HandshakeRefusal | undefined)[] = [];
+  const abort = new AbortController();
+  const laptop = SignetClient.connect({
+    url: stack.url, apiUrl: stack.httpUrl, token: () => token("dan", "laptop"), device: "laptop", store: new MemoryStore(),
+    minBackoffMs: 20, maxBackoffMs: 200, onState: (s) => refusals.push(s.refused),
+  }, abort.signal);
+  await eventually("a refusal said", () => refusals.length >= 2, 30000);
+  assert.equal(refusals[0]?.status, 409, `the device limit: ${JSON.stringify(refusals[0])}`);
+  assert.equal(refusals[0]?.code, "conflict");
+  assert.match(refusals[0]?.message ?? "", /forget/);
+  abort.abort();
+  await laptop.catch(() => {});
+
+  const said: (HandshakeRefusal | undefined)[] = [];
+  const abort2 = new AbortController();
+  const forged = SignetClient.connect({
+    url: stack.url, apiUrl: stack.httpUrl + "/", token: token("dan", "phone") + "x", device: "phone", store: new MemoryStore(),
+    minBackoffMs: 20, maxBackoffMs: 200, onState: (s) => said.push(s.refused),
+  }, abort2.signal);
+  await eventually("a refused token said", () => said.length >= 1, 30000);
+  assert.equal(said[0]?.status, 401, `a forged token: ${JSON.stringify(said[0])}`);
+  assert.equal(said[0]?.code, "unauthorized");
+  assert.match(said[0]?.message ?? "", /invalid token/);
+  abort2.abort();
+  await forged.catch(() => {});
+
+  // Admitted: nothing to say, and the count starts again.
+  const states: { connected: boolean; refused?: HandshakeRefusal }[] = [];
+  const ok = await SignetClient.connect({
+    url: stack.url, apiUrl: stack.httpUrl, token: () => token("dan", "phone"), device: "phone", store: new MemoryStore(),
+    onState: (s) => states.push({ connected: s.connected, refused: s.refused }),
+  });
+  assert.ok(states.some((s) => s.connected && s.refused === undefined), JSON.stringify(states));
+  await ok.close();
 });

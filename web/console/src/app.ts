@@ -72,7 +72,7 @@ function conversation(id: string): Conversation {
 // ---- sign in ----
 
 async function signIn(user: string, device: string): Promise<void> {
-  const cfg = (await (await fetch("config.json")).json()) as { webSocketUrl: string };
+  const cfg = (await (await fetch("config.json")).json()) as { webSocketUrl: string; apiUrl?: string };
   const token = async () => {
     const r = await fetch("token", { method: "POST", body: JSON.stringify({ userId: user, deviceId: device }) });
     const j = await r.json();
@@ -90,14 +90,16 @@ async function signIn(user: string, device: string): Promise<void> {
   const store = await IndexedDBStore.open(`signet:${user}:${device}`);
   const debug = new URLSearchParams(location.search).has("debug");
   client = await SignetClient.connect({
-    url: cfg.webSocketUrl, token, device, store,
+    url: cfg.webSocketUrl, apiUrl: cfg.apiUrl, token, device, store,
     log: debug ? (level, msg, fields) => console.log(`sdk ${level}: ${msg} ${fields ? JSON.stringify(fields) : ""}`) : undefined,
     onFrame: debug ? (dir, f) => console.log(`frame ${dir}: ${JSON.stringify(f).slice(0, 300)}`) : undefined,
-    onState: ({ connected, synced, failedConnects }) => {
+    onState: ({ connected, synced, failedConnects, refused }) => {
       const el = $("conn");
-      // A browser cannot tell why a handshake failed; after a few in a row, say what it may be.
+      // A browser cannot tell why a handshake failed: the SDK asks the HTTP API (GET /v1/handshake) and says
+      // what the server refuses; when it would admit one, the network or the server is down.
       el.textContent = connected ? (synced ? "connected" : "syncing…")
-        : failedConnects >= 3 ? `cannot connect (${failedConnects} tries): the network, an expired sign-in, or this browser is a new device beyond your account's device limit (an administrator can forget an old one)`
+        : refused ? `cannot connect: ${refused.message}`
+        : failedConnects >= 3 ? `cannot connect (${failedConnects} tries): the network, or the server does not answer`
         : "reconnecting…";
       el.title = el.textContent;
       el.classList.toggle("up", connected);

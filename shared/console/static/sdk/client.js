@@ -33,6 +33,8 @@ class Crash extends Error {
 }
 const catchUpGraceMs = 2000;
 const housekeepingMs = 100;
+/** How long the client waits for GET /v1/handshake's answer. */
+const handshakeCheckMs = 10000;
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 /** How many times a query the server answers internal or rate_limited is asked again (a second later, or after
@@ -396,12 +398,12 @@ export class SignetClient {
         u.searchParams.set("token", token);
         if (this.o.device)
             u.searchParams.set("deviceId", this.o.device);
-        return u.toString();
+        return { url: u.toString(), token };
     }
     dial() {
         if (this.closed)
             return;
-        void this.url().then((url) => {
+        void this.url().then(({ url, token }) => {
             if (this.closed)
                 return;
             const WS = this.o.WebSocket ?? globalThis.WebSocket;
@@ -412,6 +414,7 @@ export class SignetClient {
             ws.onopen = () => {
                 opened = true;
                 this.failedConnects = 0;
+                this.refused = undefined;
                 void this.run(async () => this.startSession(ws), true);
             };
             ws.onmessage = (ev) => {
@@ -428,7 +431,7 @@ export class SignetClient {
                 if (opened || failed)
                     return;
                 failed = true;
-                this.connectFailed(fields);
+                this.connectFailed(fields, token);
             };
             ws.onclose = (ev) => {
                 const s = this.session;
@@ -515,14 +518,58 @@ export class SignetClient {
     /** Handshakes that failed in a row since the last connection opened. */
     failedConnects = 0;
     state() {
-        this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects });
+        this.o.onState?.({ connected: this.connected, synced: this.synced, failedConnects: this.failedConnects, ...(this.refused ? { refused: this.refused } : {}) });
     }
-    /** A handshake failed before its connection opened: count it, say so, and try again. */
-    connectFailed(fields) {
+    /** Why the server refuses the handshakes (GET /v1/handshake), while they fail; undefined when unknown or none. */
+    refused;
+    /**
+     * A handshake failed before its connection opened: count it, ask the HTTP API why (with apiUrl; token is the
+     * one it used), say so, and try again — after a rate limit's retryAfterMs, or maxBackoffMs when trying again
+     * soon cannot help.
+     */
+    connectFailed(fields, token) {
         this.failedConnects++;
         this.log("warn", "connect failed", { ...fields, attempt: this.attempt, failedConnects: this.failedConnects });
-        this.state();
-        this.scheduleReconnect(0);
+        if (!this.o.apiUrl || token === undefined) {
+            this.state();
+            this.scheduleReconnect(0);
+            return;
+        }
+        void this.askWhyRefused(token).then((refusal) => {
+            if (this.closed)
+                return;
+            this.refused = refusal;
+            if (refusal)
+                this.log("warn", "the server refuses the handshake", { ...refusal });
+            this.state();
+            let wait = refusal?.retryAfterMs ?? 0;
+            const tokenRefused = refusal !== undefined && (refusal.status === 401 || refusal.status === 400) && typeof this.o.token === "string";
+            if (refusal?.status === 409 || tokenRefused)
+                wait = this.o.maxBackoffMs;
+            this.scheduleReconnect(wait);
+        });
+    }
+    /** Asks GET /v1/handshake what the handshake with token meets: undefined when it would be admitted, or no answer came. */
+    async askWhyRefused(token) {
+        const base = this.o.apiUrl.endsWith("/") ? this.o.apiUrl : this.o.apiUrl + "/";
+        try {
+            const u = new URL("v1/handshake", base);
+            u.searchParams.set("token", token);
+            if (this.o.device)
+                u.searchParams.set("deviceId", this.o.device);
+            const r = await fetch(u, { signal: AbortSignal.timeout(handshakeCheckMs) });
+            if (r.ok || r.status >= 500)
+                return undefined;
+            const e = (await r.json()).error ?? {};
+            return {
+                status: r.status, code: String(e.code ?? ""), message: String(e.message ?? ""),
+                ...(typeof e.retryAfterMs === "number" ? { retryAfterMs: e.retryAfterMs } : {}),
+            };
+        }
+        catch (err) {
+            this.log("info", "the handshake check did not answer", { err: String(err) });
+            return undefined;
+        }
     }
     endSession(s) {
         if (s.ended)
