@@ -328,7 +328,8 @@ export class SignetClient {
   /**
    * Opens a client and resolves once its first connection is up (it then
    * reconnects on its own). A browser's WebSocket cannot tell a refused
-   * token from a network error: connect keeps trying until `signal` aborts.
+   * token from a network error: connect keeps trying until `signal` aborts
+   * (with `apiUrl`, onState's `refused` says why the server refuses it).
    */
   static async connect(opts: ClientOptions, signal?: AbortSignal): Promise<SignetClient> {
     if (!opts.url || !opts.token || !opts.store) throw new Error("url, token and store are required");
