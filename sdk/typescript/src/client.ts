@@ -242,6 +242,9 @@ interface GroupState {
 /** How long the client waits for GET /v1/handshake's answer. */
 const handshakeCheckMs = 10000;
 
+/** The statuses of GET /v1/handshake that say why a handshake is refused (docs/protocol.md, "Handshake check"). */
+const refusalStatuses = [400, 401, 409, 429];
+
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 
@@ -793,7 +796,8 @@ export class SignetClient {
       u.searchParams.set("token", token);
       if (this.o.device) u.searchParams.set("deviceId", this.o.device);
       const r = await fetch(u, { signal: AbortSignal.timeout(handshakeCheckMs) });
-      if (r.ok || r.status >= 500) return undefined;
+      // Only the check's own refusals: a stack without the route (404), or one that failed (5xx), says nothing.
+      if (!refusalStatuses.includes(r.status)) return undefined;
       const e = ((await r.json()) as { error?: { code?: unknown; message?: unknown; retryAfterMs?: unknown } }).error ?? {};
       return {
         status: r.status, code: String(e.code ?? ""), message: String(e.message ?? ""),

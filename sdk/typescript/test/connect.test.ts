@@ -18,7 +18,9 @@ after(async () => {
   await stack?.stop();
 });
 
-test("a device beyond the user's device limit: onState counts its refused handshakes, and it connects once an operator forgets a device", async () => {
+test("a device beyond the user's device limit: onState counts its refused handshakes, and it connects once an operator forgets a device", async (t) => {
+  const abort = new AbortController(); // the laptop keeps trying until it connects: stopped if the test fails first
+  t.after(() => abort.abort());
   const phone = await SignetClient.connect({ url: stack.url, token: () => token("cat", "phone"), device: "phone", store: new MemoryStore() });
   await phone.close();
 
@@ -29,7 +31,7 @@ test("a device beyond the user's device limit: onState counts its refused handsh
       assert.equal(s.refused, undefined, "no apiUrl: no reason");
       states.push({ connected: s.connected, failedConnects: s.failedConnects });
     },
-  });
+  }, abort.signal);
   await eventually("three refused handshakes counted", () => states.some((s) => s.failedConnects >= 3), 30000);
   assert.deepEqual(states.slice(0, 3), [1, 2, 3].map((n) => ({ connected: false, failedConnects: n })), "each refused handshake counted once, in a row");
 
@@ -45,12 +47,20 @@ test("a device beyond the user's device limit: onState counts its refused handsh
   await c.close();
 });
 
-test("given the HTTP API, the client says why its handshakes are refused: the device limit, a refused token", async () => {
+test("given the HTTP API, the client says why its handshakes are refused: the device limit, a refused token", async (t) => {
+  // Clients that keep trying until aborted: aborted when the test ends, also when an assertion failed.
+  const aborts: AbortController[] = [];
+  const abortable = () => {
+    const a = new AbortController();
+    aborts.push(a);
+    return a;
+  };
+  t.after(() => aborts.forEach((a) => a.abort()));
   const phone = await SignetClient.connect({ url: stack.url, token: () => token("dan", "phone"), device: "phone", store: new MemoryStore() });
   await phone.close();
 
   const refusals: (HandshakeRefusal | undefined)[] = [];
-  const abort = new AbortController();
+  const abort = abortable();
   const laptop = SignetClient.connect({
     url: stack.url, apiUrl: stack.httpUrl, token: () => token("dan", "laptop"), device: "laptop", store: new MemoryStore(),
     minBackoffMs: 20, maxBackoffMs: 200, onState: (s) => refusals.push(s.refused),
@@ -63,7 +73,7 @@ test("given the HTTP API, the client says why its handshakes are refused: the de
   await laptop.catch(() => {});
 
   const said: (HandshakeRefusal | undefined)[] = [];
-  const abort2 = new AbortController();
+  const abort2 = abortable();
   const forged = SignetClient.connect({
     url: stack.url, apiUrl: stack.httpUrl + "/", token: token("dan", "phone") + "x", device: "phone", store: new MemoryStore(),
     minBackoffMs: 20, maxBackoffMs: 200, onState: (s) => said.push(s.refused),
@@ -74,6 +84,18 @@ test("given the HTTP API, the client says why its handshakes are refused: the de
   assert.match(said[0]?.message ?? "", /invalid token/);
   abort2.abort();
   await forged.catch(() => {});
+
+  // A stack without the check (404 from the HTTP API): nothing said, the handshakes counted.
+  const unknown: { failedConnects: number; refused?: HandshakeRefusal }[] = [];
+  const abort3 = abortable();
+  const older = SignetClient.connect({
+    url: stack.url, apiUrl: stack.httpUrl + "/older-stack", token: () => token("dan", "laptop"), device: "laptop", store: new MemoryStore(),
+    minBackoffMs: 20, maxBackoffMs: 200, onState: (s) => unknown.push({ failedConnects: s.failedConnects, refused: s.refused }),
+  }, abort3.signal);
+  await eventually("two refused handshakes counted", () => unknown.length >= 2, 30000);
+  assert.deepEqual(unknown.slice(0, 2), [{ failedConnects: 1, refused: undefined }, { failedConnects: 2, refused: undefined }], "a 404 is no reason");
+  abort3.abort();
+  await older.catch(() => {});
 
   // Admitted: nothing to say, and the count starts again.
   const states: { connected: boolean; refused?: HandshakeRefusal }[] = [];

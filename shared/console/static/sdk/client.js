@@ -35,6 +35,8 @@ const catchUpGraceMs = 2000;
 const housekeepingMs = 100;
 /** How long the client waits for GET /v1/handshake's answer. */
 const handshakeCheckMs = 10000;
+/** The statuses of GET /v1/handshake that say why a handshake is refused (docs/protocol.md, "Handshake check"). */
+const refusalStatuses = [400, 401, 409, 429];
 /** How long a group sync may go unanswered (refused, or lost with its connection) before the device asks again. */
 const groupSyncRetryMs = 10000;
 /** How many times a query the server answers internal or rate_limited is asked again (a second later, or after
@@ -559,7 +561,8 @@ export class SignetClient {
             if (this.o.device)
                 u.searchParams.set("deviceId", this.o.device);
             const r = await fetch(u, { signal: AbortSignal.timeout(handshakeCheckMs) });
-            if (r.ok || r.status >= 500)
+            // Only the check's own refusals: a stack without the route (404), or one that failed (5xx), says nothing.
+            if (!refusalStatuses.includes(r.status))
                 return undefined;
             const e = (await r.json()).error ?? {};
             return {
