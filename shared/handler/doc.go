@@ -1,7 +1,10 @@
 // Package handler holds Signet's Lambda handlers: the $connect authorizer,
 // the WebSocket routes ($connect, $disconnect, send, ack, sync, ping, read,
 // history, group, receipts, presence, presence.query, summary, $default),
-// the HTTP alerts API and the SQS consumers (redelivery, fan-out), each on
+// the HTTP alerts API, the HTTP API's handshake check (GET /v1/handshake:
+// what $connect would answer a token and device, for browsers, which
+// cannot see a refused handshake's status) and the SQS consumers
+// (redelivery, fan-out), each on
 // the small struct of its use case (routes.go: Messages, Sessions,
 // GroupRoutes, ..., built from Deps with only what the routes use).
 // functions/<name>/main.go only builds its use case and calls lambda.Start
