@@ -67,8 +67,9 @@ export interface ClientOptions {
    * The HTTP API (http://127.0.0.1:3000 locally, https://{api}.execute-api.{region}.amazonaws.com): after a
    * handshake fails, the client asks its GET /v1/handshake with the same token and device why — a browser's
    * WebSocket cannot tell — and says so in onState's `refused`; a rate limit's retryAfterMs holds the next
-   * handshake, and a device beyond the device limit, or a refused token that is a string (not a function asked
-   * for a new one), is tried again only every maxBackoffMs. Without it only failedConnects counts.
+   * handshake, and a malformed device id, a device beyond the device limit, or a refused token that is a string
+   * (not a function asked for a new one), is tried again only every maxBackoffMs. Without it only
+   * failedConnects counts.
    */
   apiUrl?: string;
   /** Where the device keeps its messages, cursor and outbox. */
@@ -782,8 +783,10 @@ export class SignetClient {
       if (refusal) this.log("warn", "the server refuses the handshake", { ...refusal });
       this.state();
       let wait = refusal?.retryAfterMs ?? 0;
-      const tokenRefused = refusal !== undefined && (refusal.status === 401 || refusal.status === 400) && typeof this.o.token === "string";
-      if (refusal?.status === 409 || tokenRefused) wait = this.o.maxBackoffMs;
+      // Trying again soon cannot help a malformed device id, a device beyond the limit, or a refused token
+      // that is a string (a function is asked for a new one at the next handshake).
+      const tokenRefused = refusal?.status === 401 && typeof this.o.token === "string";
+      if (refusal?.status === 400 || refusal?.status === 409 || tokenRefused) wait = this.o.maxBackoffMs;
       this.scheduleReconnect(wait);
     });
   }

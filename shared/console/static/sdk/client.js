@@ -546,8 +546,10 @@ export class SignetClient {
                 this.log("warn", "the server refuses the handshake", { ...refusal });
             this.state();
             let wait = refusal?.retryAfterMs ?? 0;
-            const tokenRefused = refusal !== undefined && (refusal.status === 401 || refusal.status === 400) && typeof this.o.token === "string";
-            if (refusal?.status === 409 || tokenRefused)
+            // Trying again soon cannot help a malformed device id, a device beyond the limit, or a refused token
+            // that is a string (a function is asked for a new one at the next handshake).
+            const tokenRefused = refusal?.status === 401 && typeof this.o.token === "string";
+            if (refusal?.status === 400 || refusal?.status === 409 || tokenRefused)
                 wait = this.o.maxBackoffMs;
             this.scheduleReconnect(wait);
         });
