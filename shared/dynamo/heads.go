@@ -130,7 +130,7 @@ func (st *Store) inboxHeads(ctx context.Context, users []im.UserID, extra []map[
 // newest entry's seq when it is warm, else the highest attrInboxSeq of
 // u's conversation index items.
 func (st *Store) newestSeq(ctx context.Context, u im.UserID, now time.Time) (int64, logRef, error) {
-	e, expires, found, err := st.newestEntry(ctx, u)
+	e, expires, found, err := st.newestEntry(ctx, u, false)
 	if err != nil {
 		return 0, logRef{}, err
 	}
@@ -148,8 +148,10 @@ type newest struct {
 }
 
 // newestEntry reads the seq and expiry (zero: none) of u's newest inbox
-// entry: a strongly consistent Query of one item, newest first.
-func (st *Store) newestEntry(ctx context.Context, u im.UserID) (e newest, expires time.Time, found bool, err error) {
+// entry: a Query of one item, newest first, strongly consistent unless
+// eventually (half a read unit: the newest entry may be missed, never one
+// that is not there).
+func (st *Store) newestEntry(ctx context.Context, u im.UserID, eventually bool) (e newest, expires time.Time, found bool, err error) {
 	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :e)"),
@@ -158,7 +160,7 @@ func (st *Store) newestEntry(ctx context.Context, u im.UserID) (e newest, expire
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":e": s("e#")},
 		ScanIndexForward:          aws.Bool(false),
 		Limit:                     aws.Int32(1),
-		ConsistentRead:            aws.Bool(true),
+		ConsistentRead:            aws.Bool(!eventually),
 	})
 	if err != nil {
 		return newest{}, time.Time{}, false, fmt.Errorf("newest entry of %s: %w", u, err)

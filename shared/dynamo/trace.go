@@ -324,7 +324,7 @@ func (st *Store) acksCovering(ctx context.Context, u im.UserID, seq int64) ([]im
 			first[a.Device] = a
 		}
 	}
-	devices, err := st.deviceItems(ctx, u)
+	devices, err := st.deviceItems(ctx, u, true)
 	if err != nil {
 		return nil, fmt.Errorf("pending acks of %s covering %d: %w", u, seq, err)
 	}
