@@ -115,7 +115,7 @@ Benchmarks. "cost" prices a delivered message: see signet bench cost --help.
 	chart := fs.String("chart", "", "also draw the per-message scenarios (1:1) as an SVG chart into this file, beside the AWS chat sample and the $2 floor (the README's is docs/cost.svg)")
 	calls := fs.Bool("calls", false, "also print each scenario's AWS calls and its DynamoDB write and read units by operation and table, per delivered unit")
 	check := fs.Bool("check", false, "hold each scenario's figures against issue 12's goals and ceilings (shared/cost.Goals, calibrated at the default sizes); a scenario past a ceiling is measured again, up to 3 times in all (timed lines grow with the machine's load), and exit status 1 if its last measurement still is")
-	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn (env "+devstack.EnvEmulator+")")
+	fs.StringVar(&f.emulator, "dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default), memdyn or memdyn-stale (env "+devstack.EnvEmulator+")")
 	fs.Usage = func() {
 		var names []string
 		for _, s := range costScenarios {

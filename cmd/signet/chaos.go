@@ -34,7 +34,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	converge := fs.Duration("converge", 10*time.Minute, "how long the final catch-up may take")
 	dir := fs.String("dir", "", "directory for the device stores (default: a temporary directory, removed after; a tmpfs such as /dev/shm takes fsync out of large runs)")
 	memprofile := fs.String("memprofile", "", "write a heap profile here at the end (for runs that grow)")
-	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default) or memdyn, for large runs (env "+devstack.EnvEmulator+")")
+	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB: minidyn (default), memdyn for large runs, or memdyn-stale (memdyn whose eventually consistent reads are answered, one in two, from a replica a second behind, as DynamoDB's may be) (env "+devstack.EnvEmulator+")")
 	rateLimits := fs.String("rate-limits", "off", "per-user rate limits of the stack, as SIGNET_RATE_LIMITS (e.g. send=120/1m,connect=60/1m); off by default: the run's users send and reconnect far faster than people")
 	groupDelivery := fs.String("group-delivery", "read", "how the run's groups deliver: read (read diffusion, the default: each device's group messages reconciled against the group's log and membership) or write (into inboxes)")
 	churn := fs.Float64("churn", 0, "share of a device's actions that change a group (an owner's add, removal or role change, a member's leave) besides the 6% every run makes: 0.2 or more for membership hunts")

@@ -29,7 +29,7 @@ func runLocal(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := fs.String("prefix", "signet-local", "name prefix of tables and queues")
 	secret := fs.String("secret", envOr("SIGNET_JWT_SECRET", devstack.DefaultSecret), "HS256 secret for client tokens (env SIGNET_JWT_SECRET)")
 	quiet := fs.Bool("quiet", false, "log warnings and errors only")
-	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB when no endpoint is set: minidyn (default) or memdyn, the B-tree emulator for large tables (env "+devstack.EnvEmulator+")")
+	emulator := fs.String("dynamodb-emulator", os.Getenv(devstack.EnvEmulator), "in-process DynamoDB when no endpoint is set: minidyn (default), memdyn, the B-tree emulator for large tables, or memdyn-stale, memdyn whose eventually consistent reads may be a second behind as DynamoDB's (env "+devstack.EnvEmulator+")")
 	sqsEmulator := fs.String("sqs-emulator", os.Getenv(devstack.EnvSQSEmulator), "in-process SQS when no endpoint is set: goaws (default) or memsqs, for queues with large backlogs (env "+devstack.EnvSQSEmulator+")")
 	data := fs.String("data", "", "keep messages, cursors, groups, apps and traces in this directory across restarts (memdyn and memsqs journals); default: in memory, lost when the stack stops")
 	dynamoAddr := fs.String("dynamodb-addr", defaultDynamoDBAddr, "listen address of the in-process DynamoDB (aws dynamodb … --endpoint-url http://<it>)")

@@ -64,7 +64,9 @@ type Emulator struct {
 // StartDynamoDB starts the named in-process DynamoDB ("" or "minidyn":
 // truora/minidyn; "memdyn": Signet's B-tree emulator, for tables that grow
 // past what minidyn scans quickly and for data kept across restarts; ""
-// means memdyn when at keeps a journal).
+// means memdyn when at keeps a journal; "memdyn-stale": memdyn answering
+// eventually consistent reads, one in two, from a replica StaleReadLag
+// behind, as DynamoDB may — the other emulators never read stale).
 func StartDynamoDB(kind string, at Place) (Emulator, error) {
 	if kind == "" && at.Journal != "" {
 		kind = "memdyn"
@@ -89,9 +91,24 @@ func StartDynamoDB(kind string, at Place) (Emulator, error) {
 			return Emulator{}, fmt.Errorf("memdyn: %w", err)
 		}
 		return Emulator{Kind: "memdyn", Endpoint: endpoint, Stop: stop, Restored: s.Items()}, nil
+	case "memdyn-stale":
+		if at.Journal != "" {
+			return Emulator{}, fmt.Errorf("memdyn-stale keeps its data in memory only")
+		}
+		s := memdyn.NewStale(StaleReadLag, uint64(time.Now().UnixNano()))
+		endpoint, stop, err := serve(s, at.addr(), s.Close)
+		if err != nil {
+			return Emulator{}, fmt.Errorf("memdyn-stale: %w", err)
+		}
+		return Emulator{Kind: "memdyn-stale", Endpoint: endpoint, Stop: stop}, nil
 	}
-	return Emulator{}, fmt.Errorf("%s=%q: want minidyn or memdyn", EnvEmulator, kind)
+	return Emulator{}, fmt.Errorf("%s=%q: want minidyn, memdyn or memdyn-stale", EnvEmulator, kind)
 }
+
+// StaleReadLag is how far behind memdyn-stale's replicas are: a second
+// (DynamoDB: "all copies of data usually reach consistency within a
+// second").
+const StaleReadLag = time.Second
 
 // StartMinidyn serves a fresh in-memory DynamoDB (minidyn, JSON protocol) on
 // addr and returns its URL and a stop function.

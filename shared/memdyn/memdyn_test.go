@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -15,11 +18,20 @@ import (
 
 func client(t *testing.T) *dynamodb.Client {
 	t.Helper()
-	endpoint, stop, err := Start()
+	return clientOf(t, New())
+}
+
+// clientOf serves srv and returns a client with table "t" (pk, sk) made.
+func clientOf(t *testing.T, srv *Server) *dynamodb.Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(stop)
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	endpoint := "http://" + ln.Addr().String()
 	db := dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},
 		func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
 	_, err = db.CreateTable(context.Background(), &dynamodb.CreateTableInput{
@@ -194,5 +206,80 @@ func TestScanPagesThroughEveryPartitionWithAFilter(t *testing.T) {
 	}
 	if fmt.Sprint(heads) != "[a b c]" || scanned != 18 || pages < 5 {
 		t.Fatalf("heads %v, scanned %d in %d pages; want [a b c], 18, at least 5 pages of 4", heads, scanned, pages)
+	}
+}
+
+// A stale server answers eventually consistent reads, one in two, from a
+// replica lag behind (DynamoDB: such a read "might not reflect the results
+// of a recently completed write"); strongly consistent reads and writes'
+// conditions always see the latest write, and once lag has passed every
+// read does.
+func TestAStaleServerAnswersEventuallyConsistentReadsFromALaggingReplica(t *testing.T) {
+	t.Parallel()
+	const lag = 300 * time.Millisecond
+	db, ctx := clientOf(t, NewStale(lag, 1)), context.Background()
+	put := func(sk, v string) {
+		t.Helper()
+		item := key("a", sk)
+		item["v"] = s(v)
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get := func(sk string, consistent bool) string {
+		t.Helper()
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("t"), Key: key("a", sk), ConsistentRead: aws.Bool(consistent)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := out.Item["v"].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return "none"
+	}
+	query := func(consistent bool) int {
+		t.Helper()
+		out, err := db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String("t"), KeyConditionExpression: aws.String("pk = :p"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":p": s("a")}, ConsistentRead: aws.Bool(consistent)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Items)
+	}
+	put("x", "1")
+	time.Sleep(lag + 50*time.Millisecond)
+	start := time.Now()
+	put("x", "2")
+	put("y", "1")
+	seen := map[string]int{}
+	counts := map[int]int{}
+	for range 40 {
+		if got := get("x", true); got != "2" {
+			t.Fatalf("a strongly consistent read of x: %s, want 2", got)
+		}
+		if got := query(true); got != 2 {
+			t.Fatalf("a strongly consistent query: %d items, want 2", got)
+		}
+		seen[get("x", false)]++
+		counts[query(false)]++
+	}
+	if time.Since(start) < lag && (seen["1"] == 0 || seen["2"] == 0 || counts[1] == 0 || counts[2] == 0) {
+		t.Errorf("eventually consistent reads within the lag: x %v, query sizes %v; want both the old and the new", seen, counts)
+	}
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("t"), Item: key("a", "x"),
+		ConditionExpression: aws.String("v = :v"), ExpressionAttributeValues: map[string]types.AttributeValue{":v": s("2")}}); err != nil {
+		t.Fatalf("a condition on the latest write: %v", err)
+	}
+	if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String("t"), Key: key("a", "y")}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lag + 50*time.Millisecond)
+	for range 10 {
+		if got := get("x", false); got != "none" {
+			t.Fatalf("an eventually consistent read after the lag: x is %s, want none (the last put has no v)", got)
+		}
+		if got := query(false); got != 1 {
+			t.Fatalf("an eventually consistent query after the lag: %d items, want 1 (y deleted)", got)
+		}
 	}
 }

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"sort"
 	"strings"
 	"sync"
+	"time"
+
+	"github.com/google/btree"
 
 	"github.com/signet-im/signet/shared/journal"
 )
@@ -22,10 +26,37 @@ type Server struct {
 	// records of the call being served until it is answered.
 	journal *journal.Journal
 	pending [][]byte
+	// staleReads, when positive (NewStale), is how far behind the replica
+	// of each table is that half of the eventually consistent reads are
+	// answered from; coin decides which half.
+	staleReads time.Duration
+	coin       *rand.Rand
 }
 
 // New returns an empty server.
 func New() *Server { return &Server{tables: map[string]*table{}} }
+
+// NewStale returns an empty server whose eventually consistent reads
+// (GetItem, BatchGetItem, Query and Scan without ConsistentRead) are
+// answered, one in two at random, from a replica of the table that is lag
+// behind: the item as it was then, or none. DynamoDB documents that such a
+// read "might not reflect the results of a recently completed write" (a
+// replica that has not caught up); the other emulators answer every read
+// from the latest write, which hides the code that relies on reading its
+// own writes eventually consistent. Strongly consistent reads and
+// transactions see every write.
+func NewStale(lag time.Duration, seed uint64) *Server {
+	s := New()
+	s.staleReads, s.coin = lag, rand.New(rand.NewPCG(seed, seed))
+	return s
+}
+
+// stale reports whether a read is answered from the replica: eventually
+// consistent, on a server with stale reads, and the coin says so (called
+// with s.mu held).
+func (s *Server) stale(consistent *bool) bool {
+	return s.staleReads > 0 && (consistent == nil || !*consistent) && s.coin.IntN(2) == 0
+}
 
 // Start serves a new server on a free 127.0.0.1 port and returns its
 // endpoint and a stop function.
@@ -174,6 +205,9 @@ func (s *Server) createTable(body []byte) (any, error) {
 		return nil, validation("a table needs a name and a HASH key")
 	}
 	t := newTable(in.TableName, *hash, rng, in.AttributeDefinitions)
+	if s.staleReads > 0 {
+		t.replica, t.lag = btree.NewG(32, less), s.staleReads
+	}
 	t.def = compactJSON(body)
 	s.tables[in.TableName] = t
 	t.record = s.note
@@ -422,6 +456,7 @@ func (s *Server) getItem(body []byte) (any, error) {
 		Key                  Item
 		ProjectionExpression *string
 		AttributesToGet      []string
+		ConsistentRead       *bool
 	}
 	if err := decode(body, &in); err != nil {
 		return nil, err
@@ -439,7 +474,7 @@ func (s *Server) getItem(body []byte) (any, error) {
 		return nil, err
 	}
 	out := map[string]any{}
-	if it := t.get(k); it != nil {
+	if it := t.getFrom(t.view(s.stale(in.ConsistentRead)), k); it != nil {
 		out["Item"] = project(it, proj)
 	}
 	return out, nil
@@ -518,11 +553,14 @@ type readInput struct {
 	Limit                *int
 	ExclusiveStartKey    Item
 	Select               string
+	ConsistentRead       *bool
 }
 
-// page is a parsed Query or Scan: its table and what it keeps of each item.
+// page is a parsed Query or Scan: its table, the items it reads (the
+// table's, or its replica's for a stale read) and what it keeps of each.
 type page struct {
 	t      *table
+	items  *btree.BTreeG[*entry]
 	filter cond
 	proj   []path
 	limit  int
@@ -541,7 +579,7 @@ func (s *Server) parsePage(in readInput, keyCond func(*table, *env) error) (*pag
 	if in.IndexName != nil {
 		return nil, validation("memdyn reads tables, not indexes")
 	}
-	p := &page{t: t, limit: -1, count: in.Select == "COUNT"}
+	p := &page{t: t, items: t.view(s.stale(in.ConsistentRead)), limit: -1, count: in.Select == "COUNT"}
 	e := in.exprs.env()
 	if keyCond != nil {
 		if err := keyCond(t, e); err != nil {
@@ -628,7 +666,7 @@ func (s *Server) query(body []byte) (any, error) {
 		return nil, err
 	}
 	forward := in.ScanIndexForward == nil || *in.ScanIndexForward
-	return p.collect(func(visit func(*entry) bool) { p.t.scanPartition(kc, forward, p.after, visit) }), nil
+	return p.collect(func(visit func(*entry) bool) { p.t.scanPartition(p.items, kc, forward, p.after, visit) }), nil
 }
 
 // scan reads a whole table in key order (partitions in the order of their
@@ -652,10 +690,10 @@ func (s *Server) scan(body []byte) (any, error) {
 	}
 	return p.collect(func(visit func(*entry) bool) {
 		if p.after == nil {
-			p.t.items.Ascend(visit)
+			p.items.Ascend(visit)
 			return
 		}
-		p.t.items.AscendGreaterOrEqual(p.after, func(en *entry) bool {
+		p.items.AscendGreaterOrEqual(p.after, func(en *entry) bool {
 			return !less(p.after, en) && !less(en, p.after) || visit(en)
 		})
 	}), nil
@@ -667,6 +705,7 @@ func (s *Server) batchGet(body []byte) (any, error) {
 			exprs
 			Keys                 []Item
 			ProjectionExpression *string
+			ConsistentRead       *bool
 		}
 	}
 	if err := decode(body, &in); err != nil {
@@ -685,6 +724,7 @@ func (s *Server) batchGet(body []byte) (any, error) {
 		}
 		seen := map[string]bool{}
 		resp[name] = []Item{}
+		items := t.view(s.stale(req.ConsistentRead))
 		for _, k := range req.Keys {
 			n++
 			key, err := t.keyOf(k, true)
@@ -696,7 +736,7 @@ func (s *Server) batchGet(body []byte) (any, error) {
 				return nil, validation("Provided list of item keys contains duplicates")
 			}
 			seen[id] = true
-			if it := t.get(key); it != nil {
+			if it := t.getFrom(items, key); it != nil {
 				resp[name] = append(resp[name], project(it, proj))
 			}
 		}

@@ -29,6 +29,54 @@ type table struct {
 	// record, when set, journals every put and delete (see Open).
 	def    json.RawMessage
 	record func(record)
+	// replica, when set (Server.StaleReads), is the table as it was lag
+	// ago: every put and delete reaches it lag after it was made (ops
+	// holds those on the way), as a DynamoDB replica that has not caught
+	// up; eventually consistent reads may be answered from it.
+	replica *btree.BTreeG[*entry]
+	lag     time.Duration
+	ops     []replicaOp
+}
+
+// replicaOp is a put (e with its raw item) or a delete (del) made at at,
+// on its way to the replica.
+type replicaOp struct {
+	at  time.Time
+	e   *entry
+	del bool
+}
+
+// replicate queues a change for the replica (with one).
+func (t *table) replicate(e *entry, del bool) {
+	if t.replica == nil {
+		return
+	}
+	c := *e
+	t.ops = append(t.ops, replicaOp{at: time.Now(), e: &c, del: del})
+}
+
+// view returns the items a read sees: the table, or — for an eventually
+// consistent read that stale says to answer from the replica — the
+// replica, caught up to lag ago.
+func (t *table) view(stale bool) *btree.BTreeG[*entry] {
+	if t.replica == nil || !stale {
+		return t.items
+	}
+	cut := time.Now().Add(-t.lag)
+	n := 0
+	for _, op := range t.ops {
+		if op.at.After(cut) {
+			break
+		}
+		if op.del {
+			t.replica.Delete(op.e)
+		} else {
+			t.replica.ReplaceOrInsert(op.e)
+		}
+		n++
+	}
+	t.ops = t.ops[n:]
+	return t.replica
 }
 
 // entry is one stored item with its decoded key. The item itself is kept
@@ -152,8 +200,11 @@ func (e *entry) setSort(v *Value) error {
 }
 
 // get returns a decoded copy of the item at k (nil if none).
-func (t *table) get(k *entry) Item {
-	if e, ok := t.items.Get(k); ok {
+func (t *table) get(k *entry) Item { return t.getFrom(t.items, k) }
+
+// getFrom returns a decoded copy of the item at k in items (nil if none).
+func (t *table) getFrom(items *btree.BTreeG[*entry], k *entry) Item {
+	if e, ok := items.Get(k); ok {
 		return e.item()
 	}
 	return nil
@@ -169,6 +220,7 @@ func (t *table) put(k *entry, it Item) error {
 	}
 	k.raw = raw
 	t.items.ReplaceOrInsert(k)
+	t.replicate(k, false)
 	if t.record != nil {
 		t.record(record{Op: "put", Table: t.name, Item: raw})
 	}
@@ -176,8 +228,11 @@ func (t *table) put(k *entry, it Item) error {
 }
 
 func (t *table) remove(k *entry) {
-	if _, ok := t.items.Delete(k); ok && t.record != nil {
-		t.record(record{Op: "del", Table: t.name, Key: t.entryKey(k)})
+	if _, ok := t.items.Delete(k); ok {
+		t.replicate(k, true)
+		if t.record != nil {
+			t.record(record{Op: "del", Table: t.name, Key: t.entryKey(k)})
+		}
 	}
 }
 
@@ -363,7 +418,7 @@ func (kc *keyCond) matches(sk *Value) (ok, past bool) {
 // scanPartition visits the partition's entries in sort-key order (or
 // reverse), starting after `after` when it is set, until visit returns
 // false.
-func (t *table) scanPartition(kc *keyCond, forward bool, after *entry, visit func(*entry) bool) {
+func (t *table) scanPartition(items *btree.BTreeG[*entry], kc *keyCond, forward bool, after *entry, visit func(*entry) bool) {
 	pivot := &entry{pk: kc.pk, min: true}
 	if forward {
 		start := pivot
@@ -376,7 +431,7 @@ func (t *table) scanPartition(kc *keyCond, forward bool, after *entry, visit fun
 				start = lo
 			}
 		}
-		t.items.AscendGreaterOrEqual(start, func(e *entry) bool {
+		items.AscendGreaterOrEqual(start, func(e *entry) bool {
 			if e.pk != kc.pk {
 				return false
 			}
@@ -396,7 +451,7 @@ func (t *table) scanPartition(kc *keyCond, forward bool, after *entry, visit fun
 	}
 	// Descending: from the end of the partition (or before `after`).
 	var matched []*entry
-	t.items.AscendGreaterOrEqual(pivot, func(e *entry) bool {
+	items.AscendGreaterOrEqual(pivot, func(e *entry) bool {
 		if e.pk != kc.pk {
 			return false
 		}
