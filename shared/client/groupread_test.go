@@ -54,7 +54,7 @@ func TestReadDiffusedGroupReachesEveryDeviceOnceAndInOrder(t *testing.T) {
 		}
 	}
 	serverCursor := func(u im.UserID, d im.DeviceID) int64 {
-		cs, err := st.Store.GroupCursors(ctx, im.ConversationID(g.ConversationID), []im.UserID{u})
+		cs, err := st.Store.GroupCursorsNow(ctx, im.ConversationID(g.ConversationID), []im.UserID{u})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func TestAMemberAddedAgainGetsWhatWasSentBeforeTheRemoval(t *testing.T) {
 		t.Fatalf("bob got %+v", got)
 	}
 	waitFor(t, "bob's ack", func() bool {
-		cs, err := st.Store.GroupCursors(ctx, im.ConversationID(g.ConversationID), []im.UserID{"bob"})
+		cs, err := st.Store.GroupCursorsNow(ctx, im.ConversationID(g.ConversationID), []im.UserID{"bob"})
 		return err == nil && cs[im.DeviceKey{User: "bob", Device: "phone"}].Acked == 2
 	})
 	bob.Close()

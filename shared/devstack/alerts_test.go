@@ -330,6 +330,7 @@ func TestChatMessageTrace(t *testing.T) {
 				TableName:                 aws.String(st.Resources.Tables["TraceTable"]),
 				KeyConditionExpression:    aws.String("messageId = :m"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{":m": &types.AttributeValueMemberS{Value: sent.MessageID}},
+				ConsistentRead:            aws.Bool(true),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -70,7 +70,7 @@ func TestGroupSyncAndAckFramesMoveOnlyAMembersCursor(t *testing.T) {
 
 	cursor := func(u im.UserID) int64 {
 		t.Helper()
-		cs, err := st.Store.GroupCursors(context.Background(), "g:rd", []im.UserID{u})
+		cs, err := st.Store.GroupCursorsNow(context.Background(), "g:rd", []im.UserID{u})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestGroupSyncAndAckFramesMoveOnlyAMembersCursor(t *testing.T) {
 // groupCursor is u's phone's cursor in group c.
 func groupCursor(t *testing.T, st *devstack.Stack, c im.ConversationID, u im.UserID) int64 {
 	t.Helper()
-	cs, err := st.Store.GroupCursors(context.Background(), c, []im.UserID{u})
+	cs, err := st.Store.GroupCursorsNow(context.Background(), c, []im.UserID{u})
 	if err != nil {
 		t.Fatal(err)
 	}

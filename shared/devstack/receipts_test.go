@@ -343,8 +343,8 @@ func TestAnAckWrittenAgainAfterAFailedInvocationSendsItsReceiptWhenItSaysAgain(t
 	alice.next("sent", 10*time.Second)
 	m := bob.next("message", 10*time.Second)
 	ack := ackThatFails(t, bob, m.Seq, &failed)
-	if acked, err := st.Store.AckedUpTo(context.Background(), "bob", "phone"); err != nil || acked != m.Seq {
-		t.Fatalf("bob's cursor after the failed invocation: %d, %v; want %d (moved before the failure)", acked, err, m.Seq)
+	if dev, err := st.Store.Device(context.Background(), "bob", "phone"); err != nil || dev.Acked != m.Seq {
+		t.Fatalf("bob's cursor after the failed invocation: %d, %v; want %d (moved before the failure)", dev.Acked, err, m.Seq)
 	}
 	bob.write(ack) // written again by a client that does not say so
 	alice.quiet("receipt", time.Second)

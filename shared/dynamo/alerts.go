@@ -125,6 +125,7 @@ func (st *Store) Apps(ctx context.Context) ([]im.App, error) {
 		FilterExpression:          aws.String("#sk = :app"),
 		ExpressionAttributeNames:  map[string]string{"#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":app": s(skApp)},
+		ConsistentRead:            aws.Bool(true), // an app just created is listed
 	})
 	var apps []im.App
 	for p.HasMorePages() {

@@ -149,6 +149,10 @@ func (st *Store) Conversations(ctx context.Context, u im.UserID, after im.Conver
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":v": s("v#")},
 		Limit:                     aws.Int32(int32(limit)),
+		// A conversation whose first message the caller was just pushed is
+		// listed (eventually consistent, the end-to-end suite on
+		// memdyn-stale found an alert's conversation missing).
+		ConsistentRead: aws.Bool(true),
 	}
 	if after != "" {
 		in.ExclusiveStartKey = inboxKey(u, convIndexSK(after))
@@ -330,8 +334,10 @@ func (st *Store) withDerivedDelivered(ctx context.Context, u im.UserID, states [
 		return nil
 	}
 	q := project(st.inboxSpan(u, 1, cursor), attrConv, attrCSeq)
-	q.ScanIndexForward = aws.Bool(false) // eventually consistent: an entry at or below a cursor was acked, long put
-	q.Limit = aws.Int32(100)             // pages: the first entries read usually settle it
+	// Strongly consistent: the entry at a cursor may have been put a moment
+	// before its ack (a sender told "delivered" asks at once).
+	q.ScanIndexForward, q.ConsistentRead = aws.Bool(false), aws.Bool(true)
+	q.Limit = aws.Int32(100) // pages: the first entries read usually settle it
 	read := 0
 	err = st.queryUntil(ctx, q, func(it map[string]types.AttributeValue) bool {
 		read++

@@ -79,7 +79,7 @@ func TestGroupCursorsMoveForwardOnlyWithinTheMembersRange(t *testing.T) {
 			t.Fatalf("%s/%s acks %d: %v, want a head error at %d", s.u, s.d, s.upTo, err, s.head)
 		}
 	}
-	got, err := st.GroupCursors(ctx, g, []im.UserID{"bob", "carol", "dave"})
+	got, err := st.GroupCursorsNow(ctx, g, []im.UserID{"bob", "carol", "dave"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestAForgottenDevicesGroupCursorsAreRetired(t *testing.T) {
 	if r, err := st.AckGroup(ctx, g, im.AckRange{User: "bob", Device: "phone", UpTo: 2, At: t0.Add(time.Minute)}); err != nil || !r.Moved || r.Old != 0 {
 		t.Fatalf("the new phone's first ack: %+v, %v", r, err)
 	}
-	cursors, err := st.GroupCursors(ctx, g, []im.UserID{"bob"})
+	cursors, err := st.GroupCursorsNow(ctx, g, []im.UserID{"bob"})
 	if err != nil || cursors[im.DeviceKey{User: "bob", Device: "phone"}].Acked != 2 || cursors[im.DeviceKey{User: "bob", Device: "laptop"}].Acked != 1 || len(cursors) != 3 {
 		t.Fatalf("bob's cursors in the group: %+v, %v; want the new phone at 2, the laptop at 1 and the retired one", cursors, err)
 	}

@@ -428,19 +428,7 @@ func (st *Store) advance(ctx context.Context, key map[string]types.AttributeValu
 
 // Devices returns the ack cursors of all of a user's devices.
 func (st *Store) Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error) {
-	return st.devices(ctx, u, true)
-}
-
-// DevicesSeen is Devices read eventually consistent (half the read units,
-// issue 12): a cursor may be behind, never ahead — for a decision that a
-// cursor read behind only repeats (which device sends a delivered receipt).
-func (st *Store) DevicesSeen(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error) {
-	return st.devices(ctx, u, false)
-}
-
-// devices reads u's device cursors, strongly consistent if consistent.
-func (st *Store) devices(ctx context.Context, u im.UserID, consistent bool) (map[im.DeviceID]im.DeviceCursor, error) {
-	items, err := st.deviceItems(ctx, u, consistent)
+	items, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return nil, fmt.Errorf("devices of %s: %w", u, err)
 	}
@@ -471,7 +459,7 @@ func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, l
 	known := func(items []map[string]types.AttributeValue) bool {
 		return slices.ContainsFunc(items, func(it map[string]types.AttributeValue) bool { return getS(it, attrSK) == deviceSK(d) })
 	}
-	items, err := st.deviceItems(ctx, u, true)
+	items, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return fmt.Errorf("devices of %s: %w", u, err)
 	}
@@ -483,7 +471,7 @@ func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, l
 		if err != nil {
 			return err
 		}
-		if items, err = st.deviceItems(ctx, u, true); err != nil {
+		if items, err = st.deviceItems(ctx, u); err != nil {
 			return fmt.Errorf("devices of %s: %w", u, err)
 		}
 		if known(items) {
@@ -517,7 +505,7 @@ func (st *Store) EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, l
 // it: a known device, or a new one while the user has fewer than limit.
 // One strongly consistent Query; nothing is written.
 func (st *Store) DeviceAdmissible(ctx context.Context, u im.UserID, d im.DeviceID, limit int) error {
-	items, err := st.deviceItems(ctx, u, true)
+	items, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return fmt.Errorf("devices of %s: %w", u, err)
 	}
@@ -587,7 +575,7 @@ const attrRegisteredAt = "registeredAt"
 // has no such device. The delete is conditional on the cursor not having
 // moved since it was read (an ack meanwhile: im.ErrContention).
 func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) error {
-	items, err := st.deviceItems(ctx, u, true)
+	items, err := st.deviceItems(ctx, u)
 	if err != nil {
 		return fmt.Errorf("devices of %s: %w", u, err)
 	}
@@ -650,14 +638,14 @@ func (st *Store) ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) e
 // deviceItems reads the cursor items of all of a user's devices (a Query,
 // strongly consistent; one page up to about a thousand devices — a client
 // names its device, so a user can have more, and every page is read).
-func (st *Store) deviceItems(ctx context.Context, u im.UserID, consistent bool) ([]map[string]types.AttributeValue, error) {
+func (st *Store) deviceItems(ctx context.Context, u im.UserID) ([]map[string]types.AttributeValue, error) {
 	var items []map[string]types.AttributeValue
 	err := st.queryUntil(ctx, &dynamodb.QueryInput{
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :c)"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":c": s("c#")},
-		ConsistentRead:            aws.Bool(consistent),
+		ConsistentRead:            aws.Bool(true),
 	}, func(it map[string]types.AttributeValue) bool {
 		items = append(items, it)
 		return true
@@ -764,6 +752,7 @@ func (st *Store) ExpireDue(ctx context.Context, u im.UserID, now time.Time) (int
 		ProjectionExpression:      aws.String("#seq"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK, "#ttl": attrTTL, "#seq": attrSeq},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":u": s(string(u)), ":e": s("e#"), ":now": n(now.Unix())},
+		ConsistentRead:            aws.Bool(true),
 	}, func(it map[string]types.AttributeValue) {
 		due = append(due, getN(it, attrSeq))
 	})

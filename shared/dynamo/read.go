@@ -258,14 +258,17 @@ func (st *Store) ReadWatermark(ctx context.Context, u im.UserID, c im.Conversati
 }
 
 // ConversationIDs returns the message ids of c with convSeq in (after, upTo],
-// at most limit, by convSeq.
+// at most limit, by convSeq. Strongly consistent: a read names what its
+// device was just shown, and the alerts it marks read and the read events
+// come from these ids (an eventually consistent read a moment behind the
+// log item's write would leave the newest out).
 func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error) {
 	out := map[int64]im.MessageID{}
 	if upTo <= after {
 		return out, nil
 	}
 	q := project(st.logSpan(c, after+1, upTo), attrCSeq, attrMID)
-	q.Limit = aws.Int32(int32(limit))
+	q.Limit, q.ConsistentRead = aws.Int32(int32(limit)), aws.Bool(true)
 	res, err := st.db.Query(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("conversation ids %s (%d, %d]: %w", c, after, upTo, err)

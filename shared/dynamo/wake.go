@@ -51,10 +51,13 @@ func (st *Store) SetPushEndpoint(ctx context.Context, u im.UserID, p im.PushEndp
 }
 
 // PushEndpoints lists u's devices registered for wake-ups (Endpoint ""
-// for a device not woken yet: the wake function makes its SNS endpoint).
+// for a device not woken yet: the wake function makes its SNS endpoint),
+// strongly consistent: a device that registered a moment before it went
+// offline is woken.
 func (st *Store) PushEndpoints(ctx context.Context, u im.UserID) ([]im.PushEndpoint, error) {
 	var out []im.PushEndpoint
 	err := st.queryUntil(ctx, &dynamodb.QueryInput{
+		ConsistentRead:            aws.Bool(true),
 		TableName:                 aws.String(st.tables.Inbox),
 		KeyConditionExpression:    aws.String("#u = :u AND begins_with(#sk, :p)"),
 		ExpressionAttributeNames:  map[string]string{"#u": attrUser, "#sk": attrSK},
@@ -129,10 +132,12 @@ func (st *Store) ClaimWake(ctx context.Context, u im.UserID, d im.DeviceID, now 
 	return true, nil
 }
 
-// ChosenStatus returns the display state u chose (online when none).
+// ChosenStatus returns the display state u chose (online when none),
+// strongly consistent: do-not-disturb chosen a moment before a message
+// holds its wake-up.
 func (st *Store) ChosenStatus(ctx context.Context, u im.UserID) (im.Status, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: inboxKey(u, skPresence), ProjectionExpression: aws.String("#s"),
-		ExpressionAttributeNames: map[string]string{"#s": "status"}})
+		ExpressionAttributeNames: map[string]string{"#s": "status"}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return "", fmt.Errorf("presence of %s: %w", u, err)
 	}

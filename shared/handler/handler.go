@@ -38,9 +38,6 @@ type Inbox interface {
 	MarkRetold(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64) error
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
-	// DevicesSeen is Devices eventually consistent: a cursor may be
-	// behind, never ahead.
-	DevicesSeen(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error
 	ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) error
 	SetSyncNext(ctx context.Context, u im.UserID, d im.DeviceID, next int64) error

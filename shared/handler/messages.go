@@ -569,13 +569,14 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 	// of devices acking the same message at once exactly one sends the
 	// receipt (a later ack of the earlier device can make it two: a
 	// receipt repeated, never one lost). Read once, when a peer's 1:1
-	// message needs it, eventually consistent (issue 12): a cursor read
-	// behind only repeats a receipt too.
+	// message needs it, strongly consistent: a cursor read behind would
+	// repeat the receipt of every ack that follows another device's within
+	// a second (the end-to-end suite on memdyn-stale).
 	others := int64(-1)
 	othersAcked := func() int64 {
 		if others < 0 {
 			others = 0
-			devices, err := h.Inbox.DevicesSeen(ctx, c.User)
+			devices, err := h.Inbox.Devices(ctx, c.User)
 			if err != nil {
 				h.log().WarnContext(ctx, "other devices' cursors not read: a delivered receipt may repeat", "err", err.Error(), "userId", c.User)
 			}
