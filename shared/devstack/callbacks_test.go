@@ -516,7 +516,13 @@ func TestAnAlertsCallbackOutlivesAFunctionThatStoppedAfterItsWrite(t *testing.T)
 // function that ran the step stops after recording it (its status
 // callback job, enqueued after the write, lost): the step enqueued a
 // delayed job before the write. Before, they waited for the escalation's
-// end, whose job was lost the same way here — never.
+// end, whose job was lost the same way here — never. The test waits for the
+// escalated event only: the end's job is dropped too (a function that
+// really stopped there has its queue message retried, which finds the end
+// claimed and enqueues the job again; this wrapper does not retry), so the
+// expired event comes only when the step's delayed job runs after the end —
+// not when a loaded machine runs the 1 s tick after the 10 s job (a CI run
+// waited for it in vain).
 func TestAnEscalationStepIsCalledBackWhenItsFunctionStoppedAfterItsWrite(t *testing.T) {
 	t.Parallel()
 	var dropped atomic.Int32
@@ -526,9 +532,8 @@ func TestAnEscalationStepIsCalledBackWhenItsFunctionStoppedAfterItsWrite(t *test
 	// Tick 1 escalates to ben; tick 2, the last, adds nobody and ends it.
 	id := postAlert(t, st, key, "esc-lost", `{"to":["ann"],"title":"Disk full","body":"","ack":{},
 		"escalation":{"everySeconds":1,"renotify":0,"steps":[{"to":["ben"]},{"to":["ann"]}]}}`)
-	waitFor(t, "the escalation's events at the webhook", func() bool {
-		got := rcv.accepted(t, secret)
-		return got[id+":escalated:ben"] != nil && got[id+":expired"] != nil
+	waitFor(t, "ben's escalated event at the webhook", func() bool {
+		return rcv.accepted(t, secret)[id+":escalated:ben"] != nil
 	})
 	if dropped.Load() == 0 {
 		t.Fatal("no callback job was enqueued after a write (the test's premise)")
