@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -202,5 +203,85 @@ func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 	r, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, func(ids []im.MessageID) error { named = ids; return nil })
 	if err != nil || !r.Moved || !slices.Equal(named, r.Read) || !slices.Equal(r.Read, []im.MessageID{m.ID}) {
 		t.Fatalf("read: %+v, %v, named %v", r, err, named)
+	}
+}
+
+// An app's convSeqs number every user's alerts, so between two alerts of
+// one user may lie hundreds of other users' alerts. A read names every
+// alert of the user it covers (each gets its read event and status
+// callback) and lowers the unread count by them, however many other
+// users' alerts came between; and a read by convSeq alone (an older
+// client) covers the alert at its upTo however many alerts of the app came
+// after it. Before, both looked at the newest 200 convSeqs of the app's
+// log only: the 20,000-message chaos run (40 users, 1,000 alerts) lost
+// read status callbacks so.
+func TestAReadNamesEveryAlertItCoversHoweverManyOtherUsersAlertsCameBetween(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t)
+	now := time.Now()
+	post := func(to im.UserID, key string) im.Message {
+		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
+			App: "ops", Recipients: []im.UserID{to}, Title: key, Priority: "normal"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Alert.Message
+	}
+	deliver := func(to im.UserID, key string) (im.Message, int64) {
+		m := post(to, key)
+		seq, err := st.AppendInbox(ctx, to, m, 0, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m, seq
+	}
+	others := 0
+	othersAlerts := func(n int) { // posted to bob: they take convSeqs only
+		for range n {
+			others++
+			post("bob", fmt.Sprintf("bob-%d", others))
+		}
+	}
+	unread := func(u im.UserID) int64 {
+		cs, _, err := st.Conversations(ctx, u, "", 10)
+		if err != nil || len(cs) != 1 {
+			t.Fatalf("%s's conversations: %+v, %v", u, cs, err)
+		}
+		return cs[0].Unread()
+	}
+	const between = 250 // more than the 200 convSeqs looked at before
+
+	// A device that names the inbox seq it has shown.
+	a1, _ := deliver("ann", "ann-1")
+	othersAlerts(between)
+	a2, a2seq := deliver("ann", "ann-2")
+	r, err := st.ReadAlerts(ctx, "ann", "a:ops", a2.ConvSeq, a2seq, now)
+	want := []im.MessageID{a1.ID, a2.ID}
+	slices.Sort(want)
+	if err != nil || !r.Moved || r.ReadSeq != a2seq || !slices.Equal(r.Read, want) {
+		t.Fatalf("ann's read of both alerts: %+v, %v; want %v named, read seq %d", r, err, want, a2seq)
+	}
+	if n := unread("ann"); n != 0 {
+		t.Fatalf("ann has %d unread after reading both alerts", n)
+	}
+
+	// An older client: convSeq alone, not the last alert.
+	c1, _ := deliver("carl", "carl-1")
+	c2, c2seq := deliver("carl", "carl-2")
+	othersAlerts(between)
+	c3, c3seq := deliver("carl", "carl-3")
+	r, err = st.ReadAlerts(ctx, "carl", "a:ops", c2.ConvSeq, 0, now)
+	want = []im.MessageID{c1.ID, c2.ID}
+	slices.Sort(want)
+	if err != nil || !r.Moved || r.ReadSeq != c2seq || !slices.Equal(r.Read, want) {
+		t.Fatalf("carl's read by convSeq up to his second alert: %+v, %v; want %v named, read seq %d", r, err, want, c2seq)
+	}
+	if n := unread("carl"); n != 1 {
+		t.Fatalf("carl has %d unread, want 1 (the third alert)", n)
+	}
+	r, err = st.ReadAlerts(ctx, "carl", "a:ops", c3.ConvSeq, 0, now)
+	if err != nil || !r.Moved || r.ReadSeq != c3seq || !slices.Equal(r.Read, []im.MessageID{c3.ID}) {
+		t.Fatalf("carl's read of the rest: %+v, %v; want %s named", r, err, c3.ID)
 	}
 }
