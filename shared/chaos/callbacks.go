@@ -154,7 +154,15 @@ func (r *runner) verifyCallbacks(ctx context.Context, problem func(string, ...an
 		slices.Sort(out)
 		return out
 	}
-	for end := time.Now().Add(r.cfg.Converge); len(missing()) > 0 && time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+	for end, last := time.Now().Add(r.cfg.Converge), time.Now(); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+		m := missing()
+		if len(m) == 0 {
+			break
+		}
+		if time.Since(last) > 30*time.Second {
+			last = time.Now()
+			r.progress("chaos: waiting for %d status callbacks to reach the webhook (%s: %s)", len(m), m[0], want[m[0]])
+		}
 	}
 	for _, id := range missing() {
 		problem("status callback %s (%s) never reached the webhook", id, want[id])

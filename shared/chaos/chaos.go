@@ -617,8 +617,24 @@ func (d *device) options() client.Options {
 	}
 }
 
-// start opens the device's client and records what it shows.
+// start opens the device's client and records what it shows. It first
+// waits until the previous client's messages are all recorded: stop
+// clears d.c before that client is closed and drained, and a restart in
+// between (an answer or a send from another goroutine) opened the same
+// store beside it with a ShownUpTo below what the old one was still
+// handing over — the new client replayed a message the old one then
+// showed too (the 20,000-message chaos run showed a device's seq 1 twice).
 func (d *device) start(ctx context.Context) error {
+	d.mu.Lock()
+	prev := d.exited
+	running := d.c != nil
+	d.mu.Unlock()
+	if running {
+		return nil
+	}
+	if prev != nil {
+		<-prev
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.c != nil {
