@@ -620,10 +620,11 @@ func (d *device) options() client.Options {
 // start opens the device's client and records what it shows. It first
 // waits until the previous client's messages are all recorded: stop
 // clears d.c before that client is closed and drained, and a restart in
-// between (an answer or a send from another goroutine) opened the same
-// store beside it with a ShownUpTo below what the old one was still
-// handing over — the new client replayed a message the old one then
-// showed too (the 20,000-message chaos run showed a device's seq 1 twice).
+// between (an answer or a send from another goroutine) could open the
+// same store with a ShownUpTo below what the old one was still handing
+// over, and replay a message the old one then showed too: the likely
+// cause (read from the code, not reproduced) of the device that showed
+// its seq 1 twice in a 20,000-message chaos run.
 func (d *device) start(ctx context.Context) error {
 	d.mu.Lock()
 	prev := d.exited
