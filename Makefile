@@ -11,7 +11,7 @@
 #   make test-burst     the crash/kill burst tests at 1,000 messages (make test runs 300)
 #   make test-localstack  the SQS-facing end-to-end tests against LocalStack's own SQS (PyPI, no Docker)
 #   make test-stores  the store contract suite against memdyn and moto (minidyn runs in make test)
-#   make test-memdyn  the store contract, end-to-end and Go SDK suites again on memdyn-stale (reads behind, as DynamoDB's may be) and memsqs
+#   make test-memdyn  the store contract and end-to-end suites again on memdyn-stale (reads behind, as DynamoDB's may be) and memsqs
 #   make test-send-transaction  the store contract and end-to-end suites again with 1:1 sends in one transaction (SendMode transaction)
 #   make test-group-write  the store contract, end-to-end and Go SDK suites again with groups written into inboxes (GroupDelivery write)
 #   make test-modes     the same suites once with both: 1:1 sends in one transaction and groups written into inboxes (CI)
@@ -260,10 +260,10 @@ test-stores-moto: $(MOTO)/bin/moto_server
 	for i in $$(seq 1500); do curl -s -o /dev/null http://127.0.0.1:$(MOTO_PORT)/ && break; kill -0 $$pid 2>/dev/null || break; sleep 0.2; done; \
 	SIGNET_TEST_DYNAMODB_ENDPOINT=http://127.0.0.1:$(MOTO_PORT) $(GO) test -count=1 ./shared/dynamo/
 
-# The store contract, end-to-end and Go SDK suites on memdyn-stale and
-# memsqs: memdyn (the
-# emulator the large runs use) answering eventually consistent reads one
-# in two from a replica a second behind, as DynamoDB may (make test runs
+# The store contract and end-to-end suites on memdyn-stale and memsqs:
+# memdyn (the emulator the large runs use) answering eventually
+# consistent reads one in two from a replica a second behind, as DynamoDB
+# may (make test runs
 # these suites on minidyn and goaws, which never read stale; the SQS
 # contract suite of shared/memsqs holds memsqs to what goaws, fauxqs and
 # LocalStack do). Since the forty-sixth session on memdyn-stale (memdyn
@@ -271,7 +271,7 @@ test-stores-moto: $(MOTO)/bin/moto_server
 # one run in a few, not never. The chaos suite's small runs are on memdyn
 # in make test, and make chaos runs CI's size on memdyn-stale and memsqs.
 test-memdyn:
-	SIGNET_DYNAMODB_EMULATOR=memdyn-stale SIGNET_SQS_EMULATOR=memsqs $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/ ./shared/client/
+	SIGNET_DYNAMODB_EMULATOR=memdyn-stale SIGNET_SQS_EMULATOR=memsqs $(GO) test -count=1 ./shared/dynamo/ ./shared/devstack/
 
 # The store contract and end-to-end suites with 1:1 sends in one
 # transaction (SIGNET_SEND_MODE=transaction), the mode that is not the
