@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/im"
 )
 
@@ -214,11 +215,15 @@ func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 // client) covers the alert at its upTo however many alerts of the app came
 // after it. Before, both looked at the newest 200 convSeqs of the app's
 // log only: the 20,000-message chaos run (40 users, 1,000 alerts) lost
-// read status callbacks so.
+// read status callbacks so. The by-convSeq window is made 20 convSeqs
+// here (SetReadCover) so that 25 alerts reach past it: 250 took a minute
+// on moto, which answers one request at a time.
 func TestAReadNamesEveryAlertItCoversHoweverManyOtherUsersAlertsCameBetween(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st := newStore(t)
+	const window = 20
+	dynamo.SetReadCover(st, window)
 	now := time.Now()
 	post := func(to im.UserID, key string) im.Message {
 		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
@@ -250,7 +255,7 @@ func TestAReadNamesEveryAlertItCoversHoweverManyOtherUsersAlertsCameBetween(t *t
 		}
 		return cs[0].Unread()
 	}
-	const between = 250 // more than the 200 convSeqs looked at before
+	const between = window + 5 // more than the convSeqs a read by convSeq looks through
 
 	// A device that names the inbox seq it has shown.
 	a1, _ := deliver("ann", "ann-1")

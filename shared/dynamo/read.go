@@ -1,6 +1,7 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -253,10 +254,11 @@ func (st *Store) alertsIn(ctx context.Context, u im.UserID, c im.ConversationID,
 type alertPlace struct{ convSeq, seq int64 }
 
 // alertsAbove returns u's alerts of app conversation c with convSeq in
-// (after, upTo] — within the newest maxReadCover convSeqs of the range —
-// and where they are.
+// (after, upTo] — within the newest maxReadCover convSeqs of the range
+// (readCover in the store suite) — and where they are.
 func (st *Store) alertsAbove(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64) (map[im.MessageID]alertPlace, error) {
-	ids, err := st.ConversationIDs(ctx, c, max(after, upTo-maxReadCover), upTo, maxReadCover)
+	window := cmp.Or(st.readCover, maxReadCover)
+	ids, err := st.ConversationIDs(ctx, c, max(after, upTo-window), upTo, int(window))
 	if err != nil || len(ids) == 0 {
 		return nil, err
 	}

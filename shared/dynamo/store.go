@@ -66,6 +66,10 @@ type Store struct {
 	// ackPage is acksCovering's first page (the ackPage constant when 0;
 	// the store suite makes it smaller to reach past it with fewer acks).
 	ackPage int32
+	// readCover is the convSeqs a read by convSeq alone looks through
+	// (maxReadCover when 0; the store suite makes it smaller to reach past
+	// it with a few dozen alerts instead of hundreds).
+	readCover int64
 }
 
 // DefaultSeenWindow is Store.SeenWindow unless set: 1,000 log items of about
