@@ -20,15 +20,19 @@ import (
 // at once is refused some of its group syncs (rate_limited) and waits as
 // it is told: it is never closed for ignoring the limit
 // (rate_limit_ignored), and gets every group's message as the budget
-// allows, on its first connection.
+// allows, on its first connection. It comes online at the start of a
+// window (windows are aligned to the clock), so that a client that asked
+// its refused group syncs again after groupSyncRetry (10 s) would do so
+// inside the 15 s window, and be closed for it, every run.
 func TestADeviceBehindInManyGroupsWaitsOutItsQueryLimit(t *testing.T) {
 	t.Parallel()
-	const groups = 16
-	st := startStackWith(t, devstack.Options{RateLimits: "query=6/30s", Parameters: map[string]string{"GroupDelivery": "read"}})
+	const groups, window = 16, 15 * time.Second
+	st := startStackWith(t, devstack.Options{RateLimits: fmt.Sprintf("query=6/%s", window), Parameters: map[string]string{"GroupDelivery": "read"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	alice := newDevice(t, st, "alice", "laptop").dial(t)
 	groupsWithAMessage(ctx, t, alice, groups, "bob")
+	time.Sleep(time.Until(time.Now().Truncate(window).Add(window)))
 	var dials, limited, ignored atomic.Int64
 	bob := newDevice(t, st, "bob", "phone").dial(t, func(o *Options) {
 		o.Dialer = func(ctx context.Context, url string, h http.Header) (Conn, error) {
