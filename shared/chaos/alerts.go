@@ -435,8 +435,17 @@ const alertConversation = "a:chaos"
 // each alert's status for that user to it: read up to there, not read
 // beyond. A run's alerts reach inboxes out of convSeq order (posts retried
 // after server faults, posts racing), which a convSeq watermark gets
-// wrong; LateAlerts counts them.
+// wrong; LateAlerts counts them. Every read lands first; then each alert's
+// status is read once for all the users who showed it.
 func (r *runner) verifyAlertReads(ctx context.Context, problem func(string, ...any)) {
+	type reader struct {
+		user       string
+		read       bool  // within the prefix the user read
+		seq        int64 // the alert's inbox seq and convSeq for them
+		convSeq    int64
+		last, upTo int64 // what the user read up to: inbox seq, convSeq
+	}
+	readers := map[string][]reader{} // messageId → who showed it
 	for _, user := range slices.Sorted(maps.Keys(r.byUser)) {
 		var d *device
 		var shown []reconcile.Entry
@@ -490,29 +499,34 @@ func (r *runner) verifyAlertReads(ctx context.Context, problem func(string, ...a
 		}
 		r.res.AlertReads++
 		for i, e := range shown {
-			state, err := r.alertState(ctx, e.MessageID, user)
-			switch {
-			case err != nil:
-				problem("status of alert %s: %v", e.MessageID, err)
-			case i < cut && state != "read":
-				problem("alert %s (inbox #%d) is %s for %s, who read up to inbox #%d", e.MessageID, e.Seq, state, user, last)
-			case i >= cut && state == "read":
-				problem("alert %s (inbox #%d, convSeq %d) is read for %s, who read up to inbox #%d (convSeq %d)", e.MessageID, e.Seq, e.ConvSeq, user, last, upTo)
+			readers[e.MessageID] = append(readers[e.MessageID], reader{user: user, read: i < cut, seq: e.Seq, convSeq: e.ConvSeq, last: last, upTo: upTo})
+		}
+	}
+	ids := slices.Sorted(maps.Keys(readers))
+	last := time.Now()
+	for n, id := range ids {
+		if time.Since(last) > 30*time.Second {
+			last = time.Now()
+			r.progress("chaos: verify: the status of alert %d of %d, against who read it", n+1, len(ids))
+		}
+		out, err := r.alertStatus(ctx, id)
+		if err != nil {
+			problem("status of alert %s: %v", id, err)
+			continue
+		}
+		state := map[string]string{}
+		for _, x := range out.Recipients {
+			state[x.UserID] = x.State
+		}
+		for _, x := range readers[id] {
+			switch s, ok := state[x.user]; {
+			case !ok:
+				problem("%s is not among the recipients of %s: %+v", x.user, id, out.Recipients)
+			case x.read && s != "read":
+				problem("alert %s (inbox #%d) is %s for %s, who read up to inbox #%d", id, x.seq, s, x.user, x.last)
+			case !x.read && s == "read":
+				problem("alert %s (inbox #%d, convSeq %d) is read for %s, who read up to inbox #%d (convSeq %d)", id, x.seq, x.convSeq, x.user, x.last, x.upTo)
 			}
 		}
 	}
-}
-
-// alertState is user's state in alert id's status (GET /v1/messages/{id}).
-func (r *runner) alertState(ctx context.Context, id, user string) (string, error) {
-	out, err := r.alertStatus(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	for _, x := range out.Recipients {
-		if x.UserID == user {
-			return x.State, nil
-		}
-	}
-	return "", fmt.Errorf("%s is not among the recipients of %s: %+v", user, id, out.Recipients)
 }

@@ -1366,6 +1366,7 @@ func (r *runner) verify(ctx context.Context) {
 	inboxes := map[string]map[string]int{} // user → messageId → count
 	seqOf := map[string]map[string]int64{} // user → messageId → inbox seq
 	var held []heldMessage                 // group messages in inboxes and on devices
+	r.progress("chaos: verify: reconciling %d users' inboxes with their devices", len(r.byUser))
 	for user := range r.byUser {
 		srv, err := reconcile.ReadServer(ctx, r.st.Store, im.UserID(user), "")
 		if err != nil {
@@ -1506,8 +1507,11 @@ func (r *runner) verify(ctx context.Context) {
 		}
 	}
 	r.verifyAlerts(problem, inboxes)
+	r.progress("chaos: verify: traces")
 	r.verifyTraces(ctx, problem, seqOf)
+	r.progress("chaos: verify: reads of alerts")
 	r.verifyAlertReads(ctx, problem)
+	r.progress("chaos: verify: answers and callbacks")
 	r.verifyAnswers(ctx, problem)
 	r.verifyCallbacks(ctx, problem)
 	r.verifyPresence(ctx, problem)
