@@ -62,7 +62,8 @@ member refused counts too), and traces of
 1:1 messages that name a device that did not ack or miss one whose cursor
 covers the message, and stored display states that are neither the last
 one the server confirmed nor one chosen after it. Exit status 1 if anything
-is found.
+is found. An interrupt (Ctrl-C, SIGTERM) stops the run in whatever phase it
+is in, with no verdict (exit status 1, "interrupted during ...").
 
 Examples:
   signet chaos                                   # 200 messages, seed 1

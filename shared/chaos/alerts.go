@@ -287,7 +287,7 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 	alerts := slices.Clone(r.alerts)
 	r.dmu.Unlock()
 	for _, a := range alerts {
-		for last := time.Now(); !a.done() && time.Now().Before(deadline); {
+		for last := time.Now(); !a.done() && before(ctx, deadline); {
 			if err := r.post(ctx, a); err != nil {
 				time.Sleep(time.Second)
 			}
@@ -305,13 +305,14 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			continue
 		}
 		for id := range a.ids {
-			for last := time.Now(); !a.fanned && time.Now().Before(deadline); {
-				if a.fanned = r.alertFanned(ctx, id); !a.fanned {
+			for last := time.Now(); !a.fanned && before(ctx, deadline); {
+				var queued []string
+				if a.fanned, queued = r.alertFanned(ctx, id); !a.fanned {
 					time.Sleep(500 * time.Millisecond)
 				}
 				if time.Since(last) > 30*time.Second {
 					last = time.Now()
-					r.progress("chaos: waiting for the fan-out of group alert %s (%s) to reach every member", a.key, id)
+					r.progress("chaos: waiting for the fan-out of group alert %s (%s) to reach every member (still queued: %s)", a.key, id, cmp.Or(strings.Join(queued, " "), "no status yet"))
 				}
 			}
 		}
@@ -321,7 +322,7 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 			continue
 		}
 		for id := range a.ids {
-			for last := time.Now(); !a.ended && time.Now().Before(deadline); {
+			for last := time.Now(); !a.ended && before(ctx, deadline); {
 				if a.ended = r.escalationEnded(ctx, id); !a.ended {
 					time.Sleep(500 * time.Millisecond)
 				}
@@ -335,23 +336,20 @@ func (r *runner) settleAlerts(ctx context.Context, deadline time.Time) {
 }
 
 // alertFanned reports whether alert id's status shows every recipient in
-// their inbox (none still queued for the fan-out).
-func (r *runner) alertFanned(ctx context.Context, id string) bool {
-	status, raw, err := r.call(ctx, http.MethodGet, "/v1/messages/"+id, r.appKey, nil, nil)
-	var out struct {
-		Recipients []struct {
-			State string `json:"state"`
-		} `json:"recipients"`
+// their inbox, and if not, which are still queued for the fan-out (none
+// when there is no status to read).
+func (r *runner) alertFanned(ctx context.Context, id string) (bool, []string) {
+	out, err := r.alertStatus(ctx, id)
+	if err != nil || len(out.Recipients) == 0 {
+		return false, nil
 	}
-	if err != nil || status != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Recipients) == 0 {
-		return false
-	}
+	var queued []string
 	for _, x := range out.Recipients {
 		if x.State == "queued" {
-			return false
+			queued = append(queued, x.UserID)
 		}
 	}
-	return true
+	return len(queued) == 0, queued
 }
 
 // escalationEnded reports whether alert id's status says its escalation

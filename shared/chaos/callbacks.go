@@ -154,7 +154,7 @@ func (r *runner) verifyCallbacks(ctx context.Context, problem func(string, ...an
 		slices.Sort(out)
 		return out
 	}
-	for end, last := time.Now().Add(r.cfg.Converge), time.Now(); time.Now().Before(end); time.Sleep(500 * time.Millisecond) {
+	for end, last := time.Now().Add(r.cfg.Converge), time.Now(); before(ctx, end); time.Sleep(500 * time.Millisecond) {
 		m := missing()
 		if len(m) == 0 {
 			break

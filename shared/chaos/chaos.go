@@ -234,11 +234,13 @@ type device struct {
 }
 
 type runner struct {
-	cfg    Config
-	st     *devstack.Stack
-	proxy  *netem.Proxy
-	url    string
-	faults atomic.Bool // server-side faults on
+	cfg   Config
+	st    *devstack.Stack
+	proxy *netem.Proxy
+	// proxySrv serves the proxy to the devices (closed when Run returns).
+	proxySrv *httptest.Server
+	url      string
+	faults   atomic.Bool // server-side faults on
 	// answering waits for the recipients answering alerts (answerAll).
 	answering sync.WaitGroup
 	nfaults   atomic.Int64
@@ -324,6 +326,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return r.res, err
 	}
 	defer r.st.Close()
+	defer r.proxySrv.Close()
+	// However Run returns (an interrupt too), no device goes on
+	// reconnecting after it.
+	defer func() {
+		for _, d := range r.devices {
+			d.stop()
+		}
+	}()
 	err := r.populate(ctx)
 	if r.hooks != nil {
 		defer r.hooks.srv.Close()
@@ -335,10 +345,19 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	r.faults.Store(true)
 	r.storm(ctx)
 	r.faults.Store(false)
+	if err := interrupted(ctx, "the sends", start); err != nil {
+		return r.res, err
+	}
 	r.proxy.SetProfile(netem.Profiles["perfect"])
 	r.progress("chaos: sends done; faults off; converging")
 	r.converge(ctx)
+	if err := interrupted(ctx, "the converge phase", start); err != nil {
+		return r.res, err
+	}
 	r.verify(ctx)
+	if err := interrupted(ctx, "the verification", start); err != nil {
+		return r.res, err
+	}
 	if cfg.MemProfile != "" {
 		if err := writeHeap(cfg.MemProfile); err != nil {
 			return r.res, err
@@ -354,6 +373,22 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	r.res.Elapsed = time.Since(start)
 	return r.res, nil
+}
+
+// interrupted is the error of a run whose ctx ended during phase (an
+// interrupt, SIGTERM): what it had checked by then is no verdict, and its
+// store reads fail with the context.
+func interrupted(ctx context.Context, phase string, start time.Time) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("interrupted during %s, %s after the start: no verdict: %w", phase, time.Since(start).Round(time.Second), context.Cause(ctx))
+}
+
+// before reports whether a wait until deadline may go on: the deadline
+// has not passed and the run was not interrupted.
+func before(ctx context.Context, deadline time.Time) bool {
+	return ctx.Err() == nil && time.Now().Before(deadline)
 }
 
 func writeHeap(path string) error {
@@ -455,9 +490,8 @@ func (r *runner) start(ctx context.Context) error {
 	r.st = st
 	r.proxy = netem.New(st.URL, r.cfg.Network, r.cfg.Seed)
 	r.proxy.Log = o.Log
-	srv := httptest.NewServer(r.proxy)
-	go func() { <-ctx.Done(); srv.Close() }()
-	r.url = "ws" + strings.TrimPrefix(srv.URL, "http") + "/"
+	r.proxySrv = httptest.NewServer(r.proxy)
+	r.url = "ws" + strings.TrimPrefix(r.proxySrv.URL, "http") + "/"
 	return nil
 }
 
@@ -1068,6 +1102,9 @@ func (r *runner) changeGroup(ctx context.Context, d *device, g, peer string, kin
 // converge brings every device online, settles every send and waits until
 // every device shows its whole inbox.
 func (r *runner) converge(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
 	deadline := time.Now().Add(r.cfg.Converge)
 	for _, d := range r.devices {
 		d.client()
@@ -1089,7 +1126,7 @@ func (r *runner) converge(ctx context.Context) {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			for !dr.done() && time.Now().Before(deadline) {
+			for !dr.done() && before(ctx, deadline) {
 				// A send that fails at once (a device restarting, its client
 				// closing) waits a second: spinning would starve the stack
 				// whose fan-out the run is waiting for.
@@ -1111,7 +1148,7 @@ func (r *runner) converge(ctx context.Context) {
 	// Wait until every group's fan-out has reached every member it owes
 	// (the queue may still hold jobs: inbox heads alone would look settled),
 	// then until each device shows its inbox head and heads stay put.
-	for last := time.Now(); time.Now().Before(deadline); time.Sleep(time.Second) {
+	for last := time.Now(); before(ctx, deadline); time.Sleep(time.Second) {
 		behind := r.fanoutBehind(ctx)
 		if len(behind) == 0 {
 			break
@@ -1122,7 +1159,7 @@ func (r *runner) converge(ctx context.Context) {
 		}
 	}
 	stable := 0
-	for last := time.Now(); time.Now().Before(deadline) && stable < 3; {
+	for last := time.Now(); before(ctx, deadline) && stable < 3; {
 		time.Sleep(time.Second)
 		groups := r.groupsBehind(ctx)
 		var devices []string

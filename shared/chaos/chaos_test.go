@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,6 +46,34 @@ func runSmall(t *testing.T, cfg Config) (Result, error) {
 
 // smallConverge bounds a small run's final catch-up.
 const smallConverge = 4 * time.Minute
+
+// A run interrupted (Ctrl-C, SIGTERM: its context canceled) stops and
+// says so, whatever phase it was in: no verdict. Before, the sends stopped
+// but the converge phase waited out its deadline re-sending with the
+// canceled context, and the verification then reported its failed store
+// reads as lost messages.
+func TestAnInterruptedRunStopsWithoutAVerdict(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ at, phase string }{
+		{"chaos: 2 users", "during the sends"},
+		{"chaos: sends done", "during the converge phase"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		res, err := Run(ctx, Config{Seed: 5, Users: 2, MaxDevices: 1, Messages: 40, Network: netem.Profiles["perfect"], Converge: smallConverge,
+			Stack: devstack.Options{Emulator: testkit.LargeTableEmulator()},
+			Progress: func(format string, a ...any) {
+				line := fmt.Sprintf(format, a...)
+				t.Log(line)
+				if strings.HasPrefix(line, c.at) {
+					cancel()
+				}
+			}})
+		cancel()
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), c.phase) || !strings.Contains(err.Error(), "no verdict") || len(res.Problems) > 0 {
+			t.Fatalf("canceled at %q: %v (%s, problems %v); want interrupted %s, no verdict", c.at, err, res, res.Problems, c.phase)
+		}
+	}
+}
 
 // A small run (make chaos runs a bigger one) ends clean.
 func TestSmallChaosRunReconcilesClean(t *testing.T) {
