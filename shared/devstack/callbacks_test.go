@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -219,6 +220,42 @@ func TestStatusCallbacksReachAReceiverThatWasDownOnceEachAndSigned(t *testing.T)
 // the last error, and delivered when the app asks for them again; an
 // escalation nobody answered ends in an expired event. Only the app
 // itself (or the admin) reads or replays them.
+// A catch-up ack covers more entries than the ack reads itself (the
+// newest 200): each alert it covers still gets its delivered callback.
+// Before, an alert below the newest 200 got none — its status said
+// delivered (derived from the cursor) and the webhook never heard (the
+// 100,000-message chaos run waited for one in vain).
+func TestACatchUpAckGetsEveryAlertItCoversItsDeliveredCallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := startStack(t, devstack.Options{})
+	key := createApp(t, st, "pager", []string{"ann"}, 100)
+	rcv := newReceiver(t)
+	secret := setWebhook(t, st, key, "pager", rcv.srv.URL+"/signet")
+	head := func() int64 {
+		h, _, err := st.Store.Head(ctx, "ann")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	old := postAlert(t, st, key, "old", `{"to":["ann"],"title":"Disk full","body":""}`)
+	waitFor(t, "the first alert in ann's inbox", func() bool { return head() == 1 })
+	for i := range 250 {
+		if _, err := st.Store.Send(ctx, im.Draft{From: "ben", ClientMsgID: fmt.Sprint("m", i), Conversation: im.Direct("ann", "ben"), Body: []byte(`"x"`)}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recent := postAlert(t, st, key, "recent", `{"to":["ann"],"title":"Disk full again","body":""}`)
+	waitFor(t, "the second alert in ann's inbox", func() bool { return head() == 252 })
+
+	ann := dial(t, st, "ann", "phone")
+	ann.write(map[string]any{"action": "ack", "upTo": 252})
+	has := func(id string) bool { _, ok := rcv.accepted(t, secret)[id+":delivered:ann"]; return ok }
+	waitFor(t, "the delivered callback of the alert the ack read", func() bool { return has(recent) })
+	waitFor(t, "the delivered callback of the alert 251 entries below the ack's top", func() bool { return has(old) })
+}
+
 func TestDeadCallbacksAreListedAndReplayedByTheApp(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{CallbackBackoff: []time.Duration{time.Second}})

@@ -290,3 +290,63 @@ func TestAReadNamesEveryAlertItCoversHoweverManyOtherUsersAlertsCameBetween(t *t
 		t.Fatalf("carl's read of the rest: %+v, %v; want %s named", r, err, c3.ID)
 	}
 }
+
+// AlertsInSpan names the alerts among a span of a user's inbox entries,
+// a page of entries at a time, each page saying how far it read: a
+// catch-up ack's callback job walks the span with it.
+func TestAlertsInSpanPagesThroughAnInboxNamingOnlyAlerts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newStore(t)
+	now := time.Now()
+	alert := func(key string) im.MessageID {
+		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
+			App: "ops", Recipients: []im.UserID{"ann"}, Title: key, Priority: "normal"}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AppendInbox(ctx, "ann", a.Alert.Message, 0, now); err != nil {
+			t.Fatal(err)
+		}
+		return a.Alert.Message.ID
+	}
+	chat := func(n int) {
+		for range n {
+			if _, err := st.Send(ctx, im.Draft{From: "bob", ClientMsgID: fmt.Sprint(time.Now().UnixNano()), Conversation: im.Direct("ann", "bob"), Body: []byte(`"hi"`)}, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	a1 := alert("a1") // seq 1
+	chat(5)           // 2-6
+	a2 := alert("a2") // 7
+	chat(3)           // 8-10
+	a3 := alert("a3") // 11
+	walk := func(after, upTo int64) []im.MessageID {
+		t.Helper()
+		var got []im.MessageID
+		for pages := 0; after < upTo; pages++ {
+			if pages > 10 {
+				t.Fatalf("the walk of (%d, %d] does not end: at %d", after, upTo, after)
+			}
+			ids, reached, err := st.AlertsInSpan(ctx, "ann", after, upTo, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reached <= after || reached > upTo {
+				t.Fatalf("a page from %d of (.., %d] reached %d", after, upTo, reached)
+			}
+			got, after = append(got, ids...), reached
+		}
+		return got
+	}
+	if got, want := walk(0, 11), []im.MessageID{a1, a2, a3}; !slices.Equal(got, want) {
+		t.Fatalf("alerts in (0, 11]: %v, want %v", got, want)
+	}
+	if got, want := walk(1, 10), []im.MessageID{a2}; !slices.Equal(got, want) {
+		t.Fatalf("alerts in (1, 10]: %v, want %v", got, want)
+	}
+	if ids, reached, err := st.AlertsInSpan(ctx, "ann", 0, 11, 4); err != nil || reached != 4 || !slices.Equal(ids, []im.MessageID{a1}) {
+		t.Fatalf("first page of 4 entries: %v up to %d, %v; want [%s] up to 4", ids, reached, err, a1)
+	}
+}

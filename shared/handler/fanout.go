@@ -50,6 +50,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 		err = h.alerts.runCallbacks(ctx, job)
 	case im.FanoutRepeat:
 		err = h.alerts.repeat(ctx, id, job)
+	case im.FanoutAckedAlerts:
+		err = h.ackedAlerts(ctx, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}
@@ -70,6 +72,30 @@ func fanoutBatch(n int) int {
 		return n
 	}
 	return im.DefaultFanoutBatch
+}
+
+// ackedAlertsPage is how many inbox entries one FanoutAckedAlerts job
+// reads (one Query page; at 1 KB bodies about 1 MB, a page's most).
+const ackedAlertsPage = 1000
+
+// ackedAlerts runs a FanoutAckedAlerts job: a status callback job for
+// each alert among the next ackedAlertsPage entries of the span, then the
+// rest of the span as a job of its own. The callback jobs derive
+// "delivered" from the device cursors, which the ack moved before this
+// job was due; one enqueued twice (a retried job) records nothing twice.
+func (h *FanoutWorker) ackedAlerts(ctx context.Context, job im.FanoutJob) error {
+	ids, reached, err := h.Inbox.AlertsInSpan(ctx, job.User, job.From, job.UpTo, ackedAlertsPage)
+	if err != nil {
+		return err
+	}
+	if err := callbacksAfter(ctx, h.FanoutQueue, 0, ids); err != nil {
+		return err
+	}
+	if reached < job.UpTo {
+		job.From = reached
+		return h.FanoutQueue.Enqueue(ctx, 0, job)
+	}
+	return nil
 }
 
 // fanoutMessages runs one message job. A job for the whole group covers

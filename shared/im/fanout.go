@@ -25,6 +25,11 @@ const (
 	FanoutWake FanoutKind = "w"
 	// FanoutRepeat runs re-push Tick of urgent alert Alert (its Repeat).
 	FanoutRepeat FanoutKind = "r"
+	// FanoutAckedAlerts enqueues a FanoutCallback job for each alert among
+	// User's inbox entries (From, UpTo]: the part of an ack's range beyond
+	// the entries the ack read itself (a catch-up ack of a device long
+	// offline), a page at a time.
+	FanoutAckedAlerts FanoutKind = "k"
 )
 
 // FanoutJob is one message on the fan-out queue.

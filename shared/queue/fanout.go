@@ -103,6 +103,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		if j.Alert == "" || j.Tick < 1 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or tick", s)
 		}
+	case im.FanoutAckedAlerts:
+		if !j.User.Valid() || j.UpTo <= j.From || j.From < 0 {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user or span", s)
+		}
 	case im.FanoutCallback:
 		if j.Alert == "" {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert", s)
