@@ -363,7 +363,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 }
 
 // dropCounter passes records on to Handler (as it would) and counts the
-// errors queue.Consumer logs for a message it dropped as malformed.
+// errors queue.Consumer logs for a message it dropped as malformed or
+// left for retry as of an unknown kind.
 type dropCounter struct {
 	slog.Handler
 	n *atomic.Int64
@@ -374,7 +375,7 @@ func (d dropCounter) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (d dropCounter) Handle(ctx context.Context, r slog.Record) error {
-	if r.Level >= slog.LevelError && strings.HasPrefix(r.Message, queue.DroppedMalformed) {
+	if r.Level >= slog.LevelError && (strings.HasPrefix(r.Message, queue.DroppedMalformed) || strings.HasPrefix(r.Message, queue.LeftUnknownKind)) {
 		d.n.Add(1)
 	}
 	if !d.Handler.Enabled(ctx, r.Level) {
@@ -693,7 +694,8 @@ func (st *Stack) Denials() []string {
 // Faults lists what AWS would have refused or a client would have choked
 // on: every IAM denial, and the empty and oversize frames the backend asked
 // the gateway to send; and the queue messages a consumer dropped as
-// malformed (only the stack's functions enqueue: one wrote what another
+// malformed or left for retry as of a kind it does not know (only the
+// stack's functions enqueue, all of one version: one wrote what another
 // cannot read). A test that runs a stack fails on any of them.
 func (st *Stack) Faults() []string {
 	out := st.Denials()
@@ -701,7 +703,7 @@ func (st *Stack) Faults() []string {
 		out[i] = "IAM denied " + d
 	}
 	if n := st.dropped.Load(); n > 0 {
-		out = append(out, fmt.Sprintf("%d queue messages dropped as malformed by their consumer (the log says which)", n))
+		out = append(out, fmt.Sprintf("%d queue messages dropped as malformed or of a kind unknown to their consumer (the log says which)", n))
 	}
 	if st.Gateway != nil {
 		if empty, oversize := st.Gateway.Faults(); empty+oversize > 0 {

@@ -391,7 +391,8 @@ func TestAnOfflineMemberIsWokenByAGroupMessage(t *testing.T) {
 }
 
 // A queue message its consumer cannot decode is dropped (retrying it
-// would not help) and is a fault of the stack, which fails the test:
+// would not help; one of a kind it does not know is retried) and is a
+// fault of the stack, which fails the test:
 // only the stack's own functions enqueue, so one wrote what another cannot
 // read — as a read-diffused group's wake job once was for every message
 // to an offline member, logged and unnoticed.
@@ -412,4 +413,14 @@ func TestAMalformedQueueMessageIsAFault(t *testing.T) {
 	if f := st.Faults(); len(f) != 1 || !strings.Contains(f[0], "1 queue messages dropped as malformed") {
 		t.Fatalf("faults %q, want the one dropped message", f)
 	}
+	// A job of a kind the consumer does not know is a fault too, but it is
+	// left for retry, not dropped (a newer version's job during a deploy
+	// must wait for the new code): it comes back, and counts each time.
+	if _, err := st.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(url), MessageBody: aws.String(`{"k":"z","u":"ann"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the unknown kind received twice", func() bool {
+		f := st.Faults()
+		return len(f) == 1 && (strings.HasPrefix(f[0], "3 queue messages") || strings.HasPrefix(f[0], "4 queue messages"))
+	})
 }

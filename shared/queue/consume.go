@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -15,7 +16,8 @@ type Consumer[T any] struct {
 	// Name names the queue's messages in logs ("redelivery check").
 	Name string
 	// Decode reads a message body; a body it refuses can never succeed
-	// and is dropped (logged), not retried.
+	// and is dropped (logged), not retried — unless its error wraps
+	// ErrUnknownKind: that one is left for retry (logged).
 	Decode func(body string) (T, error)
 	// Handle handles one message; id is its SQS message id. An error
 	// leaves the message for SQS to retry.
@@ -39,6 +41,21 @@ type Retrier interface {
 // decode, which is dropped (the local stack counts them as faults: only
 // the stack's own functions enqueue, so each is a bug of one of them).
 const DroppedMalformed = "dropping a malformed "
+
+// LeftUnknownKind begins the error logged for a message of a kind this
+// version does not know (ErrUnknownKind), which is left for retry (the
+// local stack counts them as faults too: its functions are one version).
+const LeftUnknownKind = "left for retry, of a kind this version does not know: "
+
+// ErrUnknownKind is what a codec's error wraps for a well-formed message
+// of a kind it does not know. During a deploy CloudFormation replaces the
+// functions one by one, and a job a new function enqueues (a kind added
+// since) may reach a consumer still on the old code: dropping it would
+// lose what it carries (a status callback, a group's fan-out). The
+// consumer leaves it for retry instead: by its next receive the new code
+// may have it, and one that never finds it ends in the queue's DLQ, from
+// which an operator moves it back (README, "When a DLQ alarm fires").
+var ErrUnknownKind = errors.New("a kind this version does not know (enqueued by a newer version during a deploy?)")
 
 // Lambda is the handler of an SQS event source mapping with
 // ReportBatchItemFailures: the messages of a batch are handled
@@ -64,6 +81,11 @@ func (c Consumer[T]) Lambda(ctx context.Context, ev events.SQSEvent) (events.SQS
 	}
 	for _, rec := range ev.Records {
 		v, err := c.Decode(rec.Body)
+		if errors.Is(err, ErrUnknownKind) {
+			log.ErrorContext(ctx, LeftUnknownKind+c.Name, "err", err.Error(), "sqsMessageId", rec.MessageId)
+			failed(rec)
+			continue
+		}
 		if err != nil {
 			log.ErrorContext(ctx, DroppedMalformed+c.Name, "err", err.Error(), "sqsMessageId", rec.MessageId)
 			continue

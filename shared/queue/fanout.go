@@ -117,8 +117,10 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		if !j.User.Valid() || j.Alert == "" || (j.UpTo < 1 && !j.Conversation.ValidGroup()) {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user, message or seq", s)
 		}
+	case "":
+		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: no kind", s)
 	default:
-		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: unknown kind", s)
+		return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: kind %q: %w", s, b.Kind, ErrUnknownKind)
 	}
 	return j, nil
 }
