@@ -86,21 +86,8 @@ func TestALateAlertIsReadByItsInboxSeq(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
 	now := time.Now()
-	post := func(key string) im.Message {
-		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
-			App: "ops", Recipients: []im.UserID{"ann"}, Title: key, Priority: "normal"}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.Alert.Message
-	}
-	append := func(m im.Message) int64 {
-		seq, err := st.AppendInbox(ctx, "ann", m, 0, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return seq
-	}
+	post := func(key string) im.Message { return postAlert(t, st, "ann", key, now) }
+	append := func(m im.Message) int64 { return appendAlert(t, st, "ann", m, now) }
 	early, later := post("k1"), post("k2")
 	laterSeq := append(later)
 	if r, err := st.ReadAlerts(ctx, "ann", "a:ops", later.ConvSeq, 0, now); err != nil || !r.Moved || r.ReadSeq != laterSeq || !slices.Equal(r.Read, []im.MessageID{later.ID}) {
@@ -182,16 +169,8 @@ func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
 	now := time.Now()
-	a, err := st.BeginAlert(ctx, "ops", "k1", "k1", im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
-		App: "ops", Recipients: []im.UserID{"ann"}, Title: "k1", Priority: "normal"}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := a.Alert.Message
-	seq, err := st.AppendInbox(ctx, "ann", m, 0, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := postAlert(t, st, "ann", "k1", now)
+	seq := appendAlert(t, st, "ann", m, now)
 	var named []im.MessageID
 	refuse := func(ids []im.MessageID) error { named = ids; return errors.New("queue down") }
 	if _, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, refuse); err == nil || !slices.Equal(named, []im.MessageID{m.ID}) {
@@ -225,27 +204,15 @@ func TestAReadNamesEveryAlertItCoversHoweverManyOtherUsersAlertsCameBetween(t *t
 	const window = 20
 	dynamo.SetReadCover(st, window)
 	now := time.Now()
-	post := func(to im.UserID, key string) im.Message {
-		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
-			App: "ops", Recipients: []im.UserID{to}, Title: key, Priority: "normal"}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.Alert.Message
-	}
 	deliver := func(to im.UserID, key string) (im.Message, int64) {
-		m := post(to, key)
-		seq, err := st.AppendInbox(ctx, to, m, 0, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m, seq
+		m := postAlert(t, st, to, key, now)
+		return m, appendAlert(t, st, to, m, now)
 	}
 	others := 0
 	othersAlerts := func(n int) { // posted to bob: they take convSeqs only
 		for range n {
 			others++
-			post("bob", fmt.Sprintf("bob-%d", others))
+			postAlert(t, st, "bob", fmt.Sprintf("bob-%d", others), now)
 		}
 	}
 	unread := func(u im.UserID) int64 {
@@ -300,15 +267,9 @@ func TestAlertsInSpanPagesThroughAnInboxNamingOnlyAlerts(t *testing.T) {
 	st := newStore(t)
 	now := time.Now()
 	alert := func(key string) im.MessageID {
-		a, err := st.BeginAlert(ctx, "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
-			App: "ops", Recipients: []im.UserID{"ann"}, Title: key, Priority: "normal"}, now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := st.AppendInbox(ctx, "ann", a.Alert.Message, 0, now); err != nil {
-			t.Fatal(err)
-		}
-		return a.Alert.Message.ID
+		m := postAlert(t, st, "ann", key, now)
+		appendAlert(t, st, "ann", m, now)
+		return m.ID
 	}
 	chat := func(n int) {
 		for range n {
@@ -349,4 +310,27 @@ func TestAlertsInSpanPagesThroughAnInboxNamingOnlyAlerts(t *testing.T) {
 	if ids, reached, err := st.AlertsInSpan(ctx, "ann", 0, 11, 4); err != nil || reached != 4 || !slices.Equal(ids, []im.MessageID{a1}) {
 		t.Fatalf("first page of 4 entries: %v up to %d, %v; want [%s] up to 4", ids, reached, err, a1)
 	}
+}
+
+// postAlert posts a normal alert of app ops to one user (key is its
+// idempotency key and title) and returns its message, not yet in an inbox.
+func postAlert(t *testing.T, st *dynamo.Store, to im.UserID, key string, now time.Time) im.Message {
+	t.Helper()
+	a, err := st.BeginAlert(context.Background(), "ops", key, key, im.Alert{Message: im.Message{Conversation: "a:ops", From: "app.ops", Body: []byte(`{}`)},
+		App: "ops", Recipients: []im.UserID{to}, Title: key, Priority: "normal"}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a.Alert.Message
+}
+
+// appendAlert appends an alert's message to its recipient's inbox and
+// returns its inbox seq.
+func appendAlert(t *testing.T, st *dynamo.Store, to im.UserID, m im.Message, now time.Time) int64 {
+	t.Helper()
+	seq, err := st.AppendInbox(context.Background(), to, m, 0, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
 }
