@@ -230,7 +230,7 @@ type greedyReads struct {
 	handler.Reads
 }
 
-func (g greedyReads) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, before func([]im.MessageID) error) (im.AlertsRead, error) {
+func (g greedyReads) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, before func([]im.MessageID, int64, int64) error) (im.AlertsRead, error) {
 	return g.Reads.ReadAlertsBefore(ctx, u, c, upTo, 1<<62, now, before)
 }
 

@@ -19,8 +19,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/signet-im/signet/shared/devstack"
+	"github.com/signet-im/signet/shared/dynamo"
 	"github.com/signet-im/signet/shared/handler"
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/testkit"
 	"github.com/signet-im/signet/shared/webhook"
 )
 
@@ -216,10 +218,6 @@ func TestStatusCallbacksReachAReceiverThatWasDownOnceEachAndSigned(t *testing.T)
 	}
 }
 
-// A receiver down past the last try: the events are dead, listed with
-// the last error, and delivered when the app asks for them again; an
-// escalation nobody answered ends in an expired event. Only the app
-// itself (or the admin) reads or replays them.
 // A catch-up ack covers more entries than the ack reads itself (the
 // newest 200): each alert it covers still gets its delivered callback.
 // Before, an alert below the newest 200 got none — its status said
@@ -227,28 +225,8 @@ func TestStatusCallbacksReachAReceiverThatWasDownOnceEachAndSigned(t *testing.T)
 // 100,000-message chaos run waited for one in vain).
 func TestACatchUpAckGetsEveryAlertItCoversItsDeliveredCallback(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	st := startStack(t, devstack.Options{})
-	key := createApp(t, st, "pager", []string{"ann"}, 100)
-	rcv := newReceiver(t)
-	secret := setWebhook(t, st, key, "pager", rcv.srv.URL+"/signet")
-	head := func() int64 {
-		h, _, err := st.Store.Head(ctx, "ann")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	}
-	old := postAlert(t, st, key, "old", `{"to":["ann"],"title":"Disk full","body":""}`)
-	waitFor(t, "the first alert in ann's inbox", func() bool { return head() == 1 })
-	for i := range 250 {
-		if _, err := st.Store.Send(ctx, im.Draft{From: "ben", ClientMsgID: fmt.Sprint("m", i), Conversation: im.Direct("ann", "ben"), Body: []byte(`"x"`)}, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	recent := postAlert(t, st, key, "recent", `{"to":["ann"],"title":"Disk full again","body":""}`)
-	waitFor(t, "the second alert in ann's inbox", func() bool { return head() == 252 })
-
+	rcv, secret, old, recent := alertsFarApart(t, st, 250)
 	ann := dial(t, st, "ann", "phone")
 	ann.write(map[string]any{"action": "ack", "upTo": 252})
 	has := func(id string) bool { _, ok := rcv.accepted(t, secret)[id+":delivered:ann"]; return ok }
@@ -256,6 +234,54 @@ func TestACatchUpAckGetsEveryAlertItCoversItsDeliveredCallback(t *testing.T) {
 	waitFor(t, "the delivered callback of the alert 251 entries below the ack's top", func() bool { return has(old) })
 }
 
+// A read of an app's alerts covering more inbox entries than the read
+// looks through itself (dynamo.Store.ReadSpan: 5,000; 20 here) still gets
+// each alert it covers its read callback: those below from a job that
+// reads the rest, as a catch-up ack's. Before, an alert below got none
+// while its status said read (derived from the watermark).
+func TestACatchUpReadGetsEveryAlertItCoversItsReadCallback(t *testing.T) {
+	t.Parallel()
+	st := startStack(t, devstack.Options{Configure: testkit.On("ReadFunction", func(h *handler.Deps) { h.Reads.(*dynamo.Store).ReadSpan = 20 })})
+	rcv, secret, old, recent := alertsFarApart(t, st, 30)
+	ann := dial(t, st, "ann", "phone")
+	ann.write(map[string]any{"action": "read", "conversationId": "a:pager", "upTo": 2})
+	has := func(id string) bool { _, ok := rcv.accepted(t, secret)[id+":read:ann"]; return ok }
+	waitFor(t, "the read callback of the alert the read looked through", func() bool { return has(recent) })
+	waitFor(t, "the read callback of the alert 31 entries below the read's top", func() bool { return has(old) })
+}
+
+// alertsFarApart makes app pager with a webhook to a new receiver and
+// posts ann an alert (old, her inbox seq 1), n chat messages from ben,
+// and a second alert (recent, seq n+2).
+func alertsFarApart(t *testing.T, st *devstack.Stack, n int) (rcv *receiver, secret, old, recent string) {
+	t.Helper()
+	ctx := context.Background()
+	key := createApp(t, st, "pager", []string{"ann"}, 100)
+	rcv = newReceiver(t)
+	secret = setWebhook(t, st, key, "pager", rcv.srv.URL+"/signet")
+	head := func() int64 {
+		h, _, err := st.Store.Head(ctx, "ann")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	old = postAlert(t, st, key, "old", `{"to":["ann"],"title":"Disk full","body":""}`)
+	waitFor(t, "the first alert in ann's inbox", func() bool { return head() == 1 })
+	for i := range n {
+		if _, err := st.Store.Send(ctx, im.Draft{From: "ben", ClientMsgID: fmt.Sprint("m", i), Conversation: im.Direct("ann", "ben"), Body: []byte(`"x"`)}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recent = postAlert(t, st, key, "recent", `{"to":["ann"],"title":"Disk full again","body":""}`)
+	waitFor(t, "the second alert in ann's inbox", func() bool { return head() == int64(n)+2 })
+	return rcv, secret, old, recent
+}
+
+// A receiver down past the last try: the events are dead, listed with
+// the last error, and delivered when the app asks for them again; an
+// escalation nobody answered ends in an expired event. Only the app
+// itself (or the admin) reads or replays them.
 func TestDeadCallbacksAreListedAndReplayedByTheApp(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{CallbackBackoff: []time.Duration{time.Second}})

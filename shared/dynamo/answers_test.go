@@ -164,7 +164,10 @@ func sorted(ids ...im.MessageID) []im.MessageID {
 
 // ReadAlertsBefore names the alerts a read is about to cover before its
 // write, and an error from that stops the read with nothing written (the
-// read route enqueues their status callback jobs there).
+// read route enqueues their status callback jobs there); a read covering
+// more inbox entries than ReadSpan names the alerts among the newest and
+// tells the entries below, which it did not look through (the read route
+// enqueues a job that reads them).
 func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
@@ -172,7 +175,7 @@ func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 	m := postAlert(t, st, "ann", "k1", now)
 	seq := appendAlert(t, st, "ann", m, now)
 	var named []im.MessageID
-	refuse := func(ids []im.MessageID) error { named = ids; return errors.New("queue down") }
+	refuse := func(ids []im.MessageID, _, _ int64) error { named = ids; return errors.New("queue down") }
 	if _, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, refuse); err == nil || !slices.Equal(named, []im.MessageID{m.ID}) {
 		t.Fatalf("read refused before its write: %v, named %v", err, named)
 	}
@@ -180,9 +183,32 @@ func TestAReadNamesItsAlertsBeforeItsWrite(t *testing.T) {
 		t.Fatalf("after the refused read: %+v, %v; want nothing read", mark, err)
 	}
 	named = nil
-	r, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, func(ids []im.MessageID) error { named = ids; return nil })
-	if err != nil || !r.Moved || !slices.Equal(named, r.Read) || !slices.Equal(r.Read, []im.MessageID{m.ID}) {
-		t.Fatalf("read: %+v, %v, named %v", r, err, named)
+	var below [2]int64
+	before := func(ids []im.MessageID, after, upTo int64) error {
+		named, below = ids, [2]int64{after, upTo}
+		return nil
+	}
+	r, err := st.ReadAlertsBefore(ctx, "ann", "a:ops", m.ConvSeq, seq, now, before)
+	if err != nil || !r.Moved || !slices.Equal(named, r.Read) || !slices.Equal(r.Read, []im.MessageID{m.ID}) || below[1] > below[0] {
+		t.Fatalf("read: %+v, %v, named %v, entries below %v", r, err, named, below)
+	}
+
+	st.ReadSpan = 3
+	m2 := postAlert(t, st, "ann", "k2", now) // seq 2
+	appendAlert(t, st, "ann", m2, now)
+	for i := range 4 { // seqs 3-6
+		if _, err := st.Send(ctx, im.Draft{From: "bob", ClientMsgID: fmt.Sprint("c", i), Conversation: im.Direct("ann", "bob"), Body: []byte(`"hi"`)}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m3 := postAlert(t, st, "ann", "k3", now)
+	seq3 := appendAlert(t, st, "ann", m3, now) // 7
+	r, err = st.ReadAlertsBefore(ctx, "ann", "a:ops", m3.ConvSeq, seq3, now, before)
+	if err != nil || !r.Moved || !slices.Equal(named, []im.MessageID{m3.ID}) || below != [2]int64{seq, seq3 - 3} {
+		t.Fatalf("a read of more than ReadSpan entries: %+v, %v, named %v, entries below %v; want [%s] named, (%d, %d] below", r, err, named, below, m3.ID, seq, seq3-3)
+	}
+	if mark, err := st.ReadWatermark(ctx, "ann", "a:ops"); err != nil || !mark.CoversAlert(m2.ConvSeq, 2, now) {
+		t.Fatalf("after it: %+v, %v; want the alert below read all the same", mark, err)
 	}
 }
 
@@ -290,7 +316,7 @@ func TestAlertsInSpanPagesThroughAnInboxNamingOnlyAlerts(t *testing.T) {
 			if pages > 10 {
 				t.Fatalf("the walk of (%d, %d] does not end: at %d", after, upTo, after)
 			}
-			ids, reached, err := st.AlertsInSpan(ctx, "ann", after, upTo, 4)
+			ids, reached, err := st.AlertsInSpan(ctx, "ann", "", after, upTo, 4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,8 +333,15 @@ func TestAlertsInSpanPagesThroughAnInboxNamingOnlyAlerts(t *testing.T) {
 	if got, want := walk(1, 10), []im.MessageID{a2}; !slices.Equal(got, want) {
 		t.Fatalf("alerts in (1, 10]: %v, want %v", got, want)
 	}
-	if ids, reached, err := st.AlertsInSpan(ctx, "ann", 0, 11, 4); err != nil || reached != 4 || !slices.Equal(ids, []im.MessageID{a1}) {
+	if ids, reached, err := st.AlertsInSpan(ctx, "ann", "", 0, 11, 4); err != nil || reached != 4 || !slices.Equal(ids, []im.MessageID{a1}) {
 		t.Fatalf("first page of 4 entries: %v up to %d, %v; want [%s] up to 4", ids, reached, err, a1)
+	}
+	// Of one app's conversation only (a catch-up read's job).
+	if ids, reached, err := st.AlertsInSpan(ctx, "ann", "a:ops", 0, 11, 20); err != nil || reached != 11 || !slices.Equal(ids, []im.MessageID{a1, a2, a3}) {
+		t.Fatalf("a:ops's alerts in (0, 11]: %v up to %d, %v", ids, reached, err)
+	}
+	if ids, reached, err := st.AlertsInSpan(ctx, "ann", "a:crm", 0, 11, 20); err != nil || reached != 11 || len(ids) > 0 {
+		t.Fatalf("a:crm's alerts in (0, 11]: %v up to %d, %v; want none", ids, reached, err)
 	}
 }
 

@@ -85,11 +85,14 @@ func (st *Store) ReadAlerts(ctx context.Context, u im.UserID, c im.ConversationI
 }
 
 // ReadAlertsBefore is ReadAlerts telling beforeWrite (when not nil) which
-// alerts the read is about to cover, before each try of its write: an
-// error from it stops the read with nothing written. (The read route
-// enqueues their status callback jobs there, so that a function that
-// stops after the write loses none.)
-func (st *Store) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func([]im.MessageID) error) (im.AlertsRead, error) {
+// alerts the read is about to cover, before each try of its write: the
+// alerts among the newest ReadSpan inbox entries it covers, by id, and
+// when it covers more, the entries (after, below] it did not look
+// through. An error from it stops the read with nothing written. (The
+// read route enqueues their status callback jobs there — for the entries
+// below, a job that reads them — so that a function that stops after the
+// write loses none.)
+func (st *Store) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func(ids []im.MessageID, after, below int64) error) (im.AlertsRead, error) {
 	key := inboxKey(u, convIndexSK(c))
 	for attempt := range st.MaxAttempts {
 		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(st.tables.Inbox), Key: key, ConsistentRead: aws.Bool(true)})
@@ -127,7 +130,8 @@ func (st *Store) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.Convers
 		if r.UpTo == read && r.ReadSeq == rseq {
 			return r, nil
 		}
-		newly, err := st.alertsIn(ctx, u, c, rseq, r.ReadSeq)
+		span := cmp.Or(st.ReadSpan, DefaultReadSpan)
+		newly, err := st.alertsIn(ctx, u, c, rseq, r.ReadSeq, span)
 		if err != nil {
 			return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
 		}
@@ -145,8 +149,8 @@ func (st *Store) ReadAlertsBefore(ctx context.Context, u im.UserID, c im.Convers
 		if _, ok := it[attrInboxSeq]; !ok {
 			iseqIs = "(attribute_not_exists(#iseq) OR #iseq = :iseq)"
 		}
-		if beforeWrite != nil && len(newly) > 0 {
-			if err := beforeWrite(slices.Sorted(maps.Keys(newly))); err != nil {
+		if below := max(rseq, r.ReadSeq-span); beforeWrite != nil && (len(newly) > 0 || below > rseq) {
+			if err := beforeWrite(slices.Sorted(maps.Keys(newly)), rseq, below); err != nil {
 				return im.AlertsRead{}, fmt.Errorf("read %s in %s: %w", u, c, err)
 			}
 		}
@@ -215,29 +219,31 @@ func updateExpression(set, add, del []string) string {
 // them).
 const maxReadCover = 200
 
-// maxReadSpan bounds the inbox entries a read of alerts looks through to
-// name the alerts it covers: a read covering more marks them read all the
-// same (the inbox seq watermark); only the "read" trace events and status
-// callbacks of the alerts below the newest maxReadSpan entries are left
-// out, and the unread count, lowered by those named, stays above the
-// truth until a read covers the newest alert. A read lands after a push or
-// a sync showed the alerts, so its span is what arrived since the last.
-const maxReadSpan = 5000
+// DefaultReadSpan is Store.ReadSpan unless set: the inbox entries a read
+// of alerts looks through itself to name the alerts it covers (about 300
+// strongly consistent read units at most). A read covering more marks
+// them read all the same (the inbox seq watermark), and the alerts below
+// get their status callbacks from a job (ReadAlertsBefore's beforeWrite is
+// told the span); only their "read" trace events are left out, and the
+// unread count, lowered by those named, stays above the truth until a
+// read covers the newest alert. A read lands after a push or a sync showed
+// the alerts, so its span is what arrived since the last.
+const DefaultReadSpan = 5000
 
 // alertsIn returns u's alerts of app conversation c at inbox seqs in
-// (after, upTo] — within the newest maxReadSpan — from u's inbox entries,
+// (after, upTo] — within the newest span — from u's inbox entries,
 // strongly consistent (a read names what its device was just shown). An
 // app's convSeqs number every user's alerts, so the log's convSeq span of
 // one user's read holds every other user's alerts of the app too: named
 // from the newest maxReadCover convSeqs of that span, a busy app's alerts
 // read a little later lost their read events and status callbacks (the
 // 20,000-message chaos run: 40 users, 1,000 alerts; forty-sixth session).
-func (st *Store) alertsIn(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64) (map[im.MessageID]bool, error) {
+func (st *Store) alertsIn(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo, span int64) (map[im.MessageID]bool, error) {
 	out := map[im.MessageID]bool{}
 	if upTo <= after {
 		return out, nil
 	}
-	q := project(st.inboxSpan(u, max(after, upTo-maxReadSpan)+1, upTo), attrMID)
+	q := project(st.inboxSpan(u, max(after, upTo-span)+1, upTo), attrMID)
 	q.ConsistentRead = aws.Bool(true)
 	q.FilterExpression = aws.String("#fc = :fc")
 	q.ExpressionAttributeNames["#fc"], q.ExpressionAttributeValues[":fc"] = attrConv, s(string(c))

@@ -54,6 +54,11 @@ type Store struct {
 	// recognised while fewer messages than this were logged in its
 	// conversation after its first try, and no send reads more.
 	SeenWindow int
+	// ReadSpan bounds the inbox entries a read of alerts looks through
+	// itself to name the alerts it covers (DefaultReadSpan when 0): those
+	// below get their status callbacks from a job it enqueues
+	// (ReadAlertsBefore).
+	ReadSpan int64
 	// GroupReads makes the groups created from now on read-diffused
 	// (docs/proposal-group-read-diffusion.md): their messages stay in the
 	// group's log, pushed to online members and pulled by the others, and

@@ -586,14 +586,16 @@ func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im
 }
 
 // AlertsInSpan returns the message ids of u's alerts (entries of app
-// conversations) with inbox seq in (after, upTo] among at most limit
-// entries read (one Query page), and the seq that page reached: upTo when
-// the span is done. For the part of an ack's range beyond the entries it
-// read itself (im.FanoutAckedAlerts), so each alert a catch-up ack
-// covered gets its delivered status callback. Strongly consistent: a page
-// read behind would end short and pass for the end of the span (a rare
-// path: acks that cover more than 200 entries).
-func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.MessageID, int64, error) {
+// conversations; of app conversation c only, when c is not empty) with
+// inbox seq in (after, upTo] among at most limit entries read (one Query
+// page), and the seq that page reached: upTo when the span is done. For
+// the part of an ack's range beyond the entries it read itself, and of a
+// read's beyond those it looked through (im.FanoutCoveredAlerts), so each
+// alert a catch-up ack or read covered gets its status callback. Strongly
+// consistent: a page read behind would end short and pass for the end of
+// the span (a rare path: acks that cover more than 200 entries, reads
+// more than ReadSpan).
+func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64, limit int) ([]im.MessageID, int64, error) {
 	if upTo <= after {
 		return nil, upTo, nil
 	}
@@ -608,7 +610,7 @@ func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, after, upTo int6
 	}
 	var ids []im.MessageID
 	for _, it := range res.Items {
-		if im.ConversationID(getS(it, attrConv)).AppConversation() {
+		if conv := im.ConversationID(getS(it, attrConv)); conv.AppConversation() && (c == "" || conv == c) {
 			ids = append(ids, im.MessageID(getS(it, attrMID)))
 		}
 	}

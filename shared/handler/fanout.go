@@ -50,8 +50,8 @@ func (h *FanoutWorker) RunFanout(ctx context.Context, id string, job im.FanoutJo
 		err = h.alerts.runCallbacks(ctx, job)
 	case im.FanoutRepeat:
 		err = h.alerts.repeat(ctx, id, job)
-	case im.FanoutAckedAlerts:
-		err = h.ackedAlerts(ctx, job)
+	case im.FanoutCoveredAlerts:
+		err = h.coveredAlerts(ctx, job)
 	default:
 		err = h.fanoutMessages(ctx, job)
 	}
@@ -74,17 +74,19 @@ func fanoutBatch(n int) int {
 	return im.DefaultFanoutBatch
 }
 
-// ackedAlertsPage is how many inbox entries one FanoutAckedAlerts job
+// coveredAlertsPage is how many inbox entries one FanoutCoveredAlerts job
 // reads (one Query page; at 1 KB bodies about 1 MB, a page's most).
-const ackedAlertsPage = 1000
+const coveredAlertsPage = 1000
 
-// ackedAlerts runs a FanoutAckedAlerts job: a status callback job for
-// each alert among the next ackedAlertsPage entries of the span, then the
-// rest of the span as a job of its own. The callback jobs derive
-// "delivered" from the device cursors, which the ack moved before this
-// job was due; one enqueued twice (a retried job) records nothing twice.
-func (h *FanoutWorker) ackedAlerts(ctx context.Context, job im.FanoutJob) error {
-	ids, reached, err := h.Inbox.AlertsInSpan(ctx, job.User, job.From, job.UpTo, ackedAlertsPage)
+// coveredAlerts runs a FanoutCoveredAlerts job: a status callback job for
+// each alert (of the job's conversation, when it names one) among the
+// next coveredAlertsPage entries of the span, then the rest of the span as
+// a job of its own. The callback jobs derive "delivered" from the device
+// cursors and "read" from the read watermark, which the ack or read moved
+// before this job was due; one enqueued twice (a retried job) records
+// nothing twice.
+func (h *FanoutWorker) coveredAlerts(ctx context.Context, job im.FanoutJob) error {
+	ids, reached, err := h.Inbox.AlertsInSpan(ctx, job.User, job.Conversation, job.From, job.UpTo, coveredAlertsPage)
 	if err != nil {
 		return err
 	}

@@ -37,9 +37,10 @@ type Inbox interface {
 	// has sent its receipts and events again.
 	MarkRetold(ctx context.Context, u im.UserID, d im.DeviceID, upTo int64) error
 	EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error)
-	// AlertsInSpan returns the ids of u's alerts with inbox seq in
-	// (after, upTo] among at most limit entries read, and the seq reached.
-	AlertsInSpan(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.MessageID, int64, error)
+	// AlertsInSpan returns the ids of u's alerts (of app conversation c
+	// only, when set) with inbox seq in (after, upTo] among at most limit
+	// entries read, and the seq reached.
+	AlertsInSpan(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64, limit int) ([]im.MessageID, int64, error)
 	Devices(ctx context.Context, u im.UserID) (map[im.DeviceID]im.DeviceCursor, error)
 	EnsureDevice(ctx context.Context, u im.UserID, d im.DeviceID, limit int, now time.Time) error
 	ForgetDevice(ctx context.Context, u im.UserID, d im.DeviceID) error

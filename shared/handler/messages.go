@@ -537,8 +537,8 @@ func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (c
 	if from > old {
 		// A catch-up ack covers more than the newest maxAckTrace entries
 		// read above: the alerts below them get their jobs from a job
-		// that reads the rest of the range (FanoutWorker.ackedAlerts).
-		rest := im.FanoutJob{Kind: im.FanoutAckedAlerts, User: c.User, From: old, UpTo: from}
+		// that reads the rest of the range (FanoutWorker.coveredAlerts).
+		rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: c.User, From: old, UpTo: from}
 		if err := h.FanoutQueue.Enqueue(ctx, callbackDelay, rest); err != nil {
 			return coveredRefs{}, fmt.Errorf("the alerts acked below the newest %d entries: %w", maxAckTrace, err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // Reads is the storage of read watermarks.
 type Reads interface {
 	MarkRead(ctx context.Context, u im.UserID, c im.ConversationID, upTo int64, now time.Time) (int64, bool, error)
-	ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func([]im.MessageID) error) (im.AlertsRead, error)
+	ReadAlertsBefore(ctx context.Context, u im.UserID, c im.ConversationID, upTo, inboxSeq int64, now time.Time, beforeWrite func(ids []im.MessageID, after, below int64) error) (im.AlertsRead, error)
 	ReadWatermark(ctx context.Context, u im.UserID, c im.ConversationID) (im.ReadMark, error)
 	ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error)
 	Message(ctx context.Context, c im.ConversationID, convSeq int64) (im.Message, error)
@@ -121,8 +122,21 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 	// callbackDelay after it, enqueued before its write: a function that
 	// stops after the write (or whose job below is not enqueued) loses no
 	// read callback. That enqueue failing fails the read before anything
-	// is written.
-	early := func(ids []im.MessageID) error { return callbacksAfter(ctx, h.FanoutQueue, callbackDelay, ids) }
+	// is written. A read covering more inbox entries than the store looks
+	// through itself (Store.ReadSpan: an app's alerts read long after the
+	// last read) names the alerts of the newest; those below (after,
+	// below] get their jobs from a job that reads the rest
+	// (FanoutWorker.coveredAlerts), as a catch-up ack's do.
+	early := func(ids []im.MessageID, after, below int64) error {
+		if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, ids); err != nil || below <= after || h.FanoutQueue == nil {
+			return err
+		}
+		rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: c.User, Conversation: conv, From: after, UpTo: below}
+		if err := h.FanoutQueue.Enqueue(ctx, callbackDelay, rest); err != nil {
+			return fmt.Errorf("the alerts read below the newest entries: %w", err)
+		}
+		return nil
+	}
 	r, err := h.Reads.ReadAlertsBefore(ctx, c.User, conv, upTo, inboxSeq, h.now(), early)
 	if err != nil {
 		return h.failOneWay(ctx, c, wire.ActionRead, err)

@@ -25,11 +25,13 @@ const (
 	FanoutWake FanoutKind = "w"
 	// FanoutRepeat runs re-push Tick of urgent alert Alert (its Repeat).
 	FanoutRepeat FanoutKind = "r"
-	// FanoutAckedAlerts enqueues a FanoutCallback job for each alert among
-	// User's inbox entries (From, UpTo]: the part of an ack's range beyond
-	// the entries the ack read itself (a catch-up ack of a device long
-	// offline), a page at a time.
-	FanoutAckedAlerts FanoutKind = "k"
+	// FanoutCoveredAlerts enqueues a FanoutCallback job for each alert
+	// among User's inbox entries (From, UpTo] — of Conversation only, when
+	// set — a page at a time: the part of an ack's range beyond the
+	// entries the ack read itself (a catch-up ack of a device long
+	// offline), or of a read's beyond those the read looked through (a
+	// read of an app's alerts long after the last).
+	FanoutCoveredAlerts FanoutKind = "k"
 )
 
 // FanoutJob is one message on the fan-out queue.

@@ -103,9 +103,12 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 		if j.Alert == "" || j.Tick < 1 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or tick", s)
 		}
-	case im.FanoutAckedAlerts:
+	case im.FanoutCoveredAlerts:
 		if !j.User.Valid() || j.UpTo <= j.From || j.From < 0 {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing user or span", s)
+		}
+		if j.Conversation != "" && !j.Conversation.AppConversation() {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: not an app conversation", s)
 		}
 	case im.FanoutCallback:
 		if j.Alert == "" {
