@@ -60,6 +60,17 @@ func (st *Store) queryAll(ctx context.Context, in *dynamodb.QueryInput, visit fu
 	})
 }
 
+// queryFirst returns the first limit items of a query, following pages
+// (a page ends at 1 MB as well as at its Limit).
+func (st *Store) queryFirst(ctx context.Context, in *dynamodb.QueryInput, limit int) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	err := st.queryUntil(ctx, in, func(it map[string]types.AttributeValue) bool {
+		out = append(out, it)
+		return len(out) < limit
+	})
+	return out, err
+}
+
 // queryUntil is queryAll that stops when visit returns false.
 func (st *Store) queryUntil(ctx context.Context, in *dynamodb.QueryInput, visit func(map[string]types.AttributeValue) bool) error {
 	p := dynamodb.NewQueryPaginator(st.db, in)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/signet-im/signet/shared/im"
+	"github.com/signet-im/signet/shared/memdyn"
 )
 
 // Issue 12: a 1 KB body was copied into the conversation log and into every
@@ -316,5 +319,63 @@ func TestAnUnplacedClaimIsNoHeadForAnEmptyInbox(t *testing.T) {
 	}
 	if head, _, err := st.Head(ctx, "carol"); err != nil || head != 5 {
 		t.Fatalf("carol's head = %d, %v; want 5 (an entry that old may have expired)", head, err)
+	}
+}
+
+// Entries stored before they referenced the log carry their body, so a
+// span of them can pass DynamoDB's 1 MB a Query page holds before the
+// page's Limit: the span reads follow LastEvaluatedKey and never take a
+// page cut at 1 MB for the end of the span (alert callbacks beyond the
+// cut would be lost so: an ack's newest entries, a catch-up job's rest);
+// nor does a read by convSeq alone in an app log of large alerts. memdyn
+// cuts pages at 1 MB as DynamoDB does; minidyn does not.
+func TestSpanReadsFollowPagesCutAtOneMegabyte(t *testing.T) {
+	t.Parallel()
+	st := testStoreOn(t, memdyn.New())
+	ctx, now := context.Background(), time.Now()
+	body := s(`"` + strings.Repeat("x", 8000) + `"`)
+	const last = 300
+	var alerts []im.MessageID
+	for seq := int64(1); seq <= last; seq++ {
+		m := im.Message{ID: im.MessageID(fmt.Sprint("m", seq)), Conversation: im.Direct("ann", "bob"), ConvSeq: seq, From: "bob", SentAt: now}
+		if seq == 1 || seq == 150 || seq == last {
+			m.ID, m.Conversation, m.From = im.MessageID(fmt.Sprint("alert", seq)), "a:ops", "app.ops"
+			alerts = append(alerts, m.ID)
+		}
+		item := entryItem("ann", im.Entry{Seq: seq, Message: m}, n(now.Add(time.Hour).Unix()))
+		item["body"] = body
+		if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.tables.Inbox), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []im.MessageID
+	pages := 0
+	for after := int64(0); after < last; pages++ {
+		ids, reached, err := st.AlertsInSpan(ctx, "ann", "", after, last, 1000)
+		if err != nil || reached <= after {
+			t.Fatalf("a page from %d: reached %d, %v", after, reached, err)
+		}
+		got, after = append(got, ids...), reached
+	}
+	if !slices.Equal(got, alerts) || pages < 2 {
+		t.Fatalf("alerts in (0, %d]: %v in %d pages; want %v in pages of at most 1 MB", last, got, pages, alerts)
+	}
+	refs, err := st.EntryRefs(ctx, "ann", 0, last, 200)
+	if err != nil || len(refs) != 200 || refs[199].Seq != 200 {
+		t.Fatalf("EntryRefs of (0, %d], 200 at most: %d refs, %v; want seqs 1 to 200", last, len(refs), err)
+	}
+	if in, err := st.alertsIn(ctx, "ann", "a:ops", 0, last, 5000); err != nil || len(in) != 3 || !in[alerts[1]] || !in[alerts[2]] {
+		t.Fatalf("alerts read in (0, %d]: %v, %v; want all three", last, in, err)
+	}
+	// The log of an app whose alerts have large bodies: a read by convSeq
+	// alone names them from the newest 200 convSeqs (ConversationIDs).
+	for seq := int64(1); seq <= last; seq++ {
+		item := map[string]types.AttributeValue{attrConv: s("a:crm"), attrSK: s(convSK(seq)), attrCSeq: n(seq), attrMID: s(fmt.Sprint("crm", seq)), "body": body}
+		if _, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(st.tables.Messages), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, err := st.ConversationIDs(ctx, "a:crm", last-200, last, 200); err != nil || len(ids) != 200 || string(ids[last]) != fmt.Sprint("crm", last) {
+		t.Fatalf("ConversationIDs of (%d, %d]: %d ids, %v; want 200, the newest crm%d", last-200, last, len(ids), err, last)
 	}
 }

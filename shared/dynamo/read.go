@@ -240,21 +240,21 @@ const DefaultReadSpan = 5000
 // 20,000-message chaos run: 40 users, 1,000 alerts; forty-sixth session).
 func (st *Store) alertsIn(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo, span int64) (map[im.MessageID]bool, error) {
 	out := map[im.MessageID]bool{}
-	if upTo <= after {
-		return out, nil
-	}
-	q := project(st.inboxSpan(u, max(after, upTo-span)+1, upTo), attrMID)
-	q.ConsistentRead = aws.Bool(true)
-	q.FilterExpression = aws.String("#fc = :fc")
-	q.ExpressionAttributeNames["#fc"], q.ExpressionAttributeValues[":fc"] = attrConv, s(string(c))
-	err := st.queryAll(ctx, q, func(it map[string]types.AttributeValue) {
-		out[im.MessageID(getS(it, attrMID))] = true
-	})
-	if err != nil {
-		return nil, fmt.Errorf("alerts of %s in (%d, %d]: %w", u, after, upTo, err)
+	for from := max(after, upTo-span); from < upTo; {
+		ids, reached, err := st.AlertsInSpan(ctx, u, c, from, upTo, alertsPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			out[id] = true
+		}
+		from = reached
 	}
 	return out, nil
 }
+
+// alertsPage is the inbox entries alertsIn asks for in one Query.
+const alertsPage = 1000
 
 // alertPlace is where an alert is: its convSeq and its seq in an inbox.
 type alertPlace struct{ convSeq, seq int64 }
@@ -293,7 +293,8 @@ func (st *Store) ReadWatermark(ctx context.Context, u im.UserID, c im.Conversati
 // at most limit, by convSeq. Strongly consistent: a read names what its
 // device was just shown, and the alerts it marks read and the read events
 // come from these ids (an eventually consistent read a moment behind the
-// log item's write would leave the newest out).
+// log item's write would leave the newest out). Pages DynamoDB cut at
+// 1 MB (alerts with large bodies) are followed up to the limit.
 func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after, upTo int64, limit int) (map[int64]im.MessageID, error) {
 	out := map[int64]im.MessageID{}
 	if upTo <= after {
@@ -301,11 +302,11 @@ func (st *Store) ConversationIDs(ctx context.Context, c im.ConversationID, after
 	}
 	q := project(st.logSpan(c, after+1, upTo), attrCSeq, attrMID)
 	q.Limit, q.ConsistentRead = aws.Int32(int32(limit)), aws.Bool(true)
-	res, err := st.db.Query(ctx, q)
+	items, err := st.queryFirst(ctx, q, limit)
 	if err != nil {
 		return nil, fmt.Errorf("conversation ids %s (%d, %d]: %w", c, after, upTo, err)
 	}
-	for _, it := range res.Items {
+	for _, it := range items {
 		out[getN(it, attrCSeq)] = im.MessageID(getS(it, attrMID))
 	}
 	return out, nil

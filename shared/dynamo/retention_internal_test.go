@@ -59,11 +59,18 @@ func TestRetentionSettingsBecomeTTLs(t *testing.T) {
 // tables (the external tests use devstack, which this package cannot import).
 func testStore(t *testing.T) *Store {
 	t.Helper()
+	return testStoreOn(t, miniserver.NewServer())
+}
+
+// testStoreOn is testStore on another in-process emulator (memdyn where a
+// test needs DynamoDB's 1 MB pages, which minidyn does not cut).
+func testStoreOn(t *testing.T, emulator http.Handler) *Store {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: miniserver.NewServer(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: emulator, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	db := dynamodb.NewFromConfig(aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("x", "x", "")},

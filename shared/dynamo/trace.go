@@ -594,7 +594,9 @@ func (st *Store) deriveGroupReads(ctx context.Context, id im.MessageID, evs []im
 // alert a catch-up ack or read covered gets its status callback. Strongly
 // consistent: a page read behind would end short and pass for the end of
 // the span (a rare path: acks that cover more than 200 entries, reads
-// more than ReadSpan).
+// more than ReadSpan). A page DynamoDB cut at 1 MB before limit (entries
+// stored before they referenced the log carry their body) reaches its
+// last entry, not upTo.
 func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, c im.ConversationID, after, upTo int64, limit int) ([]im.MessageID, int64, error) {
 	if upTo <= after {
 		return nil, upTo, nil
@@ -615,7 +617,7 @@ func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, c im.Conversatio
 		}
 	}
 	reached := upTo
-	if n := len(res.Items); n == limit {
+	if n := len(res.Items); n > 0 && (n == limit || len(res.LastEvaluatedKey) > 0) {
 		reached = getN(res.Items[n-1], attrSeq)
 	}
 	return ids, reached, nil
@@ -629,7 +631,9 @@ func (st *Store) AlertsInSpan(ctx context.Context, u im.UserID, c im.Conversatio
 // (the chaos run on memdyn-stale lost a callback, forty-fifth session).
 // So the span is read eventually consistent (half the read units: a
 // login's ack covers 200 entries) and read again strongly consistent when
-// it does not reach upTo (nor the limit).
+// it does not reach upTo (nor the limit). Pages DynamoDB cut at 1 MB
+// (entries stored before they referenced the log carry their body) are
+// followed up to the limit.
 func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, limit int) ([]im.EntryRef, error) {
 	var out []im.EntryRef
 	if upTo <= after {
@@ -637,17 +641,17 @@ func (st *Store) EntryRefs(ctx context.Context, u im.UserID, after, upTo int64, 
 	}
 	q := project(st.inboxSpan(u, after+1, upTo), attrSeq, attrMID, attrConv, attrCSeq, attrFrom)
 	q.Limit = aws.Int32(int32(limit))
-	res, err := st.db.Query(ctx, q)
+	items, err := st.queryFirst(ctx, q, limit)
 	if err == nil {
-		if n := len(res.Items); n < limit && (n == 0 || getN(res.Items[n-1], attrSeq) < upTo) {
+		if n := len(items); n < limit && (n == 0 || getN(items[n-1], attrSeq) < upTo) {
 			q.ConsistentRead = aws.Bool(true)
-			res, err = st.db.Query(ctx, q)
+			items, err = st.queryFirst(ctx, q, limit)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("entry ids %s (%d, %d]: %w", u, after, upTo, err)
 	}
-	for _, it := range res.Items {
+	for _, it := range items {
 		out = append(out, im.EntryRef{Seq: getN(it, attrSeq), ID: im.MessageID(getS(it, attrMID)),
 			Conversation: im.ConversationID(getS(it, attrConv)), ConvSeq: getN(it, attrCSeq), From: im.UserID(getS(it, attrFrom))})
 	}
