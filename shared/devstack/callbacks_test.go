@@ -250,6 +250,150 @@ func TestACatchUpReadGetsEveryAlertItCoversItsReadCallback(t *testing.T) {
 	waitFor(t, "the read callback of the alert 31 entries below the read's top", func() bool { return has(old) })
 }
 
+// A status callback job that one user's ack enqueues (or read, or
+// answer) of an alert to more than 8 users derives that user's delivery
+// state only. Before, every job read every recipient's inbox seq, devices
+// and read watermark: an alert to a 500-member group that every member
+// acks and reads made 2,000 jobs of 1,500 reads each on the fan-out queue
+// (two consumers), holding up the group fan-out behind it.
+func TestCallbackJobsOfAcksReadOnlyTheirUsersState(t *testing.T) {
+	t.Parallel()
+	var seqs, jobs atomic.Int64
+	st := startStack(t, devstack.Options{Configure: testkit.On("FanoutFunction", func(h *handler.Deps) {
+		h.AlertStore = countingAlertStore{Store: h.AlertStore.(*dynamo.Store), inboxSeqs: &seqs, events: &jobs}
+	})})
+	users := numberedUsers(12)
+	id, rcv, secret, ackAgain := alertAckedByAll(t, st, users)
+	waitFor(t, "every recipient's delivered callback", func() bool {
+		ackAgain()
+		return deliveredTo(rcv.accepted(t, secret), id, users)
+	})
+	// Each ack enqueues two jobs: one after its write, one before it that
+	// runs 10 s later (a function that stops after the write loses none).
+	waitFor(t, "both callback jobs of every ack run", func() bool { return jobs.Load() >= 2*int64(len(users)) })
+	if got, ran := seqs.Load(), jobs.Load(); got > 2*ran {
+		t.Fatalf("%d callback jobs read %d recipients' inbox seqs: want about one each, not all %d", ran, got, len(users))
+	}
+}
+
+// A change of such an alert whose own callback jobs are all lost (here:
+// every job naming u00 is dropped) is still recorded and posted: a job of
+// another user's change schedules a job of every recipient's state a
+// while later (a minute; 2 s here), as when every job derived every state.
+func TestACallbackLostWithItsJobsIsRecordedByTheSweep(t *testing.T) {
+	t.Parallel()
+	var dropped atomic.Int32
+	st := startStack(t, devstack.Options{Configure: func(fn string, h *handler.Deps) {
+		switch fn {
+		case "AckFunction":
+			h.FanoutQueue = droppingUsersCallbacks{FanoutQueue: h.FanoutQueue, user: "u00", dropped: &dropped}
+		case "FanoutFunction":
+			h.CallbackSweep = 2 * time.Second
+		}
+	}})
+	users := numberedUsers(10)
+	id, rcv, secret, ackAgain := alertAckedByAll(t, st, users)
+	waitFor(t, "every recipient's delivered callback, u00's too", func() bool {
+		ackAgain()
+		return deliveredTo(rcv.accepted(t, secret), id, users)
+	})
+	if dropped.Load() == 0 {
+		t.Fatal("no job of u00 was dropped (the test's premise)")
+	}
+}
+
+// numberedUsers is u00, u01, … (n of them).
+func numberedUsers(n int) []string {
+	users := make([]string, n)
+	for i := range users {
+		users[i] = fmt.Sprintf("u%02d", i)
+	}
+	return users
+}
+
+// alertAckedByAll makes app pager with a webhook to a new receiver, posts
+// one alert to users, each connected, and acks it on every device; call
+// ackAgain while waiting: it acks what is pushed again (an ack beyond a
+// new account's 10 concurrent executions is throttled, answered with API
+// Gateway's error frame, and its message pushed again, as the SDK acks).
+func alertAckedByAll(t *testing.T, st *devstack.Stack, users []string) (id string, rcv *receiver, secret string, ackAgain func()) {
+	t.Helper()
+	key := createApp(t, st, "pager", users, 100)
+	rcv = newReceiver(t)
+	secret = setWebhook(t, st, key, "pager", rcv.srv.URL+"/signet")
+	conns := make([]*wsClient, len(users))
+	for i, u := range users {
+		conns[i] = dial(t, st, u, "phone")
+	}
+	to, _ := json.Marshal(users)
+	id = postAlert(t, st, key, "all", `{"to":`+string(to)+`,"title":"Disk full","body":""}`)
+	for _, c := range conns {
+		push := c.next("message", 10*time.Second)
+		c.write(map[string]any{"action": "ack", "upTo": push.Seq})
+	}
+	return id, rcv, secret, func() {
+		for _, c := range conns {
+			for drained := false; !drained; {
+				select {
+				case f := <-c.frames:
+					if f.Type == "message" {
+						c.write(map[string]any{"action": "ack", "upTo": f.Seq})
+					}
+				default:
+					drained = true
+				}
+			}
+		}
+	}
+}
+
+// deliveredTo reports whether got (the events a receiver accepted) has
+// alert id's delivered event of every user.
+func deliveredTo(got map[string]map[string]any, id string, users []string) bool {
+	for _, u := range users {
+		if _, ok := got[id+":delivered:"+u]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// droppingUsersCallbacks drops the status callback jobs naming user (as if
+// every function that enqueued one stopped first).
+type droppingUsersCallbacks struct {
+	handler.FanoutQueue
+	user    im.UserID
+	dropped *atomic.Int32
+}
+
+func (q droppingUsersCallbacks) Enqueue(ctx context.Context, delay time.Duration, jobs ...im.FanoutJob) error {
+	kept := slices.DeleteFunc(slices.Clone(jobs), func(j im.FanoutJob) bool { return j.Kind == im.FanoutCallback && j.User == q.user })
+	q.dropped.Add(int32(len(jobs) - len(kept)))
+	if len(kept) == 0 {
+		return nil
+	}
+	return q.FanoutQueue.Enqueue(ctx, delay, kept...)
+}
+
+// countingAlertStore counts the inbox seqs a function reads (one per
+// recipient whose state it derives) and the alert traces (one per status).
+// It embeds the store itself, not handler.AlertStore: the alerts use case
+// finds escalations and callbacks on it by their methods.
+type countingAlertStore struct {
+	*dynamo.Store
+	inboxSeqs, events *atomic.Int64
+}
+
+func (c countingAlertStore) InboxSeq(ctx context.Context, u im.UserID, id im.MessageID) (int64, error) {
+	c.inboxSeqs.Add(1)
+	return c.Store.InboxSeq(ctx, u, id)
+}
+
+func (c countingAlertStore) Events(ctx context.Context, id im.MessageID) ([]im.Event, error) {
+	c.events.Add(1)
+	return c.Store.Events(ctx, id)
+}
+
 // alertsFarApart makes app pager with a webhook to a new receiver and
 // posts ann an alert (old, her inbox seq 1), n chat messages from ben,
 // and a second alert (recent, seq n+2).

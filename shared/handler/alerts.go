@@ -541,22 +541,27 @@ func (h *AlertsAPI) getAlert(ctx context.Context, req events.APIGatewayV2HTTPReq
 	if a.App == "" {
 		return 0, nil, wire.Problemf(wire.CodeNotFound, "no alert %s (chat messages have a trace only)", a.Message.ID)
 	}
-	out, err := h.status(ctx, a)
+	out, err := h.status(ctx, a, "")
 	if err != nil {
 		return 0, nil, err
 	}
 	return http.StatusOK, out, nil
 }
 
-// status is where alert a stands for each recipient: what
-// GET /v1/messages/{id} answers, and what status callbacks report.
-func (h *AlertsAPI) status(ctx context.Context, a im.Alert) (alertStatus, error) {
+// status is where alert a stands for each recipient (only for user only,
+// when not empty: a callback job of one user's ack, read or answer, three
+// reads instead of three per recipient): what GET /v1/messages/{id}
+// answers, and what status callbacks report.
+func (h *AlertsAPI) status(ctx context.Context, a im.Alert, only im.UserID) (alertStatus, error) {
 	evs, err := h.AlertStore.Events(ctx, a.Message.ID)
 	if err != nil {
 		return alertStatus{}, err
 	}
 	ds := make([]im.Delivery, 0, len(a.Recipients)+len(a.Escalated))
 	for _, u := range append(slices.Clone(a.Recipients), a.Escalated...) {
+		if only != "" && u != only {
+			continue
+		}
 		d := im.Delivery{User: u}
 		seq, err := h.AlertStore.InboxSeq(ctx, u, a.Message.ID)
 		if err != nil && !errors.Is(err, im.ErrNotFound) {

@@ -1,6 +1,7 @@
 package handler
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,8 +66,8 @@ const (
 // the client repeats) returns the error, so that its retry enqueues the
 // job; otherwise the change is still recorded by the alert's next job,
 // and the app can read every alert's status. q nil: no fan-out queue.
-func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.MessageID) error {
-	err := callbacksAfter(ctx, q, 0, ids)
+func callbacksLater(ctx context.Context, h *core, q FanoutQueue, u im.UserID, ids ...im.MessageID) error {
+	err := callbacksAfter(ctx, q, 0, u, ids)
 	if err != nil {
 		h.log().WarnContext(ctx, "status callback job not queued", "err", err.Error(), "alerts", len(ids))
 	}
@@ -74,14 +75,17 @@ func callbacksLater(ctx context.Context, h *core, q FanoutQueue, ids ...im.Messa
 }
 
 // callbacksAfter enqueues a callback job for each alert in ids that runs
-// delay from now (none for no ids; q nil: no fan-out queue).
-func callbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, ids []im.MessageID) error {
+// delay from now (none for no ids; q nil: no fan-out queue), naming user
+// u when an ack, read or answer of theirs enqueued it: of an alert to
+// many, the job derives u's state only (runCallbacks; escalation steps
+// and retries name nobody: every recipient's).
+func callbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, u im.UserID, ids []im.MessageID) error {
 	if q == nil || len(ids) == 0 {
 		return nil
 	}
 	jobs := make([]im.FanoutJob, len(ids))
 	for i, id := range ids {
-		jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id}
+		jobs[i] = im.FanoutJob{Kind: im.FanoutCallback, Alert: id, User: u}
 	}
 	if err := q.Enqueue(ctx, delay, jobs...); err != nil {
 		return fmt.Errorf("status callback jobs: %w", err)
@@ -172,8 +176,28 @@ func changes(a im.Alert, st alertStatus) []im.CallbackEvent {
 	return out
 }
 
+// callbackUsers is the most users (recipients and escalated) of an alert
+// whose every callback job derives all their states: a job costs about
+// three reads per user, so beyond it a job of one user's change derives
+// that user's only (callbackSweep).
+const callbackUsers = 8
+
+// callbackSweep is how long after a job of one user's change of a larger
+// alert every recipient's state is derived again, by one job (the alert
+// item's next-run time keeps it to one per alert in that time).
+const callbackSweep = time.Minute
+
 // runCallbacks runs one callback job: records alert job.Alert's state
-// changes not yet recorded, then delivers the events due.
+// changes not yet recorded, then delivers the events due. A job that
+// names a user (their ack, read or answer enqueued it) of an alert to more
+// than callbackUsers derives that user's state only: the others' changes
+// have jobs of their own, and an alert to a group of n whose members all
+// ack and read would otherwise read every member's state 4n times. It
+// then schedules a job of every recipient's state callbackSweep later,
+// unless one is due by then: a change whose own jobs missed it (the job
+// enqueued before a write that came more than 10 s later, in a function
+// that then stopped) is recorded by it, as by the next job of any
+// recipient's change when every job derived every state.
 func (h *AlertsAPI) runCallbacks(ctx context.Context, job im.FanoutJob) error {
 	if h.AlertStore == nil || h.Callbacks == nil {
 		return fmt.Errorf("callbacks of %s: alerts are not configured", job.Alert)
@@ -192,7 +216,11 @@ func (h *AlertsAPI) runCallbacks(ctx context.Context, job im.FanoutJob) error {
 	if app.Webhook == nil {
 		return nil // no webhook: nothing is recorded (GET status still tells)
 	}
-	st, err := h.status(ctx, a)
+	only := job.User
+	if len(a.Recipients)+len(a.Escalated) <= callbackUsers {
+		only = ""
+	}
+	st, err := h.status(ctx, a, only)
 	if err != nil {
 		return err
 	}
@@ -207,7 +235,10 @@ func (h *AlertsAPI) runCallbacks(ctx context.Context, job im.FanoutJob) error {
 			h.log().DebugContext(ctx, "callback event recorded", "eventId", e.ID, "app", app.ID)
 		}
 	}
-	return h.deliverCallbacks(ctx, app, a.Message.ID)
+	if err := h.deliverCallbacks(ctx, app, a.Message.ID); err != nil || only == "" {
+		return err
+	}
+	return h.callbackRunAt(ctx, a.Message.ID, now.Add(cmp.Or(h.CallbackSweep, callbackSweep)))
 }
 
 // deliverCallbacks POSTs alert id's pending events that are due to the

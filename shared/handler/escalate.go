@@ -49,7 +49,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 	changed := false // someone was escalated to, or it ended: a status callback job
 	defer func() {
 		if changed {
-			err = errors.Join(err, callbacksLater(ctx, h.core, h.FanoutQueue, id))
+			err = errors.Join(err, callbacksLater(ctx, h.core, h.FanoutQueue, "", id))
 		}
 	}() // deferred first, so it runs after the trace's flush
 	tr := h.trail("escalate", jobID)
@@ -94,7 +94,7 @@ func (h *AlertsAPI) escalate(ctx context.Context, jobID string, job im.FanoutJob
 			// events posted, not only once the escalation ends or the
 			// next step's job brings them up to date. Failing, nothing is
 			// written and the job's retry runs the tick again.
-			if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, []im.MessageID{id}); err != nil {
+			if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, "", []im.MessageID{id}); err != nil {
 				return err
 			}
 			if err := h.Escalations.AddEscalated(ctx, id, added); err != nil {

@@ -90,7 +90,7 @@ func (h *FanoutWorker) coveredAlerts(ctx context.Context, job im.FanoutJob) erro
 	if err != nil {
 		return err
 	}
-	if err := callbacksAfter(ctx, h.FanoutQueue, 0, ids); err != nil {
+	if err := callbacksAfter(ctx, h.FanoutQueue, 0, job.User, ids); err != nil {
 		return err
 	}
 	if reached < job.UpTo {

@@ -219,6 +219,10 @@ type Deps struct {
 	// webhooks be http:// and reach private addresses (local stack only).
 	CallbackBackoff []time.Duration
 	WebhookPrivate  bool
+	// CallbackSweep is how long after a callback job of one user's change
+	// every recipient's state is derived again (default callbackSweep; see
+	// AlertsAPI.runCallbacks).
+	CallbackSweep time.Duration
 	// CallbackQueues sends status callbacks to apps' SQS queues.
 	CallbackQueues CallbackSender
 	// Retries brings a queue consumer's failed messages back after a short

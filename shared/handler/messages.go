@@ -470,7 +470,7 @@ func (h *Messages) alertsAckedAgain(ctx context.Context, c caller, refs []im.Ent
 	if !tr.flush(ctx) {
 		done = false
 	}
-	return callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) == nil && done
+	return callbacksLater(ctx, h.core, h.FanoutQueue, c.User, alerts...) == nil && done
 }
 
 // peerMessages returns, per 1:1 conversation, the highest convSeq of the
@@ -531,7 +531,7 @@ func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (c
 			alerts = append(alerts, r.ID)
 		}
 	}
-	if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, alerts); err != nil {
+	if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, alerts); err != nil {
 		return coveredRefs{}, fmt.Errorf("the alerts acked: %w", err)
 	}
 	if from > old {
@@ -610,7 +610,7 @@ func (h *Messages) afterAck(ctx context.Context, c caller, old, upTo int64, now 
 		}
 	}
 	tr.flush(ctx)
-	callbacksLater(ctx, h.core, h.FanoutQueue, alerts...) // after the flush: the job reads the trace
+	callbacksLater(ctx, h.core, h.FanoutQueue, c.User, alerts...) // after the flush: the job reads the trace
 	receipts := peerMessages(c.User, refs, func(seq int64) bool { return seq > othersAcked() })
 	for conv, cseq := range receipts {
 		h.receipt(ctx, c.User, conv, wire.ReceiptDelivered, cseq)

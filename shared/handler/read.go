@@ -128,7 +128,7 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 	// below] get their jobs from a job that reads the rest
 	// (FanoutWorker.coveredAlerts), as a catch-up ack's do.
 	early := func(ids []im.MessageID, after, below int64) error {
-		if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, ids); err != nil || below <= after || h.FanoutQueue == nil {
+		if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, ids); err != nil || below <= after || h.FanoutQueue == nil {
 			return err
 		}
 		rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: c.User, Conversation: conv, From: after, UpTo: below}
@@ -155,7 +155,7 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 			tr.add(im.Event{Message: id, Type: im.EventRead, User: c.User, Device: c.Device, Detail: string(conv)})
 		}
 		tr.flush(ctx)
-		callbacksLater(ctx, h.core, h.FanoutQueue, r.Read...)
+		callbacksLater(ctx, h.core, h.FanoutQueue, c.User, r.Read...)
 	}
 	return events.APIGatewayProxyResponse{StatusCode: 200}, nil
 }
@@ -220,7 +220,7 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 		// function failed or stopped after recording it) asks again, and
 		// the status callback job it may have lost is enqueued now (a
 		// duplicate records nothing twice).
-		if err := callbacksLater(ctx, h.core, h.FanoutQueue, id); err != nil {
+		if err := callbacksLater(ctx, h.core, h.FanoutQueue, c.User, id); err != nil {
 			return h.fail(ctx, c, wire.ActionAnswer, err, "")
 		}
 		return reply(res)
@@ -229,7 +229,7 @@ func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketP
 	tr := h.trail("answer", c.RequestID)
 	tr.add(im.Event{Message: id, Type: im.EventAnswered, User: c.User, Device: c.Device, Detail: f.Option})
 	tr.flush(ctx)
-	if err := callbacksLater(ctx, h.core, h.FanoutQueue, id); err != nil {
+	if err := callbacksLater(ctx, h.core, h.FanoutQueue, c.User, id); err != nil {
 		// Recorded, its callback job not: the client asks again.
 		return h.fail(ctx, c, wire.ActionAnswer, err, "")
 	}

@@ -132,6 +132,7 @@ type AlertsAPI struct {
 	CallbackQueues  CallbackSender
 	CallbackBackoff []time.Duration
 	WebhookPrivate  bool
+	CallbackSweep   time.Duration
 	// MaxDevices is the device limit (Deps.MaxDevices), shown with a
 	// user's devices.
 	MaxDevices int
@@ -251,7 +252,7 @@ func (d *Deps) AlertsAPI() *AlertsAPI {
 	a := &AlertsAPI{delivery: d.delivery(), AlertStore: d.AlertStore, Validator: d.Validator, AdminKeyHash: d.AdminKeyHash,
 		Groups: d.Groups, Reads: d.Reads, FanoutQueue: d.FanoutQueue, FanoutBatch: d.FanoutBatch,
 		Webhooks: newWebhookClient(d.WebhookPrivate), CallbackQueues: d.CallbackQueues, CallbackBackoff: d.CallbackBackoff, WebhookPrivate: d.WebhookPrivate,
-		MaxDevices: deviceLimit(d.MaxDevices)}
+		CallbackSweep: d.CallbackSweep, MaxDevices: deviceLimit(d.MaxDevices)}
 	if e, ok := d.AlertStore.(Escalations); ok {
 		a.Escalations = e
 	}

@@ -16,7 +16,8 @@ const (
 	FanoutAlert FanoutKind = "a"
 	// FanoutEscalate runs tick Tick of alert Alert's escalation.
 	FanoutEscalate FanoutKind = "e"
-	// FanoutCallback brings alert Alert's status callbacks up to date:
+	// FanoutCallback brings alert Alert's status callbacks up to date
+	// (User's delivery state only, when set):
 	// records the state changes not yet recorded and delivers those due.
 	FanoutCallback FanoutKind = "c"
 	// FanoutWake wakes User's devices registered for wake-ups (only Device

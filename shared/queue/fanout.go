@@ -111,8 +111,8 @@ func DecodeJob(s string) (im.FanoutJob, error) {
 			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: not an app conversation", s)
 		}
 	case im.FanoutCallback:
-		if j.Alert == "" {
-			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert", s)
+		if j.Alert == "" || j.User != "" && !j.User.Valid() {
+			return im.FanoutJob{}, fmt.Errorf("decode fan-out job %q: missing alert or bad user", s)
 		}
 	case im.FanoutWake:
 		// A read-diffused group's message has no inbox seq: its wake job
