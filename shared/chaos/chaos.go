@@ -301,6 +301,15 @@ func (r *runner) count(f func(*Result)) {
 	f(&r.res)
 }
 
+// result is the run's result so far, read under its lock: a run that
+// returns early (an interrupt) returns while its devices still count what
+// they are shown (they stop after, deferred).
+func (r *runner) result() Result {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	return r.res
+}
+
 func (r *runner) progress(format string, a ...any) {
 	if r.cfg.Progress != nil {
 		r.cfg.Progress(format, a...)
@@ -317,13 +326,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	{
 		dir, err := os.MkdirTemp(cfg.Dir, "signet-chaos-")
 		if err != nil {
-			return r.res, err
+			return r.result(), err
 		}
 		defer os.RemoveAll(dir)
 		r.cfg.Dir = dir
 	}
 	if err := r.start(ctx); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
 	defer r.st.Close()
 	defer r.proxySrv.Close()
@@ -339,28 +348,28 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		defer r.hooks.srv.Close()
 	}
 	if err != nil {
-		return r.res, err
+		return r.result(), err
 	}
 	r.progress("chaos: %d users, %d devices, %d groups; %d messages under %s", len(r.byUser), len(r.devices), len(r.groups), cfg.Messages, cfg.Network)
 	r.faults.Store(true)
 	r.storm(ctx)
 	r.faults.Store(false)
 	if err := interrupted(ctx, "the sends", start); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
 	r.proxy.SetProfile(netem.Profiles["perfect"])
 	r.progress("chaos: sends done; faults off; converging")
 	r.converge(ctx)
 	if err := interrupted(ctx, "the converge phase", start); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
 	r.verify(ctx)
 	if err := interrupted(ctx, "the verification", start); err != nil {
-		return r.res, err
+		return r.result(), err
 	}
 	if cfg.MemProfile != "" {
 		if err := writeHeap(cfg.MemProfile); err != nil {
-			return r.res, err
+			return r.result(), err
 		}
 	}
 	for _, d := range r.devices {
