@@ -93,6 +93,22 @@ func callbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, u i
 	return nil
 }
 
+// coveredCallbacksAfter is callbacksAfter for the alerts an ack or read of
+// user u named, plus, when it covered inbox entries (after, below] it did
+// not read itself (a catch-up ack or read), one job that reads them a page
+// at a time and enqueues their alerts' jobs (FanoutWorker.coveredAlerts;
+// of app conversation c only, when set).
+func coveredCallbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, u im.UserID, ids []im.MessageID, c im.ConversationID, after, below int64) error {
+	if err := callbacksAfter(ctx, q, delay, u, ids); err != nil || below <= after || q == nil {
+		return err
+	}
+	rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: u, Conversation: c, From: after, UpTo: below}
+	if err := q.Enqueue(ctx, delay, rest); err != nil {
+		return fmt.Errorf("the alerts of entries (%d, %d]: %w", after, below, err)
+	}
+	return nil
+}
+
 // callbackBody is what a webhook receives for one event (and what
 // GET /v1/apps/{appId}/events lists, with its delivery).
 type callbackBody struct {

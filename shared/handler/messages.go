@@ -531,17 +531,11 @@ func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (c
 			alerts = append(alerts, r.ID)
 		}
 	}
-	if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, alerts); err != nil {
+	// A catch-up ack covers more than the newest maxAckTrace entries
+	// read above (from > old): the alerts below them get their jobs from
+	// a job that reads the rest of the range.
+	if err := coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, alerts, "", old, from); err != nil {
 		return coveredRefs{}, fmt.Errorf("the alerts acked: %w", err)
-	}
-	if from > old {
-		// A catch-up ack covers more than the newest maxAckTrace entries
-		// read above: the alerts below them get their jobs from a job
-		// that reads the rest of the range (FanoutWorker.coveredAlerts).
-		rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: c.User, From: old, UpTo: from}
-		if err := h.FanoutQueue.Enqueue(ctx, callbackDelay, rest); err != nil {
-			return coveredRefs{}, fmt.Errorf("the alerts acked below the newest %d entries: %w", maxAckTrace, err)
-		}
 	}
 	return coveredRefs{from: from, refs: refs, read: true}, nil
 }

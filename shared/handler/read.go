@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -125,17 +124,10 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 	// is written. A read covering more inbox entries than the store looks
 	// through itself (Store.ReadSpan: an app's alerts read long after the
 	// last read) names the alerts of the newest; those below (after,
-	// below] get their jobs from a job that reads the rest
-	// (FanoutWorker.coveredAlerts), as a catch-up ack's do.
+	// below] get their jobs from a job that reads the rest, as a
+	// catch-up ack's do.
 	early := func(ids []im.MessageID, after, below int64) error {
-		if err := callbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, ids); err != nil || below <= after || h.FanoutQueue == nil {
-			return err
-		}
-		rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: c.User, Conversation: conv, From: after, UpTo: below}
-		if err := h.FanoutQueue.Enqueue(ctx, callbackDelay, rest); err != nil {
-			return fmt.Errorf("the alerts read below the newest entries: %w", err)
-		}
-		return nil
+		return coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, ids, conv, after, below)
 	}
 	r, err := h.Reads.ReadAlertsBefore(ctx, c.User, conv, upTo, inboxSeq, h.now(), early)
 	if err != nil {
