@@ -32,16 +32,8 @@ type Groups interface {
 // member added receives the messages sent after the change, a member
 // removed none sent after it.
 func (h *GroupRoutes) Group(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeGroup, ratelimit.Group)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionGroup, err, "")
-	}
-	f, err := wire.DecodeGroup(req.Body)
-	c.useRef(f.Query)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionGroup, err, "")
-	}
-	if err := h.limit(ctx, c, ratelimit.Group); err != nil {
 		return h.fail(ctx, c, wire.ActionGroup, err, "")
 	}
 	conv := im.ConversationID(f.ConversationID)

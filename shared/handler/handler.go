@@ -275,6 +275,24 @@ type caller struct {
 // useRef takes the ref of the decoded frame q (valid, or "").
 func (c *caller) useRef(q wire.Query) { c.Ref, c.refRead = q.Ref, true }
 
+// admit is the prelude of a route answered with a frame: the caller
+// (frameCaller), the frame decoded from the body (its ref taken for the
+// answer, also when it is refused) and one frame of action let through the
+// caller's rate limit. The route answers an error with fail.
+func admit[F interface{ RequestRef() string }](ctx context.Context, h *core, req events.APIGatewayWebsocketProxyRequest, decode func(string) (F, error), action ratelimit.Action) (caller, F, error) {
+	var f F
+	c, err := h.frameCaller(ctx, req)
+	if err != nil {
+		return c, f, err
+	}
+	f, err = decode(req.Body)
+	c.useRef(wire.Query{Ref: f.RequestRef()})
+	if err != nil {
+		return c, f, err
+	}
+	return c, f, h.limit(ctx, c, action)
+}
+
 // ref is the request's ref: the decoded frame's, or (for an error before
 // the decode) read from the body.
 func (c *caller) ref() string {

@@ -18,16 +18,8 @@ type Histories interface {
 // History pages back through a conversation's log (1:1, or a group the
 // caller is or was a member of), which is kept longer than inboxes ({"action":"history","conversationId":…,"before":N}).
 func (h *HistoryRoutes) History(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeHistory, ratelimit.Query)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionHistory, err, "")
-	}
-	f, err := wire.DecodeHistory(req.Body)
-	c.useRef(f.Query)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionHistory, err, "")
-	}
-	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionHistory, err, "")
 	}
 	conv := im.ConversationID(f.ConversationID)

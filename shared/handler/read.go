@@ -168,16 +168,8 @@ type Answers interface {
 // naming it). A new answer is traced ("answered") and synced to the
 // user's other devices.
 func (h *ReadRoutes) Answer(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeAnswer, ratelimit.Query)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionAnswer, err, "")
-	}
-	f, err := wire.DecodeAnswer(req.Body)
-	c.useRef(f.Query)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionAnswer, err, "")
-	}
-	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionAnswer, err, "")
 	}
 	if h.Answers == nil {

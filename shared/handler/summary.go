@@ -24,16 +24,8 @@ type ConversationIndex interface {
 // DynamoDB Query page per answer, whatever the inbox holds, so a login
 // shows it before pulling anything.
 func (h *SummaryRoutes) Summary(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeSummary, ratelimit.Query)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionSummary, err, "")
-	}
-	f, err := wire.DecodeSummary(req.Body)
-	c.useRef(f.Query)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionSummary, err, "")
-	}
-	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
 		return h.fail(ctx, c, wire.ActionSummary, err, "")
 	}
 	states, next, err := h.Index.Conversations(ctx, c.User, im.ConversationID(f.After), f.Limit)
@@ -52,19 +44,11 @@ func (h *SummaryRoutes) Summary(ctx context.Context, req events.APIGatewayWebsoc
 // their devices acked it) and read. Both derive from per-member watermarks,
 // so they only move forward and cost no write per message.
 func (h *SummaryRoutes) Receipts(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionReceipts, err, "")
-	}
-	f, err := wire.DecodeReceipts(req.Body)
-	c.useRef(f.Query)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeReceipts, ratelimit.Query)
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionReceipts, err, "")
 	}
 	conv, seq := im.ConversationID(f.ConversationID), *f.ConvSeq
-	if err := h.limit(ctx, c, ratelimit.Query); err != nil {
-		return h.fail(ctx, c, wire.ActionReceipts, err, "")
-	}
 	var recipients []im.UserID
 	switch {
 	case conv.IsGroup():

@@ -188,16 +188,8 @@ func (h *Hints) wakeWindow() time.Duration {
 // registration as it stands (a frame API Gateway received before the one
 // that wrote it changes nothing).
 func (h *PresenceRoutes) Register(ctx context.Context, req events.APIGatewayWebsocketProxyRequest) (events.APIGatewayProxyResponse, error) {
-	c, err := h.frameCaller(ctx, req)
+	c, f, err := admit(ctx, h.core, req, wire.DecodeRegister, ratelimit.Presence)
 	if err != nil {
-		return h.fail(ctx, c, wire.ActionRegister, err, "")
-	}
-	f, err := wire.DecodeRegister(req.Body)
-	c.useRef(f.Query)
-	if err != nil {
-		return h.fail(ctx, c, wire.ActionRegister, err, "")
-	}
-	if err := h.limit(ctx, c, ratelimit.Presence); err != nil {
 		return h.fail(ctx, c, wire.ActionRegister, err, "")
 	}
 	if h.Wakes == nil || !slices.Contains(h.PushPlatforms, f.Platform) {

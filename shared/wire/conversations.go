@@ -71,6 +71,9 @@ type Query struct {
 // SetRef sets the ref a client puts on a request.
 func (q *Query) SetRef(ref string) { q.Ref = ref }
 
+// RequestRef is the ref of a decoded request (its Query's).
+func (q Query) RequestRef() string { return q.Ref }
+
 // Request is a client frame answered with a frame: one that embeds Query.
 type Request interface{ SetRef(ref string) }
 
