@@ -236,10 +236,11 @@ func TestACatchUpAckGetsEveryAlertItCoversItsDeliveredCallback(t *testing.T) {
 
 // A read of an app's alerts covering more inbox entries than the read
 // looks through itself (dynamo.Store.ReadSpan: 5,000; 20 here) still gets
-// each alert it covers its read callback: those below from a job that
-// reads the rest, as a catch-up ack's. Before, an alert below got none
-// while its status said read (derived from the watermark).
-func TestACatchUpReadGetsEveryAlertItCoversItsReadCallback(t *testing.T) {
+// each alert it covers its read callback and its read trace event: those
+// below from a job that reads the rest, as a catch-up ack's. Before, an
+// alert below got neither while its status said read (derived from the
+// watermark).
+func TestACatchUpReadGetsEveryAlertItCoversItsReadCallbackAndEvent(t *testing.T) {
 	t.Parallel()
 	st := startStack(t, devstack.Options{Configure: testkit.On("ReadFunction", func(h *handler.Deps) { h.Reads.(*dynamo.Store).ReadSpan = 20 })})
 	rcv, secret, old, recent := alertsFarApart(t, st, 30)
@@ -248,6 +249,12 @@ func TestACatchUpReadGetsEveryAlertItCoversItsReadCallback(t *testing.T) {
 	has := func(id string) bool { _, ok := rcv.accepted(t, secret)[id+":read:ann"]; return ok }
 	waitFor(t, "the read callback of the alert the read looked through", func() bool { return has(recent) })
 	waitFor(t, "the read callback of the alert 31 entries below the read's top", func() bool { return has(old) })
+	// Both are traced read by the reading device, the old one by the job.
+	for _, id := range []string{recent, old} {
+		waitFor(t, "the read event in the trace of "+id, func() bool {
+			return slices.Contains(traceDetails(t, st, devstack.DefaultAdminKey, id, "read"), "read:ann:a:pager")
+		})
+	}
 }
 
 // A status callback job that one user's ack enqueues (or read, or

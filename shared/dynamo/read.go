@@ -223,10 +223,10 @@ const maxReadCover = 200
 // of alerts looks through itself to name the alerts it covers (about 300
 // strongly consistent read units at most). A read covering more marks
 // them read all the same (the inbox seq watermark), and the alerts below
-// get their status callbacks from a job (ReadAlertsBefore's beforeWrite is
-// told the span); only their "read" trace events are left out, and the
-// unread count, lowered by those named, stays above the truth until a
-// read covers the newest alert. A read lands after a push or a sync showed
+// get their status callbacks and "read" trace events from a job
+// (ReadAlertsBefore's beforeWrite is told the span); only the unread
+// count, lowered by those named, stays above the truth until a read covers
+// the newest alert. A read lands after a push or a sync showed
 // the alerts, so its span is what arrived since the last.
 const DefaultReadSpan = 5000
 

@@ -94,17 +94,18 @@ func callbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, u i
 }
 
 // coveredCallbacksAfter is callbacksAfter for the alerts an ack or read of
-// user u named, plus, when it covered inbox entries (after, below] it did
-// not read itself (a catch-up ack or read), one job that reads them a page
-// at a time and enqueues their alerts' jobs (FanoutWorker.coveredAlerts;
-// of app conversation c only, when set).
-func coveredCallbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, u im.UserID, ids []im.MessageID, c im.ConversationID, after, below int64) error {
-	if err := callbacksAfter(ctx, q, delay, u, ids); err != nil || below <= after || q == nil {
+// rest.User named, plus, when it covered inbox entries (rest.From,
+// rest.UpTo] it did not read itself (a catch-up ack or read), job rest,
+// which reads them a page at a time and enqueues their alerts' jobs
+// (FanoutWorker.coveredAlerts; a read's names its app conversation and
+// device).
+func coveredCallbacksAfter(ctx context.Context, q FanoutQueue, delay time.Duration, ids []im.MessageID, rest im.FanoutJob) error {
+	if err := callbacksAfter(ctx, q, delay, rest.User, ids); err != nil || rest.UpTo <= rest.From || q == nil {
 		return err
 	}
-	rest := im.FanoutJob{Kind: im.FanoutCoveredAlerts, User: u, Conversation: c, From: after, UpTo: below}
+	rest.Kind = im.FanoutCoveredAlerts
 	if err := q.Enqueue(ctx, delay, rest); err != nil {
-		return fmt.Errorf("the alerts of entries (%d, %d]: %w", after, below, err)
+		return fmt.Errorf("the alerts of entries (%d, %d]: %w", rest.From, rest.UpTo, err)
 	}
 	return nil
 }

@@ -84,7 +84,9 @@ const coveredAlertsPage = 1000
 // a job of its own. The callback jobs derive "delivered" from the device
 // cursors and "read" from the read watermark, which the ack or read moved
 // before this job was due; one enqueued twice (a retried job) records
-// nothing twice.
+// nothing twice. A read's job (it names the app conversation) traces each
+// alert "read" by the job's device, as the read does those it names (a
+// retried job may trace one twice).
 func (h *FanoutWorker) coveredAlerts(ctx context.Context, job im.FanoutJob) error {
 	ids, reached, err := h.Inbox.AlertsInSpan(ctx, job.User, job.Conversation, job.From, job.UpTo, coveredAlertsPage)
 	if err != nil {
@@ -92,6 +94,13 @@ func (h *FanoutWorker) coveredAlerts(ctx context.Context, job im.FanoutJob) erro
 	}
 	if err := callbacksAfter(ctx, h.FanoutQueue, 0, job.User, ids); err != nil {
 		return err
+	}
+	if job.Conversation != "" && len(ids) > 0 {
+		tr := h.trail("fanout", "")
+		for _, id := range ids {
+			tr.add(im.Event{Message: id, Type: im.EventRead, User: job.User, Device: job.Device, Detail: string(job.Conversation)})
+		}
+		tr.flush(ctx)
 	}
 	if reached < job.UpTo {
 		job.From = reached

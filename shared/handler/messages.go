@@ -534,7 +534,7 @@ func (h *Messages) alertsBeforeAck(ctx context.Context, c caller, upTo int64) (c
 	// A catch-up ack covers more than the newest maxAckTrace entries
 	// read above (from > old): the alerts below them get their jobs from
 	// a job that reads the rest of the range.
-	if err := coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, alerts, "", old, from); err != nil {
+	if err := coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, alerts, im.FanoutJob{User: c.User, From: old, UpTo: from}); err != nil {
 		return coveredRefs{}, fmt.Errorf("the alerts acked: %w", err)
 	}
 	return coveredRefs{from: from, refs: refs, read: true}, nil

@@ -125,9 +125,9 @@ func (h *ReadRoutes) readAlerts(ctx context.Context, c caller, conv im.Conversat
 	// through itself (Store.ReadSpan: an app's alerts read long after the
 	// last read) names the alerts of the newest; those below (after,
 	// below] get their jobs from a job that reads the rest, as a
-	// catch-up ack's do.
+	// catch-up ack's do, and traces them read by this device.
 	early := func(ids []im.MessageID, after, below int64) error {
-		return coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, c.User, ids, conv, after, below)
+		return coveredCallbacksAfter(ctx, h.FanoutQueue, callbackDelay, ids, im.FanoutJob{User: c.User, Device: c.Device, Conversation: conv, From: after, UpTo: below})
 	}
 	r, err := h.Reads.ReadAlertsBefore(ctx, c.User, conv, upTo, inboxSeq, h.now(), early)
 	if err != nil {

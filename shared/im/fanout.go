@@ -31,7 +31,8 @@ const (
 	// set — a page at a time: the part of an ack's range beyond the
 	// entries the ack read itself (a catch-up ack of a device long
 	// offline), or of a read's beyond those the read looked through (a
-	// read of an app's alerts long after the last).
+	// read of an app's alerts long after the last: the job names the
+	// app's conversation, and traces each alert read by Device).
 	FanoutCoveredAlerts FanoutKind = "k"
 )
 
