@@ -272,8 +272,8 @@ type caller struct {
 	Expires time.Time
 }
 
-// useRef takes the ref of the decoded frame q (valid, or "").
-func (c *caller) useRef(q wire.Query) { c.Ref, c.refRead = q.Ref, true }
+// useRef takes the ref of the decoded frame (valid, or "").
+func (c *caller) useRef(ref string) { c.Ref, c.refRead = ref, true }
 
 // admit is the prelude of a route answered with a frame: the caller
 // (frameCaller), the frame decoded from the body (its ref taken for the
@@ -286,7 +286,7 @@ func admit[F interface{ RequestRef() string }](ctx context.Context, h *core, req
 		return c, f, err
 	}
 	f, err = decode(req.Body)
-	c.useRef(wire.Query{Ref: f.RequestRef()})
+	c.useRef(f.RequestRef())
 	if err != nil {
 		return c, f, err
 	}

@@ -655,7 +655,7 @@ func (h *Messages) Sync(ctx context.Context, req events.APIGatewayWebsocketProxy
 	if err != nil {
 		return h.fail(ctx, c, wire.ActionSync, err, "")
 	}
-	c.useRef(f.Query)
+	c.useRef(f.Ref)
 	if f.ConversationID != "" {
 		return h.syncGroup(ctx, c, im.ConversationID(f.ConversationID), *f.Cursor, f.Limit)
 	}

@@ -50,14 +50,14 @@ func (h *PresenceRoutes) Presence(ctx context.Context, req events.APIGatewayWebs
 	var users []im.UserID
 	if route == wire.ActionPresenceQuery {
 		f, err := wire.DecodePresenceQuery(req.Body)
-		c.useRef(f.Query)
+		c.useRef(f.Ref)
 		if err != nil {
 			return h.fail(ctx, c, route, err, "")
 		}
 		users = f.UserIDs()
 	} else {
 		f, err := wire.DecodePresence(req.Body)
-		c.useRef(f.Query)
+		c.useRef(f.Ref)
 		if err != nil {
 			return h.fail(ctx, c, route, err, "")
 		}
