@@ -250,10 +250,16 @@ func TestACatchUpReadGetsEveryAlertItCoversItsReadCallbackAndEvent(t *testing.T)
 	waitFor(t, "the read callback of the alert the read looked through", func() bool { return has(recent) })
 	waitFor(t, "the read callback of the alert 31 entries below the read's top", func() bool { return has(old) })
 	// Both are traced read by the reading device, the old one by the job.
-	for _, id := range []string{recent, old} {
-		waitFor(t, "the read event in the trace of "+id, func() bool {
-			return slices.Contains(traceDetails(t, st, devstack.DefaultAdminKey, id, "read"), "read:ann:a:pager")
+	readByPhone := func(id string) bool {
+		tr := call(t, st, "GET", "/v1/messages/"+id+"/trace", devstack.DefaultAdminKey, nil, "")
+		events, _ := tr.body["events"].([]any)
+		return slices.ContainsFunc(events, func(e any) bool {
+			ev, _ := e.(map[string]any)
+			return ev["type"] == "read" && ev["userId"] == "ann" && ev["deviceId"] == "phone" && ev["detail"] == "a:pager"
 		})
+	}
+	for _, id := range []string{recent, old} {
+		waitFor(t, "the read event of ann's phone in the trace of "+id, func() bool { return readByPhone(id) })
 	}
 }
 
